@@ -1,0 +1,78 @@
+//! Kubernetes types of the Multi-Cluster Services API and their CRDs.
+//!
+//! # Layout
+//!
+//! - `service_import`, `service_export` (`multicluster.x-k8s.io`) and
+//!   `cluster_property` (`about.k8s.io`): the custom resources, each in the
+//!   two API versions `v1alpha1` and `v1beta1`. Both versions of a kind have
+//!   identical schemas; v1beta1 is the storage version.
+//! - [`v1alpha1`], [`v1beta1`]: every kind of one API version. The v1beta1
+//!   types are also re-exported here, so `api::ServiceImport` is
+//!   `api::v1beta1::ServiceImport`. Objects convert between versions with
+//!   `From`.
+//! - [`well_known`]: label, annotation, property, condition and group names.
+//! - [`crds`]: the merged multi-version CRDs and their YAML rendering.
+//!
+//! This module only describes data: no client, no reconciliation. Field
+//! types follow the Go API (`omitempty` lists and maps are empty
+//! collections that are skipped when serializing; optional scalars and
+//! objects are `Option`s). Unknown fields are ignored when deserializing, so
+//! objects written against a newer schema still load.
+
+/// Implements `From` in both directions between the `v1alpha1` and
+/// `v1beta1` versions of a kind and its spec, in the module that invokes it.
+///
+/// The versions have identical schemas, so conversion moves every field.
+/// The spec is destructured without `..`, so a field added to the spec but
+/// not listed in the invocation is a compile error.
+macro_rules! convert_between_versions {
+    ($kind:ident, $spec:ident { $($field:ident),+ $(,)? }) => {
+        convert_between_versions!(@one v1alpha1 => v1beta1, $kind, $spec { $($field),+ });
+        convert_between_versions!(@one v1beta1 => v1alpha1, $kind, $spec { $($field),+ });
+    };
+    (@one $from:ident => $to:ident, $kind:ident, $spec:ident { $($field:ident),+ }) => {
+        impl From<$from::$spec> for $to::$spec {
+            fn from(spec: $from::$spec) -> Self {
+                let $from::$spec { $($field),+ } = spec;
+                Self { $($field),+ }
+            }
+        }
+
+        impl From<$from::$kind> for $to::$kind {
+            fn from(object: $from::$kind) -> Self {
+                Self {
+                    metadata: object.metadata,
+                    spec: object.spec.into(),
+                    status: object.status,
+                }
+            }
+        }
+    };
+}
+
+mod cluster_property;
+pub mod crds;
+mod service_export;
+mod service_import;
+pub mod well_known;
+
+/// Every kind at API version `v1alpha1`: served for older clients (CoreDNS
+/// still lists `ServiceImport`s at this version), not stored.
+pub mod v1alpha1 {
+    pub use super::cluster_property::v1alpha1::*;
+    pub use super::service_export::v1alpha1::*;
+    pub use super::service_import::v1alpha1::*;
+}
+
+/// Every kind at API version `v1beta1`, the storage version.
+pub mod v1beta1 {
+    pub use super::cluster_property::v1beta1::*;
+    pub use super::service_export::v1beta1::*;
+    pub use super::service_import::v1beta1::*;
+}
+
+pub use v1beta1::{
+    ClusterProperty, ClusterPropertySpec, ClusterPropertyStatus, ClusterStatus,
+    EndpointSliceObjects, ServiceExport, ServiceExportSpec, ServiceExportStatus, ServiceImport,
+    ServiceImportSpec, ServiceImportStatus, ServiceImportType, ServicePort,
+};

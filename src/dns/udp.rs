@@ -1,0 +1,366 @@
+//! The UDP fast path: one SO_REUSEPORT socket and one OS thread per worker,
+//! receiving and sending in batches with `recvmmsg`/`sendmmsg`.
+//!
+//! Common queries are answered from precompiled wire data
+//! ([`super::wire_answer`]); every other datagram is decoded by hickory and
+//! answered by the same [`Handler`] the TCP listener uses, so the two paths
+//! cannot drift apart in what they answer.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use hickory_proto::op::{Header, HeaderCounts, MessageType, Metadata, OpCode, ResponseCode};
+use hickory_proto::rr::Record;
+use hickory_proto::serialize::binary::{BinDecodable, BinEncodable, BinEncoder};
+use hickory_server::net::NetError;
+use hickory_server::net::runtime::TokioTime;
+use hickory_server::net::xfer::Protocol;
+use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
+use hickory_server::zone_handler::MessageResponse;
+
+use super::Handler;
+use super::wire_answer::{self, Fast, MAX_RESPONSE};
+use crate::metrics::Transport;
+use crate::publish::ZoneHandle;
+
+/// Datagrams per `recvmmsg`/`sendmmsg` call.
+const BATCH: usize = 32;
+/// Receive buffer per datagram: larger than any query we answer.
+const RECV_BUFFER: usize = 4096;
+/// How often a blocked worker wakes up to check for shutdown.
+const STOP_POLL: Duration = Duration::from_millis(100);
+
+/// Running fast-path workers.
+#[derive(Debug)]
+pub struct FastPath {
+    stop: Arc<AtomicBool>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl FastPath {
+    /// Starts one worker thread per socket.
+    pub fn start(sockets: Vec<UdpSocket>, zone: ZoneHandle, handler: Handler) -> io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut workers = Vec::new();
+        for (i, socket) in sockets.into_iter().enumerate() {
+            socket.set_read_timeout(Some(STOP_POLL))?;
+            let worker = Worker {
+                socket,
+                zone: zone.clone(),
+                handler: handler.clone(),
+                stop: stop.clone(),
+            };
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("dns-udp-{i}"))
+                    .spawn(move || worker.run())?,
+            );
+        }
+        Ok(Self { stop, workers })
+    }
+
+    /// Stops the workers and waits for them.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for worker in self.workers {
+            let _ = worker.join();
+        }
+    }
+}
+
+struct Worker {
+    socket: UdpSocket,
+    zone: ZoneHandle,
+    handler: Handler,
+    stop: Arc<AtomicBool>,
+}
+
+impl Worker {
+    fn run(self) {
+        let fd = self.socket.as_raw_fd();
+        let mut recv_bufs = vec![[0u8; RECV_BUFFER]; BATCH];
+        let mut send_bufs = vec![[0u8; MAX_RESPONSE]; BATCH];
+        let mut send_lens = [0usize; BATCH];
+        let mut send_addrs: [MaybeUninit<libc::sockaddr_storage>; BATCH] =
+            [MaybeUninit::zeroed(); BATCH];
+        let mut send_addr_lens = [0u32; BATCH];
+        let mut addrs: [MaybeUninit<libc::sockaddr_storage>; BATCH] =
+            [MaybeUninit::zeroed(); BATCH];
+        let metrics = self.handler.metrics().clone();
+
+        while !self.stop.load(Ordering::Relaxed) {
+            let received = match recv_batch(fd, &mut recv_bufs, &mut addrs) {
+                Ok(received) => received,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    continue;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "UDP receive failed");
+                    continue;
+                }
+            };
+            let zone = self.zone.load();
+            let mut replies = 0;
+            for (i, (len, addr_len)) in received.iter().enumerate() {
+                let query = &recv_bufs[i][..*len];
+                let out = &mut send_bufs[replies];
+                let fast = match zone.as_ref() {
+                    Some(zone) => wire_answer::answer(zone, query, out),
+                    None => Fast::Slow,
+                };
+                let reply_len = match fast {
+                    Fast::Reply {
+                        len,
+                        qtype,
+                        outcome,
+                    } => {
+                        metrics.fast_path_hits.inc();
+                        metrics.count_response(Transport::Udp, qtype, outcome);
+                        Some(len)
+                    }
+                    Fast::Drop => {
+                        metrics.dropped.inc();
+                        None
+                    }
+                    Fast::Slow => match sockaddr_to_std(&addrs[i], *addr_len) {
+                        Some(src) => slow_path(&self.handler, query, src, out),
+                        None => None,
+                    },
+                };
+                if let Some(reply_len) = reply_len {
+                    send_lens[replies] = reply_len;
+                    send_addrs[replies] = addrs[i];
+                    send_addr_lens[replies] = *addr_len;
+                    replies += 1;
+                }
+            }
+            drop(zone);
+            if replies > 0
+                && let Err(error) = send_batch(
+                    fd,
+                    &send_bufs,
+                    &send_lens[..replies],
+                    &send_addrs,
+                    &send_addr_lens,
+                )
+            {
+                tracing::debug!(%error, "UDP send failed");
+            }
+        }
+    }
+}
+
+/// Answers one datagram through hickory's decoder and our handler.
+fn slow_path(
+    handler: &Handler,
+    query: &[u8],
+    src: SocketAddr,
+    out: &mut [u8; MAX_RESPONSE],
+) -> Option<usize> {
+    if src.port() == 0 {
+        return None;
+    }
+    let request = match Request::from_bytes(query.to_vec(), src, Protocol::Udp) {
+        Ok(request) => request,
+        Err(_) => return form_error(query, out),
+    };
+    if request.metadata.message_type == MessageType::Response {
+        handler.metrics().dropped.inc();
+        return None;
+    }
+    let capture = Capture::default();
+    // The handler never waits on anything but our in-memory capture, so
+    // driving it to completion on this thread does not block.
+    futures::executor::block_on(handler.handle_request::<_, TokioTime>(&request, capture.clone()));
+    let bytes = capture.out.lock().unwrap_or_else(|e| e.into_inner());
+    let len = bytes.len().min(MAX_RESPONSE);
+    out[..len].copy_from_slice(&bytes[..len]);
+    Some(len)
+}
+
+/// FORMERR for a datagram whose header parses but whose body does not.
+fn form_error(query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Option<usize> {
+    let mut decoder = hickory_proto::serialize::binary::BinDecoder::new(query);
+    let header = Header::read(&mut decoder).ok()?;
+    if header.metadata.message_type == MessageType::Response {
+        return None;
+    }
+    let mut metadata = Metadata::response_from_request(&header.metadata);
+    metadata.response_code = ResponseCode::FormErr;
+    let response = Header {
+        metadata,
+        counts: HeaderCounts {
+            queries: 0,
+            answers: 0,
+            authorities: 0,
+            additionals: 0,
+        },
+    };
+    let mut bytes = Vec::with_capacity(12);
+    response.emit(&mut BinEncoder::new(&mut bytes)).ok()?;
+    out[..bytes.len()].copy_from_slice(&bytes);
+    Some(bytes.len())
+}
+
+/// A `ResponseHandler` that encodes into memory with hickory's UDP size rules.
+#[derive(Clone, Default)]
+struct Capture {
+    out: Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+#[async_trait::async_trait]
+impl ResponseHandler for Capture {
+    async fn send_response<'a>(
+        &mut self,
+        response: MessageResponse<
+            '_,
+            'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+        >,
+    ) -> Result<ResponseInfo, NetError> {
+        let id = response.metadata().id;
+        let limit = response.edns().map_or(512, |e| e.max_payload());
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let mut encoder = BinEncoder::new(&mut out);
+        encoder.set_max_size(limit);
+        match response.destructive_emit(&mut encoder) {
+            Ok(info) => Ok(info),
+            Err(error) => {
+                tracing::error!(%error, "error encoding response");
+                out.clear();
+                let mut metadata = Metadata::new(id, MessageType::Response, OpCode::Query);
+                metadata.response_code = ResponseCode::ServFail;
+                let header = Header {
+                    metadata,
+                    counts: HeaderCounts::default(),
+                };
+                header.emit(&mut BinEncoder::new(&mut out))?;
+                Ok(ResponseInfo::from(header))
+            }
+        }
+    }
+}
+
+/// Receives up to `BATCH` datagrams; returns `(length, address length)` per datagram.
+fn recv_batch(
+    fd: i32,
+    bufs: &mut [[u8; RECV_BUFFER]],
+    addrs: &mut [MaybeUninit<libc::sockaddr_storage>; BATCH],
+) -> io::Result<Vec<(usize, u32)>> {
+    let mut iovecs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+    let mut headers: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+    for i in 0..BATCH {
+        iovecs[i] = libc::iovec {
+            iov_base: bufs[i].as_mut_ptr().cast(),
+            iov_len: RECV_BUFFER,
+        };
+        headers[i].msg_hdr.msg_name = addrs[i].as_mut_ptr().cast();
+        headers[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+        headers[i].msg_hdr.msg_iov = &mut iovecs[i];
+        headers[i].msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: every header points at a live iovec and sockaddr_storage of
+    // the advertised sizes, all outliving the call; the kernel writes at most
+    // those sizes. MSG_WAITFORONE returns once at least one datagram arrived.
+    let n = unsafe {
+        libc::recvmmsg(
+            fd,
+            headers.as_mut_ptr(),
+            BATCH as u32,
+            libc::MSG_WAITFORONE,
+            std::ptr::null_mut(),
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(headers[..n as usize]
+        .iter()
+        .map(|h| (h.msg_len as usize, h.msg_hdr.msg_namelen))
+        .collect())
+}
+
+/// Sends `lens.len()` responses in one call (retrying the rest on a short send).
+fn send_batch(
+    fd: i32,
+    bufs: &[[u8; MAX_RESPONSE]],
+    lens: &[usize],
+    addrs: &[MaybeUninit<libc::sockaddr_storage>; BATCH],
+    addr_lens: &[u32; BATCH],
+) -> io::Result<()> {
+    let count = lens.len();
+    let mut iovecs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+    let mut headers: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+    for i in 0..count {
+        iovecs[i] = libc::iovec {
+            iov_base: bufs[i].as_ptr() as *mut _,
+            iov_len: lens[i],
+        };
+        headers[i].msg_hdr.msg_name = addrs[i].as_ptr() as *mut _;
+        headers[i].msg_hdr.msg_namelen = addr_lens[i];
+        headers[i].msg_hdr.msg_iov = &mut iovecs[i];
+        headers[i].msg_hdr.msg_iovlen = 1;
+    }
+    let mut sent = 0;
+    while sent < count {
+        // SAFETY: headers[sent..count] point at live buffers and addresses of
+        // the given lengths; sendmmsg only reads them.
+        let n =
+            unsafe { libc::sendmmsg(fd, headers[sent..].as_mut_ptr(), (count - sent) as u32, 0) };
+        if n < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            // Skip the datagram that failed (e.g. an unreachable peer) and go on.
+            sent += 1;
+            if sent >= count {
+                return Err(error);
+            }
+            continue;
+        }
+        sent += n as usize;
+    }
+    Ok(())
+}
+
+/// Converts a kernel socket address to a std one.
+fn sockaddr_to_std(addr: &MaybeUninit<libc::sockaddr_storage>, len: u32) -> Option<SocketAddr> {
+    // SAFETY: the kernel initialised `len` bytes of the storage in recvmmsg,
+    // and the family field tells which layout they have.
+    let storage = unsafe { addr.assume_init_ref() };
+    match storage.ss_family as i32 {
+        libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: family is AF_INET and enough bytes are initialised.
+            let v4: &libc::sockaddr_in =
+                unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr));
+            Some(SocketAddr::from((ip, u16::from_be(v4.sin_port))))
+        }
+        libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: family is AF_INET6 and enough bytes are initialised.
+            let v6: &libc::sockaddr_in6 =
+                unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
+            let ip = std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr);
+            Some(SocketAddr::from((ip, u16::from_be(v6.sin6_port))))
+        }
+        _ => None,
+    }
+}

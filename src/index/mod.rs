@@ -1,0 +1,198 @@
+//! The mutable index: ServiceImports and imported EndpointSlices, joined by
+//! namespace and `multicluster.kubernetes.io/service-name`.
+//!
+//! Sources (the manifest file, Kubernetes watches) call `apply_*`,
+//! `delete_*` and `reset_*`; each call records which services changed.
+//! [`Index::publish`] rebuilds only those services and hands out a new
+//! immutable [`Zone`] that shares every untouched service with the previous
+//! one. Applying an object identical to the stored one changes nothing, so it
+//! neither rebuilds nor bumps the SOA serial.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::model::{ImportedService, ServiceRef, SliceEndpoints};
+use crate::zone::{ServiceZone, Zone, ZoneSettings};
+
+/// Identifies one EndpointSlice: namespace and object name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SliceKey {
+    /// Namespace.
+    pub namespace: String,
+    /// Object name.
+    pub name: String,
+}
+
+/// What one [`Index::publish`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PublishStats {
+    /// Services whose names were rebuilt.
+    pub rebuilt: usize,
+}
+
+/// The watch-fed index of imports and slices.
+#[derive(Debug)]
+pub struct Index {
+    imports: HashMap<ServiceRef, ImportedService>,
+    slices: HashMap<SliceKey, SliceEndpoints>,
+    slices_by_service: HashMap<ServiceRef, BTreeSet<SliceKey>>,
+    dirty: HashSet<ServiceRef>,
+    zone: Zone,
+}
+
+impl Index {
+    /// An empty index whose zones use `settings`.
+    pub fn new(settings: ZoneSettings) -> Self {
+        Self {
+            imports: HashMap::new(),
+            slices: HashMap::new(),
+            slices_by_service: HashMap::new(),
+            dirty: HashSet::new(),
+            zone: Zone::new(settings),
+        }
+    }
+
+    /// Number of ServiceImports held.
+    pub fn import_count(&self) -> usize {
+        self.imports.len()
+    }
+
+    /// Number of EndpointSlices held.
+    pub fn slice_count(&self) -> usize {
+        self.slices.len()
+    }
+
+    /// Number of endpoints across all slices.
+    pub fn endpoint_count(&self) -> usize {
+        self.slices.values().map(|s| s.endpoints.len()).sum()
+    }
+
+    /// True when changes are waiting for [`Index::publish`].
+    pub fn has_changes(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    /// Adds or replaces a ServiceImport.
+    pub fn apply_import(&mut self, import: ImportedService) {
+        if self.imports.get(&import.service) != Some(&import) {
+            self.dirty.insert(import.service.clone());
+            self.imports.insert(import.service.clone(), import);
+        }
+    }
+
+    /// Removes a ServiceImport.
+    pub fn delete_import(&mut self, service: &ServiceRef) {
+        if self.imports.remove(service).is_some() {
+            self.dirty.insert(service.clone());
+        }
+    }
+
+    /// Adds or replaces an EndpointSlice. A slice may move between services
+    /// when its service-name label changes; both are rebuilt.
+    pub fn apply_slice(&mut self, key: SliceKey, slice: SliceEndpoints) {
+        match self.slices.get(&key) {
+            Some(old) if *old == slice => return,
+            Some(old) if old.service != slice.service => {
+                let old_service = old.service.clone();
+                self.unlink_slice(&old_service, &key);
+            }
+            _ => {}
+        }
+        self.dirty.insert(slice.service.clone());
+        self.slices_by_service
+            .entry(slice.service.clone())
+            .or_default()
+            .insert(key.clone());
+        self.slices.insert(key, slice);
+    }
+
+    /// Removes an EndpointSlice.
+    pub fn delete_slice(&mut self, key: &SliceKey) {
+        if let Some(old) = self.slices.remove(key) {
+            self.unlink_slice(&old.service, key);
+        }
+    }
+
+    /// Replaces every ServiceImport (a relist); only services whose import
+    /// differs from before are rebuilt.
+    pub fn reset_imports(&mut self, imports: impl IntoIterator<Item = ImportedService>) {
+        let mut seen = HashSet::new();
+        for import in imports {
+            seen.insert(import.service.clone());
+            self.apply_import(import);
+        }
+        let gone: Vec<ServiceRef> = self
+            .imports
+            .keys()
+            .filter(|k| !seen.contains(*k))
+            .cloned()
+            .collect();
+        for service in gone {
+            self.delete_import(&service);
+        }
+    }
+
+    /// Replaces every EndpointSlice (a relist).
+    pub fn reset_slices(&mut self, slices: impl IntoIterator<Item = (SliceKey, SliceEndpoints)>) {
+        let mut seen = HashSet::new();
+        for (key, slice) in slices {
+            seen.insert(key.clone());
+            self.apply_slice(key, slice);
+        }
+        let gone: Vec<SliceKey> = self
+            .slices
+            .keys()
+            .filter(|k| !seen.contains(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            self.delete_slice(&key);
+        }
+    }
+
+    /// Rebuilds the changed services and returns the new zone snapshot.
+    pub fn publish(&mut self) -> (Zone, PublishStats) {
+        let rebuilt = self.dirty.len();
+        for service in std::mem::take(&mut self.dirty) {
+            let built = self.imports.get(&service).map(|import| {
+                let slices: Vec<&SliceEndpoints> = self
+                    .slices_by_service
+                    .get(&service)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|k| self.slices.get(k))
+                    .collect();
+                Arc::new(ServiceZone::build(import, &slices, self.zone.settings()))
+            });
+            self.zone
+                .set_service(&service.namespace, &service.name, built);
+        }
+        if rebuilt > 0 {
+            self.zone.set_serial(next_serial(self.zone.serial()));
+        }
+        (self.zone.clone(), PublishStats { rebuilt })
+    }
+
+    fn unlink_slice(&mut self, service: &ServiceRef, key: &SliceKey) {
+        if let Some(keys) = self.slices_by_service.get_mut(service) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.slices_by_service.remove(service);
+            }
+        }
+        self.dirty.insert(service.clone());
+    }
+}
+
+/// The SOA serial: the current Unix time, but always ahead of the previous
+/// serial so that every published change is visible to secondaries.
+fn next_serial(previous: u32) -> u32 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as u32);
+    now.max(previous.wrapping_add(1))
+}
+
+#[cfg(test)]
+mod tests;

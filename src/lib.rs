@@ -1,0 +1,34 @@
+//! clusterset-dns: an authoritative DNS server for the Kubernetes
+//! Multi-Cluster Services API (`<svc>.<ns>.svc.clusterset.local`).
+//!
+//! # Layout
+//!
+//! ```text
+//!  source (manifest file | Kubernetes watches)
+//!     │  apply / delete / reset        model: projections of API objects
+//!     ▼
+//!  index ──publish──▶ zone (immutable snapshot) ──ArcSwap──▶ dns (UDP fast path, hickory UDP/TCP)
+//! ```
+//!
+//! - [`api`]: the MCS and ClusterProperty CRD types and well-known names.
+//! - [`model`]: what DNS keeps of a ServiceImport or an EndpointSlice.
+//! - [`index`]: the mutable index; rebuilds only changed services.
+//! - [`zone`]: the immutable zone, lookups and precompiled wire answers.
+//! - [`publish`]: the lock-free hand-off from index to server.
+//! - [`dns`]: the request handler, the UDP fast path and the sockets.
+//! - [`source`]: where objects come from (manifest files).
+//! - [`config`]: command line, environment and TOML configuration.
+//! - [`metrics`], [`admin`], [`telemetry`]: operations.
+
+pub mod admin;
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod dns;
+pub mod index;
+pub mod metrics;
+pub mod model;
+pub mod publish;
+pub mod source;
+pub mod telemetry;
+pub mod zone;

@@ -1,0 +1,116 @@
+//! The `clusterset-dns` command: `serve`, `check`, `dump-zone` and `crds`.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use clusterset_dns::config::{Config, ServeArgs};
+use clusterset_dns::index::Index;
+use clusterset_dns::source::manifest;
+
+#[derive(Parser)]
+#[command(
+    name = "clusterset-dns",
+    version,
+    about = "Authoritative DNS for Kubernetes Multi-Cluster Services (clusterset.local)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve DNS for the clusterset zone.
+    Serve(ServeArgs),
+    /// Validate a manifest file and print what it contains.
+    Check(ServeArgs),
+    /// Print the zone built from a manifest in RFC 1035 master-file format.
+    DumpZone(ServeArgs),
+    /// Print the CustomResourceDefinitions (ServiceImport, ServiceExport, ClusterProperty).
+    Crds,
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve(&args),
+        Command::Check(args) => {
+            let config = Config::resolve(&args)?;
+            let (_, text) = read_manifest(&config)?;
+            let parsed = manifest::parse(&text)?;
+            println!(
+                "{} ServiceImports, {} EndpointSlices, {} skipped",
+                parsed.imports.len(),
+                parsed.slices.len(),
+                parsed.skipped.len()
+            );
+            for skipped in parsed.skipped {
+                println!("skipped {skipped}");
+            }
+            Ok(())
+        }
+        Command::DumpZone(args) => {
+            let config = Config::resolve(&args)?;
+            let (_, text) = read_manifest(&config)?;
+            let parsed = manifest::parse(&text)?;
+            let mut index = Index::new(config.zone.clone());
+            index.reset_imports(parsed.imports);
+            index.reset_slices(parsed.slices);
+            let (zone, _) = index.publish();
+            print!("{}", clusterset_dns::zone::master_file(&zone));
+            Ok(())
+        }
+        Command::Crds => {
+            print!("{}", clusterset_dns::api::crds::render_all_yaml());
+            Ok(())
+        }
+    }
+}
+
+fn read_manifest(config: &Config) -> anyhow::Result<(std::path::PathBuf, String)> {
+    let path = config
+        .file
+        .clone()
+        .context("no manifest: pass --file PATH")?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok((path, text))
+}
+
+fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    let config = Config::resolve(args)?;
+    clusterset_dns::telemetry::init(&config.log);
+    let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+    runtime.block_on(async {
+        let running = clusterset_dns::app::start(&config).await?;
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        running.stop().await;
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

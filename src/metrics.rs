@@ -1,0 +1,201 @@
+//! Prometheus metrics: one registry for DNS answers, the index and sources.
+//!
+//! Per-query counters are created up front for every (transport, qtype,
+//! rcode) combination and indexed by small integers, so counting a query is
+//! one atomic add with no label hashing. Labels never carry names or IPs.
+
+use hickory_proto::op::ResponseCode;
+use hickory_proto::rr::RecordType;
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+
+/// Transport a query arrived on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// UDP (either path).
+    Udp,
+    /// TCP.
+    Tcp,
+}
+
+const TRANSPORTS: [&str; 2] = ["udp", "tcp"];
+const QTYPES: [&str; 8] = ["A", "AAAA", "SRV", "TXT", "SOA", "NS", "ANY", "other"];
+const RCODES: [&str; 8] = [
+    "NOERROR", "NODATA", "NXDOMAIN", "REFUSED", "SERVFAIL", "FORMERR", "NOTIMP", "BADVERS",
+];
+
+/// What a response said, at the granularity the metrics count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// NOERROR with answers.
+    Answer,
+    /// NOERROR without answers.
+    NoData,
+    /// Any other response code.
+    Code(ResponseCode),
+}
+
+/// All metrics of the process.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    responses: Vec<IntCounter>,
+    /// UDP responses sent with TC set.
+    pub truncated: IntCounter,
+    /// UDP queries answered from precompiled wire data.
+    pub fast_path_hits: IntCounter,
+    /// Datagrams dropped without an answer (too short, or a response).
+    pub dropped: IntCounter,
+    /// ServiceImports in the index.
+    pub imports: IntGauge,
+    /// EndpointSlices in the index.
+    pub slices: IntGauge,
+    /// Endpoints in the index.
+    pub endpoints: IntGauge,
+    /// Services with at least one name in the published zone.
+    pub services_served: IntGauge,
+    /// Unix time of the last published zone.
+    pub last_publish: IntGauge,
+    /// Services rebuilt per publish.
+    pub rebuilt: Histogram,
+    /// Source reloads, by result (`ok`, `error`).
+    pub reloads: IntCounterVec,
+    /// 1 when the current source is failing and answers come from the last good index.
+    pub source_stale: IntGauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let registry = Registry::new_custom(Some("clusterset_dns".into()), None)
+            .expect("static prefix is valid");
+        let vec = IntCounterVec::new(
+            Opts::new("responses_total", "DNS responses sent, by transport, query type and response code (NODATA = NOERROR without answers)."),
+            &["transport", "qtype", "rcode"],
+        )
+        .expect("static metric is valid");
+        let mut responses = Vec::new();
+        for t in TRANSPORTS {
+            for q in QTYPES {
+                for r in RCODES {
+                    responses.push(vec.with_label_values(&[t, q, r]));
+                }
+            }
+        }
+        let counter =
+            |name: &str, help: &str| IntCounter::new(name, help).expect("static metric is valid");
+        let gauge =
+            |name: &str, help: &str| IntGauge::new(name, help).expect("static metric is valid");
+        let metrics = Self {
+            truncated: counter("truncated_total", "UDP responses sent with the TC bit set."),
+            fast_path_hits: counter(
+                "udp_fast_path_hits_total",
+                "UDP queries answered from precompiled wire data.",
+            ),
+            dropped: counter(
+                "dropped_total",
+                "Datagrams dropped without a response (shorter than a header, or not a query).",
+            ),
+            imports: gauge("index_service_imports", "ServiceImports in the index."),
+            slices: gauge(
+                "index_endpoint_slices",
+                "Imported EndpointSlices in the index.",
+            ),
+            endpoints: gauge(
+                "index_endpoints",
+                "Endpoints across imported EndpointSlices.",
+            ),
+            services_served: gauge(
+                "zone_services",
+                "Services with at least one name in the published zone.",
+            ),
+            last_publish: gauge(
+                "zone_last_publish_timestamp_seconds",
+                "Unix time the zone was last published.",
+            ),
+            rebuilt: Histogram::with_opts(
+                HistogramOpts::new(
+                    "zone_services_rebuilt",
+                    "Services rebuilt per published zone.",
+                )
+                .buckets(vec![1.0, 2.0, 5.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0]),
+            )
+            .expect("static metric is valid"),
+            reloads: IntCounterVec::new(
+                Opts::new("source_reloads_total", "Source loads, by result."),
+                &["result"],
+            )
+            .expect("static metric is valid"),
+            source_stale: gauge(
+                "source_stale",
+                "1 while the source is failing and answers come from the last good index.",
+            ),
+            responses,
+            registry,
+        };
+        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
+            Box::new(vec),
+            Box::new(metrics.truncated.clone()),
+            Box::new(metrics.fast_path_hits.clone()),
+            Box::new(metrics.dropped.clone()),
+            Box::new(metrics.imports.clone()),
+            Box::new(metrics.slices.clone()),
+            Box::new(metrics.endpoints.clone()),
+            Box::new(metrics.services_served.clone()),
+            Box::new(metrics.last_publish.clone()),
+            Box::new(metrics.rebuilt.clone()),
+            Box::new(metrics.reloads.clone()),
+            Box::new(metrics.source_stale.clone()),
+        ];
+        for c in collectors {
+            metrics
+                .registry
+                .register(c)
+                .expect("metric names are unique");
+        }
+        metrics
+    }
+
+    /// Counts one response.
+    pub fn count_response(&self, transport: Transport, qtype: RecordType, outcome: Outcome) {
+        let t = transport as usize;
+        let q = match qtype {
+            RecordType::A => 0,
+            RecordType::AAAA => 1,
+            RecordType::SRV => 2,
+            RecordType::TXT => 3,
+            RecordType::SOA => 4,
+            RecordType::NS => 5,
+            RecordType::ANY => 6,
+            _ => 7,
+        };
+        let r = match outcome {
+            Outcome::Answer => 0,
+            Outcome::NoData => 1,
+            Outcome::Code(ResponseCode::NXDomain) => 2,
+            Outcome::Code(ResponseCode::Refused) => 3,
+            Outcome::Code(ResponseCode::FormErr) => 5,
+            Outcome::Code(ResponseCode::NotImp) => 6,
+            Outcome::Code(ResponseCode::BADVERS) => 7,
+            Outcome::Code(ResponseCode::NoError) => 0,
+            Outcome::Code(_) => 4,
+        };
+        self.responses[(t * QTYPES.len() + q) * RCODES.len() + r].inc();
+    }
+
+    /// Renders all metrics in the Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        // Encoding gathered families into a Vec cannot fail.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}

@@ -1,0 +1,199 @@
+//! The manifest-file source: loads a YAML manifest, then polls it and
+//! reloads on change. A file that fails to load leaves the last good zone in
+//! place, logs the error once, and sets the `source_stale` metric until a
+//! good version appears.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
+
+use super::manifest::{self, ManifestError};
+use crate::index::{Index, PublishStats};
+use crate::metrics::Metrics;
+use crate::publish::ZoneHandle;
+use crate::zone::ZoneSettings;
+
+/// How often the file's metadata is checked.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Why a load failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FileSourceError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// The file is not a valid manifest.
+    #[error("{path}: {source}")]
+    Manifest {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        source: ManifestError,
+    },
+}
+
+/// Identity of one version of the file: if none of these changed, the
+/// content did not either (a ConfigMap update swaps a symlink, which changes
+/// the inode; an in-place edit changes mtime or size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    modified: Option<SystemTime>,
+    len: u64,
+    inode: u64,
+}
+
+fn stamp(path: &Path) -> io::Result<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path)?;
+    Ok(Stamp {
+        modified: meta.modified().ok(),
+        len: meta.len(),
+        inode: meta.ino(),
+    })
+}
+
+/// A manifest file feeding an index.
+#[derive(Debug)]
+pub struct FileSource {
+    path: PathBuf,
+    index: Index,
+    zone: ZoneHandle,
+    metrics: Arc<Metrics>,
+    loaded: Option<Stamp>,
+}
+
+impl FileSource {
+    /// A source for `path` publishing into `zone`.
+    pub fn new(
+        path: impl Into<PathBuf>,
+        settings: ZoneSettings,
+        zone: ZoneHandle,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            path: path.into(),
+            index: Index::new(settings),
+            zone,
+            metrics,
+            loaded: None,
+        }
+    }
+
+    /// Reads, parses and publishes the file. On error nothing changes.
+    pub fn load(&mut self) -> Result<PublishStats, FileSourceError> {
+        let read_error = |source| FileSourceError::Read {
+            path: self.path.clone(),
+            source,
+        };
+        let before = stamp(&self.path).map_err(read_error)?;
+        let text = std::fs::read_to_string(&self.path).map_err(|source| FileSourceError::Read {
+            path: self.path.clone(),
+            source,
+        })?;
+        let result = self.load_text(&text);
+        match &result {
+            Ok(_) => self.loaded = Some(before),
+            Err(_) => self.metrics.reloads.with_label_values(&["error"]).inc(),
+        }
+        result
+    }
+
+    /// Parses and publishes `text` as the new content of the source.
+    pub fn load_text(&mut self, text: &str) -> Result<PublishStats, FileSourceError> {
+        let manifest = manifest::parse(text).map_err(|source| FileSourceError::Manifest {
+            path: self.path.clone(),
+            source,
+        })?;
+        for skipped in &manifest.skipped {
+            tracing::debug!(file = %self.path.display(), "skipped {skipped}");
+        }
+        self.index.reset_imports(manifest.imports);
+        self.index.reset_slices(manifest.slices);
+        let (zone, stats) = self.index.publish();
+        self.metrics.imports.set(self.index.import_count() as i64);
+        self.metrics.slices.set(self.index.slice_count() as i64);
+        self.metrics
+            .endpoints
+            .set(self.index.endpoint_count() as i64);
+        self.metrics
+            .services_served
+            .set(zone.service_count() as i64);
+        self.metrics.rebuilt.observe(stats.rebuilt as f64);
+        self.metrics.reloads.with_label_values(&["ok"]).inc();
+        self.metrics.source_stale.set(0);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.metrics.last_publish.set(now as i64);
+        self.zone.store(zone);
+        Ok(stats)
+    }
+
+    /// Polls the file until `shutdown` turns true, reloading on change.
+    pub async fn watch(mut self, mut shutdown: watch::Receiver<bool>) {
+        let mut ticker = tokio::time::interval(POLL_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_error: Option<String> = None;
+        let mut failed_stamp: Option<Stamp> = None;
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = shutdown.changed() => return,
+            }
+            let current = match stamp(&self.path) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    self.report_error(
+                        &mut last_error,
+                        &FileSourceError::Read {
+                            path: self.path.clone(),
+                            source: e,
+                        },
+                    );
+                    None
+                }
+            };
+            // Reload on change; after a failure, retry only once the file changes again.
+            let Some(current) = current else { continue };
+            if Some(current) == self.loaded || Some(current) == failed_stamp {
+                continue;
+            }
+            match self.load() {
+                Ok(stats) => {
+                    failed_stamp = None;
+                    if last_error.take().is_some() {
+                        tracing::info!(file = %self.path.display(), "manifest is valid again");
+                    }
+                    tracing::info!(
+                        file = %self.path.display(),
+                        services_rebuilt = stats.rebuilt,
+                        imports = self.index.import_count(),
+                        slices = self.index.slice_count(),
+                        "manifest reloaded"
+                    );
+                }
+                Err(e) => {
+                    failed_stamp = Some(current);
+                    self.report_error(&mut last_error, &e);
+                }
+            }
+        }
+    }
+
+    fn report_error(&self, last_error: &mut Option<String>, error: &FileSourceError) {
+        self.metrics.source_stale.set(1);
+        let message = error.to_string();
+        if last_error.as_deref() != Some(message.as_str()) {
+            tracing::error!(error = %message, "manifest not loaded; still serving the last good index");
+            *last_error = Some(message);
+        }
+    }
+}

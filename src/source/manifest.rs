@@ -1,0 +1,260 @@
+//! Parsing a multi-document YAML manifest — what one would `kubectl apply` —
+//! into index projections. ServiceImports (`v1alpha1` or `v1beta1`),
+//! `discovery.k8s.io/v1` EndpointSlices and `kind: List` wrappers are read;
+//! other kinds are skipped and reported. Any invalid object rejects the whole
+//! manifest with an error naming the document, the object and the field, so
+//! the caller can keep serving its last good index.
+
+use std::collections::HashSet;
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde_json::Value;
+
+use crate::api::ServiceImport;
+use crate::api::well_known::MCS_GROUP;
+use crate::index::SliceKey;
+use crate::model::{ImportedService, ServiceRef, SliceEndpoints};
+
+/// The objects a manifest contributes to the index.
+#[derive(Debug, Default, Clone)]
+pub struct Manifest {
+    /// ServiceImport projections.
+    pub imports: Vec<ImportedService>,
+    /// EndpointSlice projections with their keys.
+    pub slices: Vec<(SliceKey, SliceEndpoints)>,
+    /// Objects that were skipped, as `document N: Kind ns/name (reason)`.
+    pub skipped: Vec<String>,
+}
+
+/// Why a manifest was rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The text is not valid YAML.
+    #[error("invalid YAML: {0}")]
+    Yaml(String),
+    /// One object is invalid.
+    #[error("document {document}{item}: {kind} {name}: {message}", item = item.map(|i| format!(" item {i}")).unwrap_or_default())]
+    Object {
+        /// 1-based document number in the file.
+        document: usize,
+        /// 0-based index inside a `kind: List`.
+        item: Option<usize>,
+        /// The object's kind.
+        kind: String,
+        /// `namespace/name`.
+        name: String,
+        /// Field path and problem.
+        message: String,
+    },
+}
+
+/// Parses `text` (one or more `---`-separated YAML documents).
+pub fn parse(text: &str) -> Result<Manifest, ManifestError> {
+    let documents: Vec<Value> =
+        serde_saphyr::from_multiple(text).map_err(|e| ManifestError::Yaml(e.to_string()))?;
+    let mut manifest = Manifest::default();
+    let mut seen_imports = HashSet::new();
+    let mut seen_slices = HashSet::new();
+    for (i, document) in documents.into_iter().enumerate() {
+        let at = Position {
+            document: i + 1,
+            item: None,
+        };
+        if document.is_null() {
+            continue;
+        }
+        if document.get("kind").and_then(Value::as_str) == Some("List") {
+            let items = document
+                .get("items")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            for (j, item) in items.into_iter().enumerate() {
+                let at = Position {
+                    item: Some(j),
+                    ..at
+                };
+                add_object(&mut manifest, item, at, &mut seen_imports, &mut seen_slices)?;
+            }
+        } else {
+            add_object(
+                &mut manifest,
+                document,
+                at,
+                &mut seen_imports,
+                &mut seen_slices,
+            )?;
+        }
+    }
+    Ok(manifest)
+}
+
+#[derive(Clone, Copy)]
+struct Position {
+    document: usize,
+    item: Option<usize>,
+}
+
+fn add_object(
+    manifest: &mut Manifest,
+    object: Value,
+    at: Position,
+    seen_imports: &mut HashSet<ServiceRef>,
+    seen_slices: &mut HashSet<SliceKey>,
+) -> Result<(), ManifestError> {
+    let api_version = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let meta = |field: &str| {
+        object
+            .pointer(&format!("/metadata/{field}"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let namespace = meta("namespace").unwrap_or_else(|| "default".into());
+    let name = meta("name").unwrap_or_default();
+    let fail = |message: String| ManifestError::Object {
+        document: at.document,
+        item: at.item,
+        kind: if kind.is_empty() {
+            "object".into()
+        } else {
+            kind.clone()
+        },
+        name: format!("{namespace}/{name}"),
+        message,
+    };
+    if kind.is_empty() || api_version.is_empty() {
+        return Err(fail("apiVersion and kind are required".into()));
+    }
+    if name.is_empty() {
+        return Err(fail("metadata.name is required".into()));
+    }
+    let (group, version) = api_version
+        .rsplit_once('/')
+        .unwrap_or(("", api_version.as_str()));
+    match (group, version, kind.as_str()) {
+        (MCS_GROUP, "v1alpha1" | "v1beta1", "ServiceImport") => {
+            // Both versions share one schema, so both decode into the v1beta1 type.
+            let import: ServiceImport =
+                serde_path_to_error::deserialize(&object).map_err(|e| fail(e.to_string()))?;
+            let projected = ImportedService::from_api(&import).map_err(|e| fail(e.to_string()))?;
+            if !seen_imports.insert(projected.service.clone()) {
+                return Err(fail("duplicate ServiceImport".into()));
+            }
+            manifest.imports.push(projected);
+        }
+        ("discovery.k8s.io", "v1", "EndpointSlice") => {
+            let slice: EndpointSlice =
+                serde_path_to_error::deserialize(&object).map_err(|e| fail(e.to_string()))?;
+            match SliceEndpoints::from_api(&slice).map_err(|e| fail(e.to_string()))? {
+                Some(projected) => {
+                    let key = SliceKey { namespace: namespace.clone(), name: name.clone() };
+                    if !seen_slices.insert(key.clone()) {
+                        return Err(fail("duplicate EndpointSlice".into()));
+                    }
+                    manifest.slices.push((key, projected));
+                }
+                None => manifest.skipped.push(format!(
+                    "document {}: EndpointSlice {namespace}/{name} (not an imported slice, or FQDN addresses)",
+                    at.document
+                )),
+            }
+        }
+        _ => manifest.skipped.push(format!(
+            "document {}: {api_version} {kind} {namespace}/{name} (not served by DNS)",
+            at.document
+        )),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+apiVersion: multicluster.x-k8s.io/v1beta1
+kind: ServiceImport
+metadata: {name: web, namespace: prod}
+spec:
+  type: ClusterSetIP
+  ips: [10.42.0.1, "fd00::1"]
+  ports: [{name: http, protocol: TCP, port: 80}]
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata:
+    name: web-a
+    namespace: prod
+    labels:
+      multicluster.kubernetes.io/service-name: web
+      multicluster.kubernetes.io/source-cluster: cluster-a
+  addressType: IPv4
+  endpoints: [{addresses: [10.1.0.1]}]
+- apiVersion: multicluster.x-k8s.io/v1alpha1
+  kind: ServiceExport
+  metadata: {name: web, namespace: prod}
+"#;
+
+    #[test]
+    fn reads_imports_slices_and_lists() {
+        let m = parse(GOOD).unwrap();
+        assert_eq!(m.imports.len(), 1);
+        assert_eq!(m.slices.len(), 1);
+        assert_eq!(m.slices[0].1.cluster, "cluster-a");
+        assert_eq!(m.skipped.len(), 1, "{:?}", m.skipped);
+    }
+
+    #[test]
+    fn a_bad_ip_names_document_object_and_field() {
+        let text = GOOD.replace("fd00::1", "fd00::zz");
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(err.contains("document 1"), "{err}");
+        assert!(err.contains("ServiceImport prod/web"), "{err}");
+        assert!(err.contains("spec.ips[1]"), "{err}");
+    }
+
+    #[test]
+    fn a_wrongly_typed_field_names_its_path() {
+        let text = GOOD.replace("port: 80", "port: eighty");
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(err.contains("spec.ports[0].port"), "{err}");
+    }
+
+    #[test]
+    fn a_slice_without_source_cluster_is_rejected_in_its_list_item() {
+        let text = GOOD.replace(
+            "      multicluster.kubernetes.io/source-cluster: cluster-a\n",
+            "",
+        );
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(err.contains("document 2 item 0"), "{err}");
+        assert!(err.contains("source-cluster"), "{err}");
+    }
+
+    #[test]
+    fn broken_yaml_is_an_error() {
+        assert!(matches!(
+            parse("kind: [unclosed"),
+            Err(ManifestError::Yaml(_))
+        ));
+    }
+
+    #[test]
+    fn duplicate_imports_are_rejected() {
+        let doc = GOOD.split("---").next().unwrap();
+        let err = parse(&format!("{doc}---{doc}")).unwrap_err().to_string();
+        assert!(err.contains("duplicate"), "{err}");
+    }
+}

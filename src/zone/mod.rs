@@ -1,0 +1,362 @@
+//! The immutable zone the DNS server answers from.
+//!
+//! A [`Zone`] is a snapshot: the apex records plus one [`ServiceZone`] per
+//! imported service, held in persistent (structurally shared) maps so that a
+//! new snapshot that changes one service shares everything else with the
+//! previous one. Lookup works on lower-case wire labels and never allocates.
+
+mod service;
+pub mod wire;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use hickory_proto::rr::rdata::{A, AAAA, NS, SOA, TXT};
+use hickory_proto::rr::{Name, RData, Record, RecordType};
+
+pub use service::{Node, RrSet, ServiceZone};
+
+/// Hasher for the zone's maps: fast, and randomly seeded per process.
+pub type FastHash = foldhash::fast::RandomState;
+
+/// The schema version of the MCS DNS specification we implement.
+pub const DNS_SCHEMA_VERSION: &str = "1.0.0";
+/// TTL of the `dns-version` TXT record, as in the specification's example.
+pub const DNS_VERSION_TTL_SECS: u32 = 28800;
+/// Longest name we look at, in labels (a 255-byte name has at most 127).
+pub const MAX_LABELS: usize = 127;
+
+/// Zone-wide settings that shape every record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZoneSettings {
+    /// The zone apex, e.g. `clusterset.local.`, lower-case.
+    pub origin: Name,
+    /// TTL of positive answers, seconds.
+    pub ttl: u32,
+    /// TTL of negative answers (SOA TTL and MINIMUM), seconds.
+    pub negative_ttl: u32,
+    /// Most endpoints a headless answer at the service name carries (the
+    /// same subset for A, AAAA and SRV); SRV answers are capped at as many
+    /// records.
+    pub max_records: usize,
+    /// Addresses of `ns.dns.<zone>`, the name server named by NS and SOA.
+    pub nameserver_addresses: Vec<IpAddr>,
+}
+
+impl ZoneSettings {
+    /// Settings for `origin` with the defaults of the configuration.
+    pub fn new(origin: Name) -> Self {
+        Self {
+            origin: origin.to_lowercase(),
+            ttl: 5,
+            negative_ttl: 5,
+            max_records: 1000,
+            nameserver_addresses: Vec::new(),
+        }
+    }
+
+    /// `<name>.<namespace>.svc.<zone>.`
+    pub fn service_name(&self, namespace: &str, name: &str) -> Name {
+        self.relative_name(&format!("{name}.{namespace}.svc"), &self.origin)
+    }
+
+    /// `<relative>.<base>`; the relative part is built from validated labels.
+    pub fn relative_name(&self, relative: &str, base: &Name) -> Name {
+        Name::from_ascii(relative)
+            .and_then(|n| n.append_domain(base))
+            .expect("names are built from validated DNS labels")
+    }
+}
+
+/// The outcome of a lookup.
+#[derive(Debug, Clone, Copy)]
+pub enum Lookup<'z> {
+    /// The name has records of the asked type.
+    Found(&'z RrSet),
+    /// The name exists, without records of the asked type.
+    NoData,
+    /// The name does not exist in the zone.
+    NxDomain,
+    /// The name is outside the zone.
+    NotInZone,
+}
+
+/// One published snapshot of the zone.
+#[derive(Debug, Clone)]
+pub struct Zone {
+    settings: Arc<ZoneSettings>,
+    origin_labels: Arc<[Box<[u8]>]>,
+    serial: u32,
+    apex: Arc<Apex>,
+    services: imbl::GenericHashMap<
+        Arc<str>,
+        Arc<ServiceZone>,
+        FastHash,
+        imbl::shared_ptr::DefaultSharedPtr,
+    >,
+    namespaces: imbl::GenericHashMap<Arc<str>, u32, FastHash, imbl::shared_ptr::DefaultSharedPtr>,
+}
+
+#[derive(Debug)]
+struct Apex {
+    soa: Record,
+    apex: Node,
+    version: Node,
+    nameserver: Node,
+}
+
+impl Zone {
+    /// An empty zone: apex records only.
+    pub fn new(settings: ZoneSettings) -> Self {
+        let origin_labels = settings
+            .origin
+            .iter()
+            .map(|l| l.to_ascii_lowercase().into_boxed_slice())
+            .collect();
+        let settings = Arc::new(settings);
+        let apex = Arc::new(Apex::build(&settings, 1));
+        Self {
+            settings,
+            origin_labels,
+            serial: 1,
+            apex,
+            services: Default::default(),
+            namespaces: Default::default(),
+        }
+    }
+
+    /// The settings this zone was built with.
+    pub fn settings(&self) -> &ZoneSettings {
+        &self.settings
+    }
+
+    /// The SOA record, for the authority section of negative answers.
+    pub fn soa(&self) -> &Record {
+        &self.apex.soa
+    }
+
+    /// The SOA serial.
+    pub fn serial(&self) -> u32 {
+        self.serial
+    }
+
+    /// Number of services that have names.
+    pub fn service_count(&self) -> usize {
+        self.services.len()
+    }
+
+    /// Iterates over all services: `("<svc>.<ns>", zone)`.
+    pub fn services(&self) -> impl Iterator<Item = (&str, &ServiceZone)> {
+        self.services.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    /// Sets a new SOA serial (the index bumps it on every published change).
+    pub fn set_serial(&mut self, serial: u32) {
+        if serial != self.serial {
+            self.serial = serial;
+            self.apex = Arc::new(Apex::build(&self.settings, serial));
+        }
+    }
+
+    /// Replaces the names of the service `<name>.<namespace>`; `None` or an
+    /// empty service zone removes them.
+    pub fn set_service(&mut self, namespace: &str, name: &str, zone: Option<Arc<ServiceZone>>) {
+        let key: Arc<str> = format!("{name}.{namespace}").into();
+        let zone = zone.filter(|z| !z.is_empty());
+        let had = match zone {
+            Some(z) => self.services.insert(key.clone(), z).is_some(),
+            None => self.services.remove(&key).is_some(),
+        };
+        let has = self.services.contains_key(&key);
+        if had != has {
+            let ns: Arc<str> = namespace.into();
+            let count = self.namespaces.get(&ns).copied().unwrap_or(0);
+            let count = if has {
+                count + 1
+            } else {
+                count.saturating_sub(1)
+            };
+            if count == 0 {
+                self.namespaces.remove(&ns);
+            } else {
+                self.namespaces.insert(ns, count);
+            }
+        }
+    }
+
+    /// Looks up lower-case `labels` (leftmost first, no root label).
+    pub fn lookup(&self, labels: &[&[u8]], rtype: RecordType) -> Lookup<'_> {
+        let zone_len = self.origin_labels.len();
+        if labels.len() < zone_len {
+            return Lookup::NotInZone;
+        }
+        let (relative, suffix) = labels.split_at(labels.len() - zone_len);
+        if suffix
+            .iter()
+            .zip(self.origin_labels.iter())
+            .any(|(a, b)| *a != &**b)
+        {
+            return Lookup::NotInZone;
+        }
+        let node = match relative {
+            [] => &self.apex.apex,
+            [b"dns-version"] => &self.apex.version,
+            [b"dns"] => return Lookup::NoData,
+            [b"ns", b"dns"] => &self.apex.nameserver,
+            [b"svc"] if !self.services.is_empty() => return Lookup::NoData,
+            [namespace, b"svc"] => {
+                return match std::str::from_utf8(namespace) {
+                    Ok(ns) if self.namespaces.contains_key(ns) => Lookup::NoData,
+                    _ => Lookup::NxDomain,
+                };
+            }
+            [front @ .., service, namespace, b"svc"] => {
+                match self.service_node(front, service, namespace) {
+                    Some(node) => node,
+                    None => return Lookup::NxDomain,
+                }
+            }
+            _ => return Lookup::NxDomain,
+        };
+        match node.get(rtype) {
+            Some(rrset) => Lookup::Found(rrset),
+            // RFC 8482: answer ANY with one RRset of the name.
+            None if rtype == RecordType::ANY => {
+                node.rrsets().first().map_or(Lookup::NoData, Lookup::Found)
+            }
+            None => Lookup::NoData,
+        }
+    }
+
+    fn service_node(&self, front: &[&[u8]], service: &[u8], namespace: &[u8]) -> Option<&Node> {
+        // Join labels into a stack buffer: the maps are keyed by dotted strings.
+        let mut key = [0u8; 256];
+        let len = join(&mut key, &[service, namespace])?;
+        let key = std::str::from_utf8(&key[..len]).ok()?;
+        let service = self.services.get(key)?;
+        let mut relative = [0u8; 256];
+        let len = join(&mut relative, front)?;
+        service.node(std::str::from_utf8(&relative[..len]).ok()?)
+    }
+}
+
+/// Writes `labels` joined by dots into `buf`; `None` if they do not fit.
+fn join(buf: &mut [u8; 256], labels: &[&[u8]]) -> Option<usize> {
+    let mut at = 0;
+    for (i, label) in labels.iter().enumerate() {
+        if i > 0 {
+            *buf.get_mut(at)? = b'.';
+            at += 1;
+        }
+        buf.get_mut(at..at + label.len())?.copy_from_slice(label);
+        at += label.len();
+    }
+    Some(at)
+}
+
+impl Apex {
+    fn build(settings: &ZoneSettings, serial: u32) -> Self {
+        let origin = &settings.origin;
+        let nameserver = settings.relative_name("ns.dns", origin);
+        let hostmaster = settings.relative_name("hostmaster", origin);
+        let soa = Record::from_rdata(
+            origin.clone(),
+            settings.negative_ttl,
+            RData::SOA(SOA::new(
+                nameserver.clone(),
+                hostmaster,
+                serial,
+                7200,
+                1800,
+                86400,
+                settings.negative_ttl,
+            )),
+        );
+        let ns = Record::from_rdata(
+            origin.clone(),
+            settings.ttl,
+            RData::NS(NS(nameserver.clone())),
+        );
+        let mut apex = Node::default();
+        apex.push_rrset(RrSet::new(
+            origin,
+            RecordType::SOA,
+            vec![soa.clone()],
+            vec![],
+        ));
+        apex.push_rrset(RrSet::new(origin, RecordType::NS, vec![ns], vec![]));
+
+        let version_name = settings.relative_name("dns-version", origin);
+        let txt = Record::from_rdata(
+            version_name.clone(),
+            DNS_VERSION_TTL_SECS,
+            RData::TXT(TXT::new(vec![DNS_SCHEMA_VERSION.to_string()])),
+        );
+        let mut version = Node::default();
+        version.push_rrset(RrSet::new(
+            &version_name,
+            RecordType::TXT,
+            vec![txt],
+            vec![],
+        ));
+
+        let mut ns_node = Node::default();
+        let (mut a, mut aaaa) = (Vec::new(), Vec::new());
+        for ip in &settings.nameserver_addresses {
+            match ip {
+                IpAddr::V4(v4) => a.push(Record::from_rdata(
+                    nameserver.clone(),
+                    settings.ttl,
+                    RData::A(A(*v4)),
+                )),
+                IpAddr::V6(v6) => aaaa.push(Record::from_rdata(
+                    nameserver.clone(),
+                    settings.ttl,
+                    RData::AAAA(AAAA(*v6)),
+                )),
+            }
+        }
+        if !a.is_empty() {
+            ns_node.push_rrset(RrSet::new(&nameserver, RecordType::A, a, vec![]));
+        }
+        if !aaaa.is_empty() {
+            ns_node.push_rrset(RrSet::new(&nameserver, RecordType::AAAA, aaaa, vec![]));
+        }
+        Self {
+            soa,
+            apex,
+            version,
+            nameserver: ns_node,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+/// Renders the zone as an RFC 1035 master file (for `dump-zone`, and for
+/// loading the same data into another server in benchmarks).
+pub fn master_file(zone: &Zone) -> String {
+    use std::fmt::Write;
+    let mut out = format!("$ORIGIN {}\n", zone.settings.origin);
+    let mut write = |node: &Node| {
+        for rrset in node.rrsets() {
+            for record in rrset.records.iter() {
+                let _ = writeln!(out, "{record}");
+            }
+        }
+    };
+    write(&zone.apex.apex);
+    write(&zone.apex.nameserver);
+    write(&zone.apex.version);
+    let mut services: Vec<_> = zone.services().collect();
+    services.sort_by(|a, b| a.0.cmp(b.0));
+    for (_, service) in services {
+        let mut nodes: Vec<_> = service.nodes().collect();
+        nodes.sort_by(|a, b| a.0.cmp(b.0));
+        for (_, node) in nodes {
+            write(node);
+        }
+    }
+    out
+}

@@ -1,0 +1,359 @@
+//! The records of one imported service, built from its projection and its
+//! slices. A change to a service rebuilds only its `ServiceZone`, so the cost
+//! of an update is proportional to that service, never to the clusterset.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+
+use hickory_proto::rr::rdata::{A, AAAA, SRV};
+use hickory_proto::rr::{Name, RData, Record, RecordType};
+
+use super::wire::WireAnswer;
+use super::{FastHash, ZoneSettings};
+use crate::model::{ImportKind, ImportedService, Port, SliceEndpoints, dashed_address};
+
+/// One RRset at one owner name, with what the additional section carries and
+/// its precompiled wire form.
+#[derive(Debug, Clone)]
+pub struct RrSet {
+    /// The record type of `records`.
+    pub rtype: RecordType,
+    /// The answer records, all with the same owner and type.
+    pub records: Box<[Record]>,
+    /// Address records of SRV targets (empty for other types).
+    pub additionals: Box<[Record]>,
+    /// The precompiled answer and additional sections.
+    pub wire: WireAnswer,
+}
+
+impl RrSet {
+    /// Builds an RRset and precompiles it.
+    pub fn new(
+        owner: &Name,
+        rtype: RecordType,
+        records: Vec<Record>,
+        additionals: Vec<Record>,
+    ) -> Self {
+        let wire = WireAnswer::encode(owner, rtype, &records, &additionals);
+        Self {
+            rtype,
+            records: records.into(),
+            additionals: additionals.into(),
+            wire,
+        }
+    }
+}
+
+/// The RRsets at one owner name. No RRsets means an empty non-terminal: the
+/// name exists (NODATA), but only because names below it do.
+#[derive(Debug, Clone, Default)]
+pub struct Node {
+    rrsets: Vec<RrSet>,
+}
+
+impl Node {
+    /// The RRset of `rtype`, if the node has one.
+    pub fn get(&self, rtype: RecordType) -> Option<&RrSet> {
+        self.rrsets.iter().find(|r| r.rtype == rtype)
+    }
+
+    /// All RRsets of this node.
+    pub fn rrsets(&self) -> &[RrSet] {
+        &self.rrsets
+    }
+
+    pub(crate) fn push_rrset(&mut self, rrset: RrSet) {
+        self.rrsets.push(rrset);
+    }
+
+    fn push(
+        &mut self,
+        owner: &Name,
+        rtype: RecordType,
+        records: Vec<Record>,
+        additionals: Vec<Record>,
+    ) {
+        if !records.is_empty() {
+            self.rrsets
+                .push(RrSet::new(owner, rtype, records, additionals));
+        }
+    }
+}
+
+/// All names of one service, keyed by the labels in front of
+/// `<svc>.<ns>.svc.<zone>` joined with dots (`""` is the service name itself,
+/// `"_http._tcp"`, `"web-0.cluster-a"`, `"cluster-a"`).
+#[derive(Debug, Clone, Default)]
+pub struct ServiceZone {
+    nodes: HashMap<Box<str>, Node, FastHash>,
+    record_count: usize,
+}
+
+impl ServiceZone {
+    /// The node for the labels in front of the service name.
+    pub fn node(&self, relative: &str) -> Option<&Node> {
+        self.nodes.get(relative)
+    }
+
+    /// True when the service has no names at all: a headless service without
+    /// ready endpoints, which must answer NXDOMAIN.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Number of answer records across all names (for metrics).
+    pub fn record_count(&self) -> usize {
+        self.record_count
+    }
+
+    /// Iterates over `(relative name, node)` pairs, in no particular order.
+    pub fn nodes(&self) -> impl Iterator<Item = (&str, &Node)> {
+        self.nodes.iter().map(|(k, v)| (&**k, v))
+    }
+
+    /// Builds the names of `service` from its slices.
+    pub fn build(
+        service: &ImportedService,
+        slices: &[&SliceEndpoints],
+        settings: &ZoneSettings,
+    ) -> Self {
+        let base = settings.service_name(&service.service.namespace, &service.service.name);
+        let mut zone = Self::default();
+        match &service.kind {
+            ImportKind::ClusterSetIp { ips } => {
+                zone.build_cluster_set_ip(&base, ips, &service.ports, settings)
+            }
+            ImportKind::Headless => zone.build_headless(&base, service, slices, settings),
+        }
+        zone.record_count = zone
+            .nodes
+            .values()
+            .flat_map(|n| n.rrsets.iter())
+            .map(|r| r.records.len())
+            .sum();
+        zone
+    }
+
+    fn build_cluster_set_ip(
+        &mut self,
+        base: &Name,
+        ips: &[IpAddr],
+        ports: &[Port],
+        settings: &ZoneSettings,
+    ) {
+        let ttl = settings.ttl;
+        let (a, aaaa) = address_records(base, ips.iter(), ttl);
+        let glue: Vec<Record> = a.iter().chain(aaaa.iter()).cloned().collect();
+
+        let mut apex = Node::default();
+        apex.push(base, RecordType::A, a, vec![]);
+        apex.push(base, RecordType::AAAA, aaaa, vec![]);
+        // Bare-name SRV: one record per distinct port number (a TCP and a UDP
+        // port with the same number give one record).
+        let mut numbers: Vec<u16> = ports.iter().map(|p| p.port).collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        let targets: Vec<(u16, Name)> = numbers.into_iter().map(|n| (n, base.clone())).collect();
+        apex.push(
+            base,
+            RecordType::SRV,
+            srv_records(base, &targets, ttl),
+            glue.clone(),
+        );
+        self.nodes.insert("".into(), apex);
+
+        for port in ports {
+            let Some(name) = &port.name else { continue };
+            let relative = format!("_{name}.{}", port.protocol.srv_label());
+            let owner = settings.relative_name(&relative, base);
+            let srv = srv_records(&owner, &[(port.port, base.clone())], ttl);
+            let mut node = Node::default();
+            node.push(&owner, RecordType::SRV, srv, glue.clone());
+            self.insert_with_parents(relative, node);
+        }
+    }
+
+    fn build_headless(
+        &mut self,
+        base: &Name,
+        service: &ImportedService,
+        slices: &[&SliceEndpoints],
+        settings: &ZoneSettings,
+    ) {
+        let ttl = settings.ttl;
+        // Group ready endpoints by (cluster, host label): a dual-stack pod is
+        // one endpoint in the IPv4 slice and one in the IPv6 slice, and both
+        // are the same per-endpoint name.
+        let mut hosts: BTreeMap<(String, String), Host> = BTreeMap::new();
+        for slice in slices {
+            let ports = if slice.ports.is_empty() {
+                &service.ports
+            } else {
+                &slice.ports
+            };
+            for endpoint in slice.endpoints.iter().filter(|e| e.ready) {
+                let Some(first) = endpoint.addresses.first() else {
+                    continue;
+                };
+                let label = endpoint
+                    .hostname
+                    .clone()
+                    .unwrap_or_else(|| dashed_address(first));
+                let host = hosts.entry((slice.cluster.clone(), label)).or_default();
+                for ip in &endpoint.addresses {
+                    if !host.addresses.contains(ip) {
+                        host.addresses.push(*ip);
+                    }
+                }
+                for port in ports {
+                    if !host.ports.contains(port) {
+                        host.ports.push(port.clone());
+                    }
+                }
+            }
+        }
+        if hosts.is_empty() {
+            return; // no ready endpoints: the service name is NXDOMAIN
+        }
+
+        // Per-endpoint names carry all of that endpoint's addresses.
+        let mut host_records = Vec::with_capacity(hosts.len());
+        for ((cluster, label), host) in &hosts {
+            let relative = format!("{label}.{cluster}");
+            let owner = settings.relative_name(&relative, base);
+            let (a, aaaa) = address_records(&owner, host.addresses.iter(), ttl);
+            let mut node = Node::default();
+            node.push(&owner, RecordType::A, a.clone(), vec![]);
+            node.push(&owner, RecordType::AAAA, aaaa.clone(), vec![]);
+            self.insert_with_parents(relative, node);
+            host_records.push((owner, host, a, aaaa));
+        }
+
+        // The service name answers for a bounded subset of endpoints, the same
+        // subset for A, AAAA and SRV.
+        let subset = &host_records[..host_records.len().min(settings.max_records)];
+        let (a, aaaa) = address_records(
+            base,
+            subset.iter().flat_map(|(_, h, _, _)| h.addresses.iter()),
+            ttl,
+        );
+        let mut apex = Node::default();
+        apex.push(base, RecordType::A, a, vec![]);
+        apex.push(base, RecordType::AAAA, aaaa, vec![]);
+
+        // Bare-name SRV: one record per (endpoint, distinct port number).
+        let mut targets = Vec::new();
+        let mut glue = Vec::new();
+        for (owner, host, a, aaaa) in subset {
+            let mut numbers: Vec<u16> = host.ports.iter().map(|p| p.port).collect();
+            numbers.sort_unstable();
+            numbers.dedup();
+            targets.extend(numbers.into_iter().map(|n| (n, owner.clone())));
+            glue.extend(a.iter().chain(aaaa.iter()).cloned());
+        }
+        targets.truncate(settings.max_records);
+        apex.push(
+            base,
+            RecordType::SRV,
+            srv_records(base, &targets, ttl),
+            glue,
+        );
+        self.nodes.insert("".into(), apex);
+
+        // Named-port SRV: one record per endpoint exposing that port.
+        let mut named: BTreeMap<String, (Vec<(u16, Name)>, Vec<Record>)> = BTreeMap::new();
+        for (owner, host, a, aaaa) in subset {
+            for port in &host.ports {
+                let Some(name) = &port.name else { continue };
+                let entry = named
+                    .entry(format!("_{name}.{}", port.protocol.srv_label()))
+                    .or_default();
+                entry.0.push((port.port, owner.clone()));
+                entry.1.extend(a.iter().chain(aaaa.iter()).cloned());
+            }
+        }
+        for (relative, (mut targets, glue)) in named {
+            targets.truncate(settings.max_records);
+            let owner = settings.relative_name(&relative, base);
+            let mut node = Node::default();
+            node.push(
+                &owner,
+                RecordType::SRV,
+                srv_records(&owner, &targets, ttl),
+                glue,
+            );
+            self.insert_with_parents(relative, node);
+        }
+    }
+
+    /// Inserts `node` and an empty non-terminal for every label between it and
+    /// the service name (`_tcp` for `_http._tcp`, `cluster-a` for
+    /// `web-0.cluster-a`), so that those names answer NODATA, not NXDOMAIN.
+    fn insert_with_parents(&mut self, relative: String, node: Node) {
+        let mut rest = relative.as_str();
+        while let Some((_, parent)) = rest.split_once('.') {
+            self.nodes.entry(parent.into()).or_default();
+            rest = parent;
+        }
+        match self.nodes.get_mut(relative.as_str()) {
+            Some(existing) => existing.rrsets.extend(node.rrsets),
+            None => {
+                self.nodes.insert(relative.into_boxed_str(), node);
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Host {
+    addresses: Vec<IpAddr>,
+    ports: Vec<Port>,
+}
+
+/// A and AAAA records for `owner`, one per distinct address, in input order.
+fn address_records<'a>(
+    owner: &Name,
+    ips: impl Iterator<Item = &'a IpAddr>,
+    ttl: u32,
+) -> (Vec<Record>, Vec<Record>) {
+    let mut a = Vec::new();
+    let mut aaaa = Vec::new();
+    let mut seen: Vec<IpAddr> = Vec::new();
+    for ip in ips {
+        if seen.contains(ip) {
+            continue;
+        }
+        seen.push(*ip);
+        match ip {
+            IpAddr::V4(v4) => a.push(Record::from_rdata(owner.clone(), ttl, RData::A(A(*v4)))),
+            IpAddr::V6(v6) => aaaa.push(Record::from_rdata(
+                owner.clone(),
+                ttl,
+                RData::AAAA(AAAA(*v6)),
+            )),
+        }
+    }
+    (a, aaaa)
+}
+
+/// SRV records in RFC 2782 field order. All share priority 0, and the weight
+/// splits 100 evenly between them, as CoreDNS does.
+fn srv_records(owner: &Name, targets: &[(u16, Name)], ttl: u32) -> Vec<Record> {
+    let mut unique: Vec<&(u16, Name)> = Vec::with_capacity(targets.len());
+    for t in targets {
+        if !unique.contains(&t) {
+            unique.push(t);
+        }
+    }
+    let weight = (100 / unique.len().max(1)) as u16;
+    unique
+        .into_iter()
+        .map(|(port, target)| {
+            Record::from_rdata(
+                owner.clone(),
+                ttl,
+                RData::SRV(SRV::new(0, weight, *port, target.clone())),
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,100 @@
+//! Wire-format precompilation of positive answers.
+//!
+//! Each RRset in the zone carries the bytes that follow the question section
+//! of its response, encoded once at build time with hickory's own encoder
+//! against a lower-case question. Name compression pointers in those bytes
+//! point at offsets inside the question, and a question asked in any letter
+//! case has the same length and label layout, so the bytes stay valid for
+//! every casing of the name. The UDP fast path copies them after the echoed
+//! question; the hickory path uses the lengths to decide what fits.
+
+use hickory_proto::op::{Message, MessageType, OpCode, Query};
+use hickory_proto::rr::{Name, Record, RecordType};
+
+/// Bytes of a fixed DNS header.
+pub const HEADER_LEN: usize = 12;
+
+/// Bytes of our response OPT record: root name, type, class (payload), TTL
+/// (extended rcode, version, flags) and an empty RDATA.
+pub const OPT_RECORD_LEN: usize = 11;
+
+/// The precompiled sections of one positive answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireAnswer {
+    /// Answer records followed by additional records, encoded as they follow
+    /// the question of a response to the owner name.
+    pub tail: Box<[u8]>,
+    /// Where the additional records start in `tail`.
+    pub answers_end: usize,
+    /// Number of answer records.
+    pub answer_count: u16,
+    /// Number of additional records (before any OPT).
+    pub additional_count: u16,
+}
+
+impl WireAnswer {
+    /// Encodes `answers` and `additionals` as the response to `qname`/`qtype`.
+    pub fn encode(
+        qname: &Name,
+        qtype: RecordType,
+        answers: &[Record],
+        additionals: &[Record],
+    ) -> Self {
+        let question_end = encode(qname, qtype, &[], &[]).len();
+        let with_answers = encode(qname, qtype, answers, &[]);
+        let full = encode(qname, qtype, answers, additionals);
+        debug_assert!(full[question_end..].starts_with(&with_answers[question_end..]));
+        Self {
+            tail: full[question_end..].into(),
+            answers_end: with_answers.len() - question_end,
+            answer_count: answers.len() as u16,
+            additional_count: additionals.len() as u16,
+        }
+    }
+
+    /// Total response size for a question of `question_len` bytes, with or
+    /// without the additional section and the OPT record.
+    pub fn response_len(
+        &self,
+        question_len: usize,
+        with_additionals: bool,
+        with_opt: bool,
+    ) -> usize {
+        let body = if with_additionals {
+            self.tail.len()
+        } else {
+            self.answers_end
+        };
+        HEADER_LEN + question_len + body + if with_opt { OPT_RECORD_LEN } else { 0 }
+    }
+}
+
+fn encode(qname: &Name, qtype: RecordType, answers: &[Record], additionals: &[Record]) -> Vec<u8> {
+    let mut message = Message::new(0, MessageType::Response, OpCode::Query);
+    message.add_query(Query::query(qname.clone(), qtype));
+    message.insert_answers(answers.to_vec());
+    message.insert_additionals(additionals.to_vec());
+    // Encoding our own well-formed records into an unbounded buffer cannot fail.
+    message.to_vec().expect("in-memory records always encode")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hickory_proto::rr::RData;
+    use hickory_proto::rr::rdata::A;
+
+    #[test]
+    fn tail_decodes_after_any_casing_of_the_question() {
+        let name = Name::from_ascii("web.prod.svc.clusterset.local.").unwrap();
+        let rec = Record::from_rdata(name.clone(), 5, RData::A(A::new(10, 0, 0, 1)));
+        let wire = WireAnswer::encode(&name, RecordType::A, &[rec.clone()], &[]);
+        // Rebuild a response with an upper-case question and parse it back.
+        let upper = Name::from_ascii("WEB.Prod.SVC.clusterset.LOCAL.").unwrap();
+        let mut head = encode(&upper, RecordType::A, &[], &[]);
+        head[7] = 1; // ANCOUNT = 1
+        head.extend_from_slice(&wire.tail);
+        let msg = Message::from_vec(&head).unwrap();
+        assert_eq!(msg.answers, vec![rec]);
+    }
+}

@@ -1,0 +1,23 @@
+// Command kube-apiserver is the upstream Kubernetes API server, built from the
+// Go module proxy for clusterset-dns integration tests.
+//
+// It mirrors k8s.io/kubernetes/cmd/kube-apiserver/apiserver.go (the upstream
+// main package cannot be imported). Build it with scripts/testenv-build.sh.
+package main
+
+import (
+	"os"
+	_ "time/tzdata" // for timeZone support in CronJob, as upstream
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"          // JSON log format registration
+	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go prometheus plugins
+	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric registration
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+)
+
+func main() {
+	command := app.NewAPIServerCommand()
+	code := cli.Run(command)
+	os.Exit(code)
+}
