@@ -1,1 +1,207 @@
+//! Index event sequences: applies, deletes, relists, repeats and
+//! out-of-order arrivals, asserted on the published zone.
 
+use hickory_proto::rr::{Name, RecordType};
+
+use super::*;
+use crate::model::{Endpoint, ImportKind, Port, PortProtocol};
+use crate::zone::Lookup;
+
+fn index() -> Index {
+    Index::new(ZoneSettings::new(
+        Name::from_ascii("clusterset.local.").unwrap(),
+    ))
+}
+
+fn import(ns: &str, name: &str, kind: ImportKind) -> ImportedService {
+    ImportedService {
+        service: ServiceRef::new(ns, name),
+        kind,
+        ports: vec![Port {
+            name: Some("http".into()),
+            protocol: PortProtocol::Tcp,
+            port: 80,
+        }],
+    }
+}
+
+fn vip(ip: &str) -> ImportKind {
+    ImportKind::ClusterSetIp {
+        ips: vec![ip.parse().unwrap()],
+    }
+}
+
+fn slice(ns: &str, service: &str, cluster: &str, ips: &[&str]) -> SliceEndpoints {
+    SliceEndpoints {
+        service: ServiceRef::new(ns, service),
+        cluster: cluster.into(),
+        ports: vec![],
+        endpoints: ips
+            .iter()
+            .map(|ip| Endpoint {
+                hostname: None,
+                addresses: vec![ip.parse().unwrap()],
+                ready: true,
+            })
+            .collect(),
+    }
+}
+
+fn key(ns: &str, name: &str) -> SliceKey {
+    SliceKey {
+        namespace: ns.into(),
+        name: name.into(),
+    }
+}
+
+fn a_records(zone: &Zone, qname: &str) -> Option<Vec<String>> {
+    let name = Name::from_ascii(qname).unwrap();
+    let labels: Vec<&[u8]> = name.iter().collect();
+    match zone.lookup(&labels, RecordType::A) {
+        Lookup::Found(rrset) => {
+            let mut v: Vec<String> = rrset.records.iter().map(|r| r.data.to_string()).collect();
+            v.sort();
+            Some(v)
+        }
+        _ => None,
+    }
+}
+
+const DB: &str = "db.prod.svc.clusterset.local.";
+
+#[test]
+fn a_slice_that_arrives_before_its_import_is_used_once_the_import_arrives() {
+    let mut index = index();
+    index.apply_slice(key("prod", "db-a"), slice("prod", "db", "a", &["10.0.0.1"]));
+    let (zone, _) = index.publish();
+    assert_eq!(a_records(&zone, DB), None);
+    index.apply_import(import("prod", "db", ImportKind::Headless));
+    let (zone, _) = index.publish();
+    assert_eq!(a_records(&zone, DB), Some(vec!["10.0.0.1".into()]));
+}
+
+#[test]
+fn repeating_an_identical_apply_rebuilds_nothing_and_keeps_the_serial() {
+    let mut index = index();
+    index.apply_import(import("prod", "web", vip("10.0.0.1")));
+    let (zone, stats) = index.publish();
+    assert_eq!(stats.rebuilt, 1);
+    index.apply_import(import("prod", "web", vip("10.0.0.1")));
+    index.apply_slice(key("prod", "s"), slice("prod", "web", "a", &["10.1.0.1"]));
+    let (_, _) = index.publish();
+    index.apply_slice(key("prod", "s"), slice("prod", "web", "a", &["10.1.0.1"]));
+    assert!(!index.has_changes());
+    let (again, stats) = index.publish();
+    assert_eq!(stats.rebuilt, 0);
+    assert!(
+        again.serial() > zone.serial(),
+        "the slice change bumped the serial once"
+    );
+    let (third, _) = index.publish();
+    assert_eq!(third.serial(), again.serial());
+}
+
+#[test]
+fn a_change_rebuilds_only_the_changed_service() {
+    let mut index = index();
+    for i in 0..100 {
+        index.apply_import(import(
+            "prod",
+            &format!("svc{i}"),
+            vip(&format!("10.0.0.{i}")),
+        ));
+    }
+    let (_, stats) = index.publish();
+    assert_eq!(stats.rebuilt, 100);
+    index.apply_import(import("prod", "svc7", vip("10.9.9.9")));
+    let (zone, stats) = index.publish();
+    assert_eq!(stats.rebuilt, 1);
+    assert_eq!(
+        a_records(&zone, "svc7.prod.svc.clusterset.local."),
+        Some(vec!["10.9.9.9".into()])
+    );
+    assert_eq!(
+        a_records(&zone, "svc8.prod.svc.clusterset.local."),
+        Some(vec!["10.0.0.8".into()])
+    );
+}
+
+#[test]
+fn deleting_slices_and_imports_removes_their_names() {
+    let mut index = index();
+    index.apply_import(import("prod", "db", ImportKind::Headless));
+    index.apply_slice(key("prod", "a"), slice("prod", "db", "a", &["10.0.0.1"]));
+    index.apply_slice(key("prod", "b"), slice("prod", "db", "b", &["10.0.0.2"]));
+    let (zone, _) = index.publish();
+    assert_eq!(a_records(&zone, DB).unwrap().len(), 2);
+    index.delete_slice(&key("prod", "a"));
+    let (zone, _) = index.publish();
+    assert_eq!(a_records(&zone, DB), Some(vec!["10.0.0.2".into()]));
+    index.delete_import(&ServiceRef::new("prod", "db"));
+    let (zone, _) = index.publish();
+    assert_eq!(a_records(&zone, DB), None);
+    assert_eq!(zone.service_count(), 0);
+}
+
+#[test]
+fn a_slice_relabelled_to_another_service_moves() {
+    let mut index = index();
+    index.apply_import(import("prod", "db", ImportKind::Headless));
+    index.apply_import(import("prod", "cache", ImportKind::Headless));
+    index.apply_slice(key("prod", "s"), slice("prod", "db", "a", &["10.0.0.1"]));
+    let (zone, _) = index.publish();
+    assert!(a_records(&zone, DB).is_some());
+    index.apply_slice(key("prod", "s"), slice("prod", "cache", "a", &["10.0.0.1"]));
+    let (zone, stats) = index.publish();
+    assert_eq!(stats.rebuilt, 2);
+    assert_eq!(a_records(&zone, DB), None);
+    assert!(a_records(&zone, "cache.prod.svc.clusterset.local.").is_some());
+}
+
+#[test]
+fn a_relist_drops_what_is_gone_and_keeps_what_is_unchanged() {
+    let mut index = index();
+    index.apply_import(import("prod", "web", vip("10.0.0.1")));
+    index.apply_import(import("prod", "old", vip("10.0.0.2")));
+    index.publish();
+    index.reset_imports(vec![
+        import("prod", "web", vip("10.0.0.1")),
+        import("dev", "new", vip("10.0.0.3")),
+    ]);
+    let (zone, stats) = index.publish();
+    assert_eq!(stats.rebuilt, 2, "old removed, new added, web untouched");
+    assert_eq!(a_records(&zone, "old.prod.svc.clusterset.local."), None);
+    assert!(a_records(&zone, "new.dev.svc.clusterset.local.").is_some());
+    assert!(a_records(&zone, "web.prod.svc.clusterset.local.").is_some());
+}
+
+#[test]
+fn an_empty_relist_empties_the_index() {
+    let mut index = index();
+    index.apply_import(import("prod", "db", ImportKind::Headless));
+    index.apply_slice(key("prod", "a"), slice("prod", "db", "a", &["10.0.0.1"]));
+    index.publish();
+    index.reset_imports(vec![]);
+    index.reset_slices(vec![]);
+    let (zone, _) = index.publish();
+    assert_eq!(zone.service_count(), 0);
+    assert_eq!(index.slice_count(), 0);
+    assert_eq!(index.import_count(), 0);
+}
+
+#[test]
+fn earlier_snapshots_are_not_changed_by_later_updates() {
+    let mut index = index();
+    index.apply_import(import("prod", "web", vip("10.0.0.1")));
+    let (before, _) = index.publish();
+    index.apply_import(import("prod", "web", vip("10.0.0.2")));
+    let (after, _) = index.publish();
+    assert_eq!(
+        a_records(&before, "web.prod.svc.clusterset.local."),
+        Some(vec!["10.0.0.1".into()])
+    );
+    assert_eq!(
+        a_records(&after, "web.prod.svc.clusterset.local."),
+        Some(vec!["10.0.0.2".into()])
+    );
+}

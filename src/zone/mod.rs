@@ -342,7 +342,27 @@ pub fn master_file(zone: &Zone) -> String {
     let mut write = |node: &Node| {
         for rrset in node.rrsets() {
             for record in rrset.records.iter() {
-                let _ = writeln!(out, "{record}");
+                match &record.data {
+                    // hickory prints TXT strings unquoted; quote them so any
+                    // character survives a round trip through a zone parser.
+                    RData::TXT(txt) => {
+                        let strings: Vec<String> = txt
+                            .txt_data
+                            .iter()
+                            .map(|s| format!("{:?}", String::from_utf8_lossy(s)))
+                            .collect();
+                        let _ = writeln!(
+                            out,
+                            "{} {} IN TXT {}",
+                            record.name,
+                            record.ttl,
+                            strings.join(" ")
+                        );
+                    }
+                    _ => {
+                        let _ = writeln!(out, "{record}");
+                    }
+                }
             }
         }
     };

@@ -1,1 +1,552 @@
+//! Zone building and lookup, without any server: projections in, lookups out.
 
+use std::net::IpAddr;
+
+use hickory_proto::rr::{Name, RData, RecordType};
+
+use super::*;
+use crate::model::{
+    Endpoint, ImportKind, ImportedService, Port, PortProtocol, ServiceRef, SliceEndpoints,
+};
+
+fn settings() -> ZoneSettings {
+    ZoneSettings::new(Name::from_ascii("clusterset.local.").unwrap())
+}
+
+fn port(name: Option<&str>, protocol: PortProtocol, number: u16) -> Port {
+    Port {
+        name: name.map(String::from),
+        protocol,
+        port: number,
+    }
+}
+
+fn cluster_set_ip(ns: &str, name: &str, ips: &[&str], ports: Vec<Port>) -> ImportedService {
+    ImportedService {
+        service: ServiceRef::new(ns, name),
+        kind: ImportKind::ClusterSetIp {
+            ips: ips.iter().map(|i| i.parse().unwrap()).collect(),
+        },
+        ports,
+    }
+}
+
+fn headless(ns: &str, name: &str, ports: Vec<Port>) -> ImportedService {
+    ImportedService {
+        service: ServiceRef::new(ns, name),
+        kind: ImportKind::Headless,
+        ports,
+    }
+}
+
+fn endpoint(hostname: Option<&str>, addresses: &[&str], ready: bool) -> Endpoint {
+    Endpoint {
+        hostname: hostname.map(String::from),
+        addresses: addresses.iter().map(|a| a.parse().unwrap()).collect(),
+        ready,
+    }
+}
+
+fn slice(ns: &str, service: &str, cluster: &str, endpoints: Vec<Endpoint>) -> SliceEndpoints {
+    SliceEndpoints {
+        service: ServiceRef::new(ns, service),
+        cluster: cluster.into(),
+        ports: vec![],
+        endpoints,
+    }
+}
+
+fn zone_of(services: &[(ImportedService, Vec<SliceEndpoints>)]) -> Zone {
+    let settings = settings();
+    let mut zone = Zone::new(settings.clone());
+    for (service, slices) in services {
+        let refs: Vec<&SliceEndpoints> = slices.iter().collect();
+        let built = ServiceZone::build(service, &refs, &settings);
+        zone.set_service(
+            &service.service.namespace,
+            &service.service.name,
+            Some(Arc::new(built)),
+        );
+    }
+    zone
+}
+
+/// Looks up a dotted name and renders the answer data, sorted.
+fn answer(zone: &Zone, qname: &str, rtype: RecordType) -> Result<Vec<String>, &'static str> {
+    let name = Name::from_ascii(qname).unwrap().to_lowercase();
+    let labels: Vec<&[u8]> = name.iter().collect();
+    match zone.lookup(&labels, rtype) {
+        Lookup::Found(rrset) => {
+            let mut out: Vec<String> = rrset.records.iter().map(|r| r.data.to_string()).collect();
+            out.sort();
+            Ok(out)
+        }
+        Lookup::NoData => Err("NODATA"),
+        Lookup::NxDomain => Err("NXDOMAIN"),
+        Lookup::NotInZone => Err("REFUSED"),
+    }
+}
+
+fn tcp(name: &str, number: u16) -> Port {
+    port(Some(name), PortProtocol::Tcp, number)
+}
+
+#[test]
+fn cluster_set_ip_answers_one_record_per_ip_and_family() {
+    let zone = zone_of(&[(
+        cluster_set_ip(
+            "prod",
+            "web",
+            &["10.0.0.1", "fd00::1"],
+            vec![tcp("http", 80)],
+        ),
+        vec![],
+    )]);
+    assert_eq!(
+        answer(&zone, "web.prod.svc.clusterset.local.", RecordType::A),
+        Ok(vec!["10.0.0.1".into()])
+    );
+    assert_eq!(
+        answer(&zone, "web.prod.svc.clusterset.local.", RecordType::AAAA),
+        Ok(vec!["fd00::1".into()])
+    );
+    assert_eq!(
+        answer(&zone, "web.prod.svc.clusterset.local.", RecordType::TXT),
+        Err("NODATA")
+    );
+}
+
+#[test]
+fn cluster_set_ip_never_answers_endpoint_addresses() {
+    let slices = vec![slice(
+        "prod",
+        "web",
+        "a",
+        vec![endpoint(Some("pod"), &["10.9.9.9"], true)],
+    )];
+    let zone = zone_of(&[(
+        cluster_set_ip("prod", "web", &["10.0.0.1"], vec![tcp("http", 80)]),
+        slices,
+    )]);
+    assert_eq!(
+        answer(&zone, "web.prod.svc.clusterset.local.", RecordType::A),
+        Ok(vec!["10.0.0.1".into()])
+    );
+    assert_eq!(
+        answer(&zone, "pod.a.web.prod.svc.clusterset.local.", RecordType::A),
+        Err("NXDOMAIN")
+    );
+}
+
+#[test]
+fn import_without_ips_exists_without_addresses() {
+    let zone = zone_of(&[(
+        cluster_set_ip("prod", "web", &[], vec![tcp("http", 80)]),
+        vec![],
+    )]);
+    assert_eq!(
+        answer(&zone, "web.prod.svc.clusterset.local.", RecordType::A),
+        Err("NODATA")
+    );
+}
+
+#[test]
+fn named_ports_get_srv_and_unnamed_ports_do_not() {
+    let ports = vec![
+        tcp("http", 80),
+        port(None, PortProtocol::Tcp, 8080),
+        port(Some("dns"), PortProtocol::Udp, 53),
+    ];
+    let zone = zone_of(&[(cluster_set_ip("prod", "web", &["10.0.0.1"], ports), vec![])]);
+    assert_eq!(
+        answer(
+            &zone,
+            "_http._tcp.web.prod.svc.clusterset.local.",
+            RecordType::SRV
+        ),
+        Ok(vec!["0 100 80 web.prod.svc.clusterset.local.".into()])
+    );
+    assert_eq!(
+        answer(
+            &zone,
+            "_dns._udp.web.prod.svc.clusterset.local.",
+            RecordType::SRV
+        ),
+        Ok(vec!["0 100 53 web.prod.svc.clusterset.local.".into()])
+    );
+    assert_eq!(
+        answer(
+            &zone,
+            "_dns._tcp.web.prod.svc.clusterset.local.",
+            RecordType::SRV
+        ),
+        Err("NXDOMAIN")
+    );
+    // The protocol label is an empty non-terminal.
+    assert_eq!(
+        answer(
+            &zone,
+            "_tcp.web.prod.svc.clusterset.local.",
+            RecordType::SRV
+        ),
+        Err("NODATA")
+    );
+    // The bare name lists every port number once, named or not.
+    assert_eq!(
+        answer(&zone, "web.prod.svc.clusterset.local.", RecordType::SRV)
+            .unwrap()
+            .len(),
+        3
+    );
+}
+
+#[test]
+fn bare_name_srv_merges_tcp_and_udp_on_the_same_port() {
+    let ports = vec![tcp("tcp", 42), port(Some("udp"), PortProtocol::Udp, 42)];
+    let zone = zone_of(&[(cluster_set_ip("ns", "hello", &["10.0.0.1"], ports), vec![])]);
+    assert_eq!(
+        answer(&zone, "hello.ns.svc.clusterset.local.", RecordType::SRV),
+        Ok(vec!["0 100 42 hello.ns.svc.clusterset.local.".into()])
+    );
+}
+
+#[test]
+fn srv_additionals_carry_the_target_addresses() {
+    let zone = zone_of(&[(
+        cluster_set_ip(
+            "prod",
+            "web",
+            &["10.0.0.1", "fd00::1"],
+            vec![tcp("http", 80)],
+        ),
+        vec![],
+    )]);
+    let name = Name::from_ascii("_http._tcp.web.prod.svc.clusterset.local.").unwrap();
+    let labels: Vec<&[u8]> = name.iter().collect();
+    let Lookup::Found(rrset) = zone.lookup(&labels, RecordType::SRV) else {
+        panic!("no SRV")
+    };
+    let glue: Vec<RecordType> = rrset.additionals.iter().map(|r| r.record_type()).collect();
+    assert_eq!(glue, vec![RecordType::A, RecordType::AAAA]);
+}
+
+fn db_slices() -> Vec<SliceEndpoints> {
+    let mut east = slice(
+        "prod",
+        "db",
+        "east",
+        vec![
+            endpoint(Some("db-0"), &["10.1.0.1"], true),
+            endpoint(Some("db-1"), &["10.1.0.2"], true),
+        ],
+    );
+    east.ports = vec![tcp("pg", 5432)];
+    let mut east6 = slice(
+        "prod",
+        "db",
+        "east",
+        vec![endpoint(Some("db-0"), &["fd00::1"], true)],
+    );
+    east6.ports = vec![tcp("pg", 5432)];
+    let mut west = slice(
+        "prod",
+        "db",
+        "west",
+        vec![
+            endpoint(Some("db-0"), &["10.2.0.1"], true),
+            endpoint(None, &["10.2.0.9"], None.unwrap_or(false)),
+        ],
+    );
+    west.ports = vec![tcp("pg", 5432)];
+    vec![east, east6, west]
+}
+
+#[test]
+fn headless_answers_exactly_the_ready_endpoints_of_all_clusters() {
+    let zone = zone_of(&[(headless("prod", "db", vec![tcp("pg", 5432)]), db_slices())]);
+    assert_eq!(
+        answer(&zone, "db.prod.svc.clusterset.local.", RecordType::A),
+        Ok(vec![
+            "10.1.0.1".into(),
+            "10.1.0.2".into(),
+            "10.2.0.1".into()
+        ])
+    );
+    assert_eq!(
+        answer(&zone, "db.prod.svc.clusterset.local.", RecordType::AAAA),
+        Ok(vec!["fd00::1".into()])
+    );
+}
+
+#[test]
+fn per_endpoint_names_carry_all_addresses_of_that_endpoint() {
+    let zone = zone_of(&[(headless("prod", "db", vec![]), db_slices())]);
+    assert_eq!(
+        answer(
+            &zone,
+            "db-0.east.db.prod.svc.clusterset.local.",
+            RecordType::A
+        ),
+        Ok(vec!["10.1.0.1".into()])
+    );
+    assert_eq!(
+        answer(
+            &zone,
+            "db-0.east.db.prod.svc.clusterset.local.",
+            RecordType::AAAA
+        ),
+        Ok(vec!["fd00::1".into()])
+    );
+    assert_eq!(
+        answer(
+            &zone,
+            "db-0.west.db.prod.svc.clusterset.local.",
+            RecordType::A
+        ),
+        Ok(vec!["10.2.0.1".into()])
+    );
+    assert_eq!(
+        answer(
+            &zone,
+            "db-1.west.db.prod.svc.clusterset.local.",
+            RecordType::A
+        ),
+        Err("NXDOMAIN")
+    );
+    // A not-ready endpoint has no name, with or without a hostname.
+    assert_eq!(
+        answer(
+            &zone,
+            "10-2-0-9.west.db.prod.svc.clusterset.local.",
+            RecordType::A
+        ),
+        Err("NXDOMAIN")
+    );
+}
+
+#[test]
+fn endpoints_without_hostname_are_named_by_dashed_address() {
+    let slices = vec![
+        slice(
+            "prod",
+            "db",
+            "east",
+            vec![endpoint(None, &["10.1.0.7"], true)],
+        ),
+        {
+            let mut s = slice(
+                "prod",
+                "db",
+                "east",
+                vec![endpoint(None, &["fd00::7"], true)],
+            );
+            s.cluster = "east".into();
+            s
+        },
+    ];
+    let zone = zone_of(&[(headless("prod", "db", vec![tcp("pg", 5432)]), slices)]);
+    assert_eq!(
+        answer(
+            &zone,
+            "10-1-0-7.east.db.prod.svc.clusterset.local.",
+            RecordType::A
+        ),
+        Ok(vec!["10.1.0.7".into()])
+    );
+    assert_eq!(
+        answer(
+            &zone,
+            "fd00--7.east.db.prod.svc.clusterset.local.",
+            RecordType::AAAA
+        ),
+        Ok(vec!["fd00::7".into()])
+    );
+}
+
+#[test]
+fn cluster_label_is_an_empty_non_terminal() {
+    let zone = zone_of(&[(headless("prod", "db", vec![]), db_slices())]);
+    assert_eq!(
+        answer(&zone, "east.db.prod.svc.clusterset.local.", RecordType::A),
+        Err("NODATA")
+    );
+    assert_eq!(
+        answer(&zone, "north.db.prod.svc.clusterset.local.", RecordType::A),
+        Err("NXDOMAIN")
+    );
+}
+
+#[test]
+fn headless_srv_has_one_record_per_ready_endpoint_and_port() {
+    let zone = zone_of(&[(headless("prod", "db", vec![tcp("pg", 5432)]), db_slices())]);
+    let want = vec![
+        "0 33 5432 db-0.east.db.prod.svc.clusterset.local.".to_string(),
+        "0 33 5432 db-0.west.db.prod.svc.clusterset.local.".to_string(),
+        "0 33 5432 db-1.east.db.prod.svc.clusterset.local.".to_string(),
+    ];
+    assert_eq!(
+        answer(
+            &zone,
+            "_pg._tcp.db.prod.svc.clusterset.local.",
+            RecordType::SRV
+        ),
+        Ok(want.clone())
+    );
+    assert_eq!(
+        answer(&zone, "db.prod.svc.clusterset.local.", RecordType::SRV),
+        Ok(want)
+    );
+}
+
+#[test]
+fn headless_without_ready_endpoints_is_nxdomain() {
+    let slices = vec![slice(
+        "prod",
+        "db",
+        "east",
+        vec![endpoint(Some("db-0"), &["10.1.0.1"], false)],
+    )];
+    let zone = zone_of(&[(headless("prod", "db", vec![tcp("pg", 5432)]), slices)]);
+    for rtype in [RecordType::A, RecordType::AAAA, RecordType::SRV] {
+        assert_eq!(
+            answer(&zone, "db.prod.svc.clusterset.local.", rtype),
+            Err("NXDOMAIN")
+        );
+    }
+    assert_eq!(
+        answer(&zone, "prod.svc.clusterset.local.", RecordType::A),
+        Err("NXDOMAIN")
+    );
+}
+
+#[test]
+fn headless_cap_keeps_the_same_endpoints_for_a_and_aaaa() {
+    let mut settings = settings();
+    settings.max_records = 2;
+    let v4 = slice(
+        "prod",
+        "db",
+        "east",
+        (0..5)
+            .map(|i| endpoint(Some(&format!("db-{i}")), &[&format!("10.0.0.{i}")], true))
+            .collect(),
+    );
+    let v6 = slice(
+        "prod",
+        "db",
+        "east",
+        (0..5)
+            .map(|i| endpoint(Some(&format!("db-{i}")), &[&format!("fd00::{i}")], true))
+            .collect(),
+    );
+    let built = ServiceZone::build(
+        &headless("prod", "db", vec![tcp("pg", 1)]),
+        &[&v4, &v6],
+        &settings,
+    );
+    let mut zone = Zone::new(settings);
+    zone.set_service("prod", "db", Some(Arc::new(built)));
+    let a = answer(&zone, "db.prod.svc.clusterset.local.", RecordType::A).unwrap();
+    let aaaa = answer(&zone, "db.prod.svc.clusterset.local.", RecordType::AAAA).unwrap();
+    assert_eq!(a, vec!["10.0.0.0", "10.0.0.1"]);
+    assert_eq!(aaaa, vec!["fd00::", "fd00::1"]);
+    assert_eq!(
+        answer(&zone, "db.prod.svc.clusterset.local.", RecordType::SRV)
+            .unwrap()
+            .len(),
+        2
+    );
+    // Per-endpoint names are not capped.
+    assert!(
+        answer(
+            &zone,
+            "db-4.east.db.prod.svc.clusterset.local.",
+            RecordType::A
+        )
+        .is_ok()
+    );
+}
+
+#[test]
+fn apex_namespace_and_version_names() {
+    let zone = zone_of(&[(cluster_set_ip("prod", "web", &["10.0.0.1"], vec![]), vec![])]);
+    assert_eq!(
+        answer(&zone, "dns-version.clusterset.local.", RecordType::TXT),
+        Ok(vec!["1.0.0".into()])
+    );
+    assert!(answer(&zone, "clusterset.local.", RecordType::SOA).is_ok());
+    assert_eq!(
+        answer(&zone, "clusterset.local.", RecordType::NS),
+        Ok(vec!["ns.dns.clusterset.local.".into()])
+    );
+    assert_eq!(
+        answer(&zone, "clusterset.local.", RecordType::A),
+        Err("NODATA")
+    );
+    assert_eq!(
+        answer(&zone, "svc.clusterset.local.", RecordType::A),
+        Err("NODATA")
+    );
+    assert_eq!(
+        answer(&zone, "prod.svc.clusterset.local.", RecordType::A),
+        Err("NODATA")
+    );
+    assert_eq!(
+        answer(&zone, "dev.svc.clusterset.local.", RecordType::A),
+        Err("NXDOMAIN")
+    );
+    assert_eq!(
+        answer(&zone, "nope.clusterset.local.", RecordType::A),
+        Err("NXDOMAIN")
+    );
+    assert_eq!(
+        answer(&zone, "web.prod.svc.cluster.local.", RecordType::A),
+        Err("REFUSED")
+    );
+    assert_eq!(answer(&zone, "local.", RecordType::A), Err("REFUSED"));
+}
+
+#[test]
+fn removing_the_last_service_of_a_namespace_removes_the_namespace() {
+    let mut zone = zone_of(&[(cluster_set_ip("prod", "web", &["10.0.0.1"], vec![]), vec![])]);
+    zone.set_service("prod", "web", None);
+    assert_eq!(
+        answer(&zone, "prod.svc.clusterset.local.", RecordType::A),
+        Err("NXDOMAIN")
+    );
+    assert_eq!(zone.service_count(), 0);
+}
+
+#[test]
+fn precompiled_answer_lengths_match_the_records() {
+    let zone = zone_of(&[(
+        cluster_set_ip("prod", "web", &["10.0.0.1"], vec![tcp("http", 80)]),
+        vec![],
+    )]);
+    let name = Name::from_ascii("web.prod.svc.clusterset.local.").unwrap();
+    let labels: Vec<&[u8]> = name.iter().collect();
+    let Lookup::Found(rrset) = zone.lookup(&labels, RecordType::A) else {
+        panic!()
+    };
+    // One A record whose owner is a pointer to the question: 2 + 10 + 4 bytes.
+    assert_eq!(rrset.wire.tail.len(), 16);
+    assert_eq!(rrset.wire.answer_count, 1);
+    let ip: IpAddr = match &rrset.records[0].data {
+        RData::A(a) => IpAddr::V4(a.0),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(ip, "10.0.0.1".parse::<IpAddr>().unwrap());
+}
+
+#[test]
+fn master_file_lists_every_record() {
+    let zone = zone_of(&[(headless("prod", "db", vec![tcp("pg", 5432)]), db_slices())]);
+    let text = master_file(&zone);
+    assert!(text.starts_with("$ORIGIN clusterset.local.\n"));
+    assert!(
+        text.contains("db-0.east.db.prod.svc.clusterset.local. 5 IN AAAA fd00::1"),
+        "{text}"
+    );
+    assert!(text.contains("IN SOA"));
+    assert!(text.contains("\"1.0.0\""));
+}
