@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
@@ -14,13 +14,14 @@ use crate::metrics::Metrics;
 use crate::publish::ZoneHandle;
 use crate::source::FileSource;
 use crate::source::file::FileSourceError;
+use crate::source::kubernetes::{KubeSource, KubeSourceError, discover_import_api};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// No source of objects is configured.
-    #[error("no source configured: pass --file PATH (or set `file` in the configuration file)")]
-    NoSource,
+    /// No Kubernetes client could be configured.
+    #[error("Kubernetes client: {0} (pass --file PATH to serve a manifest instead)")]
+    Client(String),
     /// The initial load of the source failed.
     #[error(transparent)]
     Source(#[from] FileSourceError),
@@ -45,6 +46,7 @@ pub struct Running {
     metrics: Arc<Metrics>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    fatal: mpsc::Receiver<KubeSourceError>,
 }
 
 impl Running {
@@ -68,6 +70,15 @@ impl Running {
         &self.metrics
     }
 
+    /// Resolves when the source fails in a way retrying cannot fix (missing
+    /// permissions before the first sync); pending forever otherwise.
+    pub async fn fatal_error(&mut self) -> KubeSourceError {
+        match self.fatal.recv().await {
+            Some(error) => error,
+            None => std::future::pending().await,
+        }
+    }
+
     /// Stops the source, the admin endpoint and the DNS server.
     pub async fn stop(self) {
         let _ = self.shutdown.send(true);
@@ -86,11 +97,27 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut tasks = Vec::new();
 
-    let path = config.file.clone().ok_or(StartError::NoSource)?;
-    let mut source = FileSource::new(&path, config.zone.clone(), zone.clone(), metrics.clone());
-    let stats = source.load()?;
-    tracing::info!(file = %path.display(), services = stats.rebuilt, "manifest loaded");
-    tasks.push(tokio::spawn(source.watch(shutdown_rx.clone())));
+    let (fatal_tx, fatal) = mpsc::channel(1);
+    match &config.file {
+        Some(path) => {
+            let mut source =
+                FileSource::new(path, config.zone.clone(), zone.clone(), metrics.clone());
+            let stats = source.load()?;
+            tracing::info!(file = %path.display(), services = stats.rebuilt, "manifest loaded");
+            tasks.push(tokio::spawn(source.watch(shutdown_rx.clone())));
+        }
+        None => {
+            let client = kube_client(config).await?;
+            tasks.push(tokio::spawn(run_kubernetes(
+                client,
+                config.clone(),
+                zone.clone(),
+                metrics.clone(),
+                shutdown_rx.clone(),
+                fatal_tx,
+            )));
+        }
+    }
 
     let admin = crate::admin::bind(config.admin_listen)
         .await
@@ -127,5 +154,57 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         metrics,
         shutdown,
         tasks,
+        fatal,
     })
+}
+
+async fn kube_client(config: &Config) -> Result<kube::Client, StartError> {
+    let client_config = match &config.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| StartError::Client(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(|e| StartError::Client(format!("{}: {e}", path.display())))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| StartError::Client(e.to_string()))?,
+    };
+    kube::Client::try_from(client_config).map_err(|e| StartError::Client(e.to_string()))
+}
+
+/// Discovers the ServiceImport API (retrying while it is missing: CRDs may
+/// be installed after us) and runs the watches.
+async fn run_kubernetes(
+    client: kube::Client,
+    config: Config,
+    zone: ZoneHandle,
+    metrics: Arc<Metrics>,
+    mut shutdown: watch::Receiver<bool>,
+    fatal: mpsc::Sender<KubeSourceError>,
+) {
+    let mut delay = std::time::Duration::from_millis(500);
+    let resource = loop {
+        match discover_import_api(&client, &config.import_api).await {
+            Ok(resource) => break resource,
+            Err(error) => {
+                tracing::error!(%error, "ServiceImport API not available; answering SERVFAIL, retrying in {delay:?}");
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = shutdown.changed() => return,
+                }
+                delay = (delay * 2).min(std::time::Duration::from_secs(30));
+            }
+        }
+    };
+    tracing::info!(api_version = %resource.api_version, kind = %resource.kind, "watching ServiceImports, EndpointSlices and Namespaces");
+    let source = KubeSource::new(client, resource, config.zone.clone(), zone, metrics);
+    if let Err(error) = source.run(shutdown).await {
+        tracing::error!(%error, "Kubernetes source stopped");
+        let _ = fatal.send(error).await;
+    }
 }

@@ -11,6 +11,7 @@ use hickory_proto::rr::Name;
 use serde::Deserialize;
 
 use crate::dns::DnsServerConfig;
+use crate::source::kubernetes::ImportApi;
 use crate::zone::ZoneSettings;
 
 /// Default log filter: our own lifecycle at info, libraries quiet.
@@ -63,6 +64,18 @@ pub struct ServeArgs {
     /// tracing filter, e.g. `clusterset_dns=debug`.
     #[arg(long, env = "CLUSTERSET_DNS_LOG")]
     pub log: Option<String>,
+    /// kubeconfig for the Kubernetes source (default: in-cluster, then $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, env = "CLUSTERSET_DNS_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// API group of ServiceImports (a vendor's mirror API may differ).
+    #[arg(long, env = "CLUSTERSET_DNS_IMPORT_GROUP")]
+    pub import_group: Option<String>,
+    /// API version of ServiceImports; unset discovers v1beta1, then v1alpha1.
+    #[arg(long, env = "CLUSTERSET_DNS_IMPORT_VERSION")]
+    pub import_version: Option<String>,
+    /// Kind of ServiceImports.
+    #[arg(long, env = "CLUSTERSET_DNS_IMPORT_KIND")]
+    pub import_kind: Option<String>,
 }
 
 /// The TOML file: the same keys as the flags, with `_` for `-`.
@@ -93,6 +106,14 @@ pub struct FileConfig {
     pub tcp_idle_timeout: Option<u64>,
     /// See [`ServeArgs::log`].
     pub log: Option<String>,
+    /// See [`ServeArgs::kubeconfig`]; relative to the configuration file.
+    pub kubeconfig: Option<PathBuf>,
+    /// See [`ServeArgs::import_group`].
+    pub import_group: Option<String>,
+    /// See [`ServeArgs::import_version`].
+    pub import_version: Option<String>,
+    /// See [`ServeArgs::import_kind`].
+    pub import_kind: Option<String>,
 }
 
 /// The validated configuration.
@@ -108,6 +129,10 @@ pub struct Config {
     pub admin_listen: SocketAddr,
     /// tracing filter.
     pub log: String,
+    /// kubeconfig path for the Kubernetes source.
+    pub kubeconfig: Option<PathBuf>,
+    /// ServiceImport API for the Kubernetes source.
+    pub import_api: ImportApi,
 }
 
 /// A configuration that cannot be used.
@@ -210,6 +235,20 @@ impl Config {
                 .clone()
                 .or(file.log)
                 .unwrap_or_else(|| DEFAULT_LOG_FILTER.into()),
+            kubeconfig: args.kubeconfig.clone().or(file.kubeconfig),
+            import_api: ImportApi {
+                group: args
+                    .import_group
+                    .clone()
+                    .or(file.import_group)
+                    .unwrap_or_else(|| ImportApi::default().group),
+                version: args.import_version.clone().or(file.import_version),
+                kind: args
+                    .import_kind
+                    .clone()
+                    .or(file.import_kind)
+                    .unwrap_or_else(|| ImportApi::default().kind),
+            },
         })
     }
 }
@@ -225,10 +264,15 @@ pub fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
         path: path.into(),
         source: Box::new(source),
     })?;
-    if let (Some(file), Some(dir)) = (&config.file, path.parent())
-        && file.is_relative()
-    {
-        config.file = Some(dir.join(file));
+    if let Some(dir) = path.parent() {
+        for p in [&mut config.file, &mut config.kubeconfig]
+            .into_iter()
+            .flatten()
+        {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        }
     }
     Ok(config)
 }

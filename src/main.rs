@@ -92,11 +92,14 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     clusterset_dns::telemetry::init(&config.log);
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     runtime.block_on(async {
-        let running = clusterset_dns::app::start(&config).await?;
-        shutdown_signal().await;
+        let mut running = clusterset_dns::app::start(&config).await?;
+        let result = tokio::select! {
+            _ = shutdown_signal() => Ok(()),
+            error = running.fatal_error() => Err(anyhow::Error::new(error)),
+        };
         tracing::info!("shutting down");
         running.stop().await;
-        Ok(())
+        result
     })
 }
 

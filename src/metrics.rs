@@ -64,6 +64,10 @@ pub struct Metrics {
     pub reloads: IntCounterVec,
     /// 1 when the current source is failing and answers come from the last good index.
     pub source_stale: IntGauge,
+    /// Objects from the API that could not be projected, by kind.
+    pub invalid_objects: IntCounterVec,
+    /// Watch errors, by resource.
+    pub watch_errors: IntCounterVec,
 }
 
 impl Default for Metrics {
@@ -138,6 +142,19 @@ impl Metrics {
                 "source_stale",
                 "1 while the source is failing and answers come from the last good index.",
             ),
+            invalid_objects: IntCounterVec::new(
+                Opts::new(
+                    "invalid_objects_total",
+                    "Objects from the API that were ignored as invalid, by kind.",
+                ),
+                &["kind"],
+            )
+            .expect("static metric is valid"),
+            watch_errors: IntCounterVec::new(
+                Opts::new("watch_errors_total", "Watch or list errors, by resource."),
+                &["resource"],
+            )
+            .expect("static metric is valid"),
             responses,
             registry,
         };
@@ -154,6 +171,8 @@ impl Metrics {
             Box::new(metrics.rebuilt.clone()),
             Box::new(metrics.reloads.clone()),
             Box::new(metrics.source_stale.clone()),
+            Box::new(metrics.invalid_objects.clone()),
+            Box::new(metrics.watch_errors.clone()),
         ];
         for c in collectors {
             metrics

@@ -38,6 +38,9 @@ pub struct Index {
     slices: HashMap<SliceKey, SliceEndpoints>,
     slices_by_service: HashMap<ServiceRef, BTreeSet<SliceKey>>,
     dirty: HashSet<ServiceRef>,
+    /// When set, only imports in these namespaces have names (see
+    /// [`Index::require_namespaces`]).
+    namespaces: Option<HashSet<String>>,
     zone: Zone,
 }
 
@@ -49,6 +52,7 @@ impl Index {
             slices: HashMap::new(),
             slices_by_service: HashMap::new(),
             dirty: HashSet::new(),
+            namespaces: None,
             zone: Zone::new(settings),
         }
     }
@@ -151,11 +155,75 @@ impl Index {
         }
     }
 
+    /// Serves an import only while its namespace exists locally (and is not
+    /// being deleted). Until namespaces are reported, nothing is served.
+    pub fn require_namespaces(&mut self) {
+        if self.namespaces.is_none() {
+            self.namespaces = Some(HashSet::new());
+            self.dirty.extend(self.imports.keys().cloned());
+        }
+    }
+
+    /// Records that `namespace` exists.
+    pub fn apply_namespace(&mut self, namespace: &str) {
+        if let Some(set) = &mut self.namespaces
+            && set.insert(namespace.to_ascii_lowercase())
+        {
+            self.touch_namespace(namespace);
+        }
+    }
+
+    /// Records that `namespace` is gone (or terminating).
+    pub fn delete_namespace(&mut self, namespace: &str) {
+        if let Some(set) = &mut self.namespaces
+            && set.remove(&namespace.to_ascii_lowercase())
+        {
+            self.touch_namespace(namespace);
+        }
+    }
+
+    /// Replaces the set of existing namespaces (a relist).
+    pub fn reset_namespaces(&mut self, namespaces: impl IntoIterator<Item = String>) {
+        let Some(old) = self.namespaces.take() else {
+            return;
+        };
+        let new: HashSet<String> = namespaces
+            .into_iter()
+            .map(|n| n.to_ascii_lowercase())
+            .collect();
+        let changed: Vec<String> = old.symmetric_difference(&new).cloned().collect();
+        self.namespaces = Some(new);
+        for namespace in changed {
+            self.touch_namespace(&namespace);
+        }
+    }
+
+    fn touch_namespace(&mut self, namespace: &str) {
+        let namespace = namespace.to_ascii_lowercase();
+        let affected: Vec<ServiceRef> = self
+            .imports
+            .keys()
+            .filter(|s| s.namespace == namespace)
+            .cloned()
+            .collect();
+        self.dirty.extend(affected);
+    }
+
+    fn namespace_exists(&self, namespace: &str) -> bool {
+        self.namespaces
+            .as_ref()
+            .is_none_or(|set| set.contains(namespace))
+    }
+
     /// Rebuilds the changed services and returns the new zone snapshot.
     pub fn publish(&mut self) -> (Zone, PublishStats) {
         let rebuilt = self.dirty.len();
         for service in std::mem::take(&mut self.dirty) {
-            let built = self.imports.get(&service).map(|import| {
+            let import = self
+                .imports
+                .get(&service)
+                .filter(|_| self.namespace_exists(&service.namespace));
+            let built = import.map(|import| {
                 let slices: Vec<&SliceEndpoints> = self
                     .slices_by_service
                     .get(&service)

@@ -205,3 +205,22 @@ fn earlier_snapshots_are_not_changed_by_later_updates() {
         Some(vec!["10.0.0.2".into()])
     );
 }
+
+#[test]
+fn with_namespaces_required_an_import_resolves_only_while_its_namespace_exists() {
+    let mut index = index();
+    index.require_namespaces();
+    index.apply_import(import("prod", "web", vip("10.0.0.1")));
+    let (zone, _) = index.publish();
+    assert_eq!(a_records(&zone, "web.prod.svc.clusterset.local."), None);
+    index.apply_namespace("prod");
+    let (zone, _) = index.publish();
+    assert!(a_records(&zone, "web.prod.svc.clusterset.local.").is_some());
+    index.delete_namespace("prod");
+    let (zone, _) = index.publish();
+    assert_eq!(a_records(&zone, "web.prod.svc.clusterset.local."), None);
+    index.reset_namespaces(vec!["prod".to_string(), "dev".to_string()]);
+    let (zone, stats) = index.publish();
+    assert_eq!(stats.rebuilt, 1);
+    assert!(a_records(&zone, "web.prod.svc.clusterset.local.").is_some());
+}

@@ -3,6 +3,7 @@
 //! [`ZoneHandle`](crate::publish::ZoneHandle) the DNS server reads.
 
 pub mod file;
+pub mod kubernetes;
 pub mod manifest;
 
 pub use file::FileSource;

@@ -1,0 +1,472 @@
+//! The Kubernetes source: watches ServiceImports, imported EndpointSlices
+//! and Namespaces, and keeps the index current.
+//!
+//! - ServiceImports are watched through a dynamic API resource, so the
+//!   group, version and kind are configuration: vendors' mirror APIs with the
+//!   same schema (mcs-api issue #20) work unchanged. Without a configured
+//!   version, discovery picks `v1beta1`, else `v1alpha1`.
+//! - EndpointSlices are selected on the server with the
+//!   `multicluster.kubernetes.io/service-name` label, never filtered here.
+//! - Namespaces are watched as metadata only: an import is served only while
+//!   its namespace exists locally and is not terminating (KEP-1645 creates
+//!   imports only "where the namespace exists").
+//!
+//! Objects are projected at ingest; nothing but the projections is kept.
+//! A relist (watch restart, 410 Gone, apiserver restart) is buffered until it
+//! is complete and then replaces the old state in one step, so there is no
+//! window in which a half-listed index is served. Nothing is published until
+//! every kind has been listed once: until then the DNS server answers
+//! SERVFAIL and `/ready` says not ready.
+
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::FutureExt;
+use futures::stream::{BoxStream, StreamExt};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::watch;
+
+use crate::api::ServiceImport;
+use crate::api::well_known::LABEL_SERVICE_NAME;
+use crate::index::{Index, SliceKey};
+use crate::metrics::Metrics;
+use crate::model::{ImportedService, ServiceRef, SliceEndpoints};
+use crate::publish::ZoneHandle;
+use crate::zone::ZoneSettings;
+
+/// Which ServiceImport API to watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportApi {
+    /// API group, default `multicluster.x-k8s.io`.
+    pub group: String,
+    /// API version; `None` discovers (`v1beta1`, then `v1alpha1`).
+    pub version: Option<String>,
+    /// Kind, default `ServiceImport`.
+    pub kind: String,
+}
+
+impl Default for ImportApi {
+    fn default() -> Self {
+        Self {
+            group: crate::api::well_known::MCS_GROUP.into(),
+            version: None,
+            kind: "ServiceImport".into(),
+        }
+    }
+}
+
+/// Why the Kubernetes source stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeSourceError {
+    /// The ServiceImport API is not served.
+    #[error(
+        "{group}/{version} {kind} is not served by the apiserver: install the CRDs (`clusterset-dns crds | kubectl apply -f -`) or set import_group/import_version/import_kind"
+    )]
+    NoImportApi {
+        /// Group looked for.
+        group: String,
+        /// Version(s) looked for.
+        version: String,
+        /// Kind looked for.
+        kind: String,
+    },
+    /// The credentials may not list or watch a resource.
+    #[error(
+        "forbidden to list/watch {resource}: {message}. The service account needs get/list/watch on {resource} (see deploy/rbac.yaml)"
+    )]
+    Forbidden {
+        /// The resource.
+        resource: &'static str,
+        /// The apiserver's message.
+        message: String,
+    },
+    /// Discovery failed.
+    #[error("discovering {group}: {source}")]
+    Discovery {
+        /// The group.
+        group: String,
+        /// The error.
+        source: kube::Error,
+    },
+}
+
+/// Finds the API resource for ServiceImports.
+pub async fn discover_import_api(
+    client: &Client,
+    api: &ImportApi,
+) -> Result<ApiResource, KubeSourceError> {
+    let group = match kube::discovery::group(client, &api.group).await {
+        Ok(group) => group,
+        Err(kube::Error::Api(status)) if status.is_not_found() => return Err(no_import_api(api)),
+        Err(source) => {
+            return Err(KubeSourceError::Discovery {
+                group: api.group.clone(),
+                source,
+            });
+        }
+    };
+    let preferred: Vec<String> = match &api.version {
+        Some(v) => vec![v.clone()],
+        None => vec!["v1beta1".into(), "v1alpha1".into()],
+    };
+    for version in &preferred {
+        if let Some((resource, _)) = group
+            .versioned_resources(version)
+            .into_iter()
+            .find(|(r, _)| r.kind == api.kind)
+        {
+            return Ok(resource);
+        }
+    }
+    Err(no_import_api(api))
+}
+
+fn no_import_api(api: &ImportApi) -> KubeSourceError {
+    KubeSourceError::NoImportApi {
+        group: api.group.clone(),
+        version: api
+            .version
+            .clone()
+            .unwrap_or_else(|| "v1beta1|v1alpha1".into()),
+        kind: api.kind.clone(),
+    }
+}
+
+/// One event from any of the three watches.
+enum Update {
+    Import(Result<Event<DynamicObject>, watcher::Error>),
+    Slice(Result<Event<EndpointSlice>, watcher::Error>),
+    Namespace(Result<Event<PartialObjectMeta<Namespace>>, watcher::Error>),
+}
+
+/// The Kubernetes source.
+pub struct KubeSource {
+    client: Client,
+    import_resource: ApiResource,
+    index: Index,
+    zone: ZoneHandle,
+    metrics: Arc<Metrics>,
+    /// Buffers of in-progress relists, per kind.
+    import_relist: Option<Vec<ImportedService>>,
+    slice_relist: Option<Vec<(SliceKey, SliceEndpoints)>>,
+    namespace_relist: Option<Vec<String>>,
+    synced: [bool; 3],
+    failing: [bool; 3],
+}
+
+impl std::fmt::Debug for KubeSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeSource")
+            .field("import_resource", &self.import_resource)
+            .finish_non_exhaustive()
+    }
+}
+
+const IMPORTS: usize = 0;
+const SLICES: usize = 1;
+const NAMESPACES: usize = 2;
+const RESOURCE_NAMES: [&str; 3] = ["serviceimports", "endpointslices", "namespaces"];
+
+impl KubeSource {
+    /// A source over `client`, watching `import_resource` for ServiceImports.
+    pub fn new(
+        client: Client,
+        import_resource: ApiResource,
+        settings: ZoneSettings,
+        zone: ZoneHandle,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let mut index = Index::new(settings);
+        index.require_namespaces();
+        Self {
+            client,
+            import_resource,
+            index,
+            zone,
+            metrics,
+            import_relist: None,
+            slice_relist: None,
+            namespace_relist: None,
+            synced: [false; 3],
+            failing: [false; 3],
+        }
+    }
+
+    /// Watches until `shutdown` turns true. Returns an error only for
+    /// problems that retrying cannot fix before the first sync (missing
+    /// permissions), so that a misconfigured deployment fails loudly
+    /// instead of serving empty answers.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), KubeSourceError> {
+        let config = watcher::Config::default().any_semantic();
+        let imports = watcher::watcher(
+            Api::<DynamicObject>::all_with(self.client.clone(), &self.import_resource),
+            config.clone(),
+        )
+        .default_backoff()
+        .map(Update::Import);
+        let slices = watcher::watcher(
+            Api::<EndpointSlice>::all(self.client.clone()),
+            config.clone().labels(LABEL_SERVICE_NAME),
+        )
+        .default_backoff()
+        .map(Update::Slice);
+        let namespaces = watcher::watcher(
+            Api::<PartialObjectMeta<Namespace>>::all(self.client.clone()),
+            config,
+        )
+        .default_backoff()
+        .map(Update::Namespace);
+        let streams: Vec<BoxStream<'static, Update>> =
+            vec![imports.boxed(), slices.boxed(), namespaces.boxed()];
+        let mut updates = pin!(futures::stream::select_all(streams));
+        loop {
+            let first = tokio::select! {
+                next = updates.next() => next,
+                _ = shutdown.changed() => return Ok(()),
+            };
+            let Some(first) = first else { return Ok(()) };
+            self.handle(first)?;
+            // Apply everything already waiting before publishing once.
+            while let Some(Some(update)) = updates.next().now_or_never() {
+                self.handle(update)?;
+            }
+            self.publish();
+        }
+    }
+
+    fn handle(&mut self, update: Update) -> Result<(), KubeSourceError> {
+        match update {
+            Update::Import(Ok(event)) => {
+                self.recovered(IMPORTS);
+                self.on_import(event);
+            }
+            Update::Slice(Ok(event)) => {
+                self.recovered(SLICES);
+                self.on_slice(event);
+            }
+            Update::Namespace(Ok(event)) => {
+                self.recovered(NAMESPACES);
+                self.on_namespace(event);
+            }
+            Update::Import(Err(e)) => self.failed(IMPORTS, e)?,
+            Update::Slice(Err(e)) => self.failed(SLICES, e)?,
+            Update::Namespace(Err(e)) => self.failed(NAMESPACES, e)?,
+        }
+        Ok(())
+    }
+
+    fn on_import(&mut self, event: Event<DynamicObject>) {
+        match event {
+            Event::Apply(object) => {
+                if let Some(import) = self.project_import(&object) {
+                    self.index.apply_import(import);
+                }
+            }
+            Event::Delete(object) => self.index.delete_import(&import_ref(&object)),
+            Event::Init => self.import_relist = Some(Vec::new()),
+            Event::InitApply(object) => {
+                let projected = self.project_import(&object);
+                if let (Some(buffer), Some(import)) = (&mut self.import_relist, projected) {
+                    buffer.push(import);
+                }
+            }
+            Event::InitDone => {
+                if let Some(buffer) = self.import_relist.take() {
+                    self.index.reset_imports(buffer);
+                }
+                self.mark_synced(IMPORTS);
+            }
+        }
+    }
+
+    fn on_slice(&mut self, event: Event<EndpointSlice>) {
+        match event {
+            Event::Apply(slice) => match self.project_slice(&slice) {
+                Some(Some((key, projected))) => self.index.apply_slice(key, projected),
+                // No longer an MCS slice (label removed): forget it.
+                Some(None) => self.index.delete_slice(&slice_key(&slice)),
+                None => {}
+            },
+            Event::Delete(slice) => self.index.delete_slice(&slice_key(&slice)),
+            Event::Init => self.slice_relist = Some(Vec::new()),
+            Event::InitApply(slice) => {
+                if let Some(Some(entry)) = self.project_slice(&slice)
+                    && let Some(buffer) = &mut self.slice_relist
+                {
+                    buffer.push(entry);
+                }
+            }
+            Event::InitDone => {
+                if let Some(buffer) = self.slice_relist.take() {
+                    self.index.reset_slices(buffer);
+                }
+                self.mark_synced(SLICES);
+            }
+        }
+    }
+
+    fn on_namespace(&mut self, event: Event<PartialObjectMeta<Namespace>>) {
+        let live = |ns: &PartialObjectMeta<Namespace>| ns.metadata.deletion_timestamp.is_none();
+        let name = |ns: &PartialObjectMeta<Namespace>| ns.metadata.name.clone().unwrap_or_default();
+        match event {
+            Event::Apply(ns) if live(&ns) => self.index.apply_namespace(&name(&ns)),
+            Event::Apply(ns) | Event::Delete(ns) => self.index.delete_namespace(&name(&ns)),
+            Event::Init => self.namespace_relist = Some(Vec::new()),
+            Event::InitApply(ns) => {
+                if live(&ns)
+                    && let Some(buffer) = &mut self.namespace_relist
+                {
+                    buffer.push(name(&ns));
+                }
+            }
+            Event::InitDone => {
+                if let Some(buffer) = self.namespace_relist.take() {
+                    self.index.reset_namespaces(buffer);
+                }
+                self.mark_synced(NAMESPACES);
+            }
+        }
+    }
+
+    /// Projects a ServiceImport. An invalid object is logged and skipped;
+    /// the last good version of it, if any, stays in the index.
+    fn project_import(&self, object: &DynamicObject) -> Option<ImportedService> {
+        let value =
+            serde_json::json!({ "metadata": object.metadata, "spec": object.data.get("spec") });
+        let result = serde_path_to_error::deserialize::<_, ServiceImport>(&value)
+            .map_err(|e| e.to_string())
+            .and_then(|import| ImportedService::from_api(&import).map_err(|e| e.to_string()));
+        match result {
+            Ok(import) => Some(import),
+            Err(error) => {
+                let service = import_ref(object);
+                tracing::warn!(ns = %service.namespace, name = %service.name, %error, "ignoring invalid ServiceImport; keeping its last valid version");
+                self.metrics
+                    .invalid_objects
+                    .with_label_values(&["ServiceImport"])
+                    .inc();
+                None
+            }
+        }
+    }
+
+    /// `None`: invalid (logged); `Some(None)`: not an MCS slice.
+    fn project_slice(&self, slice: &EndpointSlice) -> Option<Option<(SliceKey, SliceEndpoints)>> {
+        match SliceEndpoints::from_api(slice) {
+            Ok(projected) => Some(projected.map(|p| (slice_key(slice), p))),
+            Err(error) => {
+                let key = slice_key(slice);
+                tracing::warn!(ns = %key.namespace, name = %key.name, %error, "ignoring invalid EndpointSlice; keeping its last valid version");
+                self.metrics
+                    .invalid_objects
+                    .with_label_values(&["EndpointSlice"])
+                    .inc();
+                None
+            }
+        }
+    }
+
+    fn mark_synced(&mut self, kind: usize) {
+        if !self.synced[kind] {
+            self.synced[kind] = true;
+            tracing::info!(resource = RESOURCE_NAMES[kind], "initial list indexed");
+        }
+    }
+
+    fn recovered(&mut self, kind: usize) {
+        if std::mem::take(&mut self.failing[kind]) {
+            tracing::info!(resource = RESOURCE_NAMES[kind], "watch recovered");
+            if !self.failing.iter().any(|f| *f) {
+                self.metrics.source_stale.set(0);
+            }
+        }
+    }
+
+    fn failed(&mut self, kind: usize, error: watcher::Error) -> Result<(), KubeSourceError> {
+        let resource = RESOURCE_NAMES[kind];
+        self.metrics
+            .watch_errors
+            .with_label_values(&[resource])
+            .inc();
+        if let Some(status) = api_status(&error)
+            && status.is_forbidden()
+            && !self.synced[kind]
+        {
+            return Err(KubeSourceError::Forbidden {
+                resource,
+                message: status.message.clone(),
+            });
+        }
+        if !self.failing[kind] {
+            self.failing[kind] = true;
+            self.metrics.source_stale.set(1);
+            if self.zone.is_ready() {
+                tracing::error!(resource, %error, "watch failed; still serving the last index, retrying with backoff");
+            } else {
+                tracing::error!(resource, %error, "watch failed before the first sync; answering SERVFAIL, retrying with backoff");
+            }
+        } else {
+            tracing::debug!(resource, %error, "watch still failing");
+        }
+        Ok(())
+    }
+
+    fn publish(&mut self) {
+        if !self.synced.iter().all(|s| *s) || (self.zone.is_ready() && !self.index.has_changes()) {
+            return;
+        }
+        let (zone, stats) = self.index.publish();
+        self.metrics.imports.set(self.index.import_count() as i64);
+        self.metrics.slices.set(self.index.slice_count() as i64);
+        self.metrics
+            .endpoints
+            .set(self.index.endpoint_count() as i64);
+        self.metrics
+            .services_served
+            .set(zone.service_count() as i64);
+        self.metrics.rebuilt.observe(stats.rebuilt as f64);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO);
+        self.metrics.last_publish.set(now.as_secs() as i64);
+        if !self.zone.is_ready() {
+            tracing::info!(
+                services = zone.service_count(),
+                imports = self.index.import_count(),
+                slices = self.index.slice_count(),
+                "first zone published; ready"
+            );
+        }
+        self.zone.store(zone);
+    }
+}
+
+fn api_status(error: &watcher::Error) -> Option<&kube::core::Status> {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status),
+        watcher::Error::WatchError(status) => Some(status),
+        _ => None,
+    }
+}
+
+fn import_ref(object: &DynamicObject) -> ServiceRef {
+    ServiceRef::new(
+        object.metadata.namespace.as_deref().unwrap_or("default"),
+        object.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+fn slice_key(slice: &EndpointSlice) -> SliceKey {
+    SliceKey {
+        namespace: slice.metadata.namespace.clone().unwrap_or_default(),
+        name: slice.metadata.name.clone().unwrap_or_default(),
+    }
+}
