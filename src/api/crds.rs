@@ -46,11 +46,28 @@ pub fn service_export() -> CustomResourceDefinition {
 /// The cluster-scoped `clusterproperties.about.k8s.io` CRD: v1alpha1 and
 /// v1beta1 (storage).
 pub fn cluster_property() -> CustomResourceDefinition {
-    merge_versions(
+    let mut crd = merge_versions(
         cluster_property::v1alpha1::ClusterProperty::crd(),
         cluster_property::v1beta1::ClusterProperty::crd(),
-    )
+    );
+    // `*.k8s.io` groups are protected: the apiserver rejects a CRD in them
+    // without this annotation pointing at the approved API (KEP-2149).
+    crd.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            API_APPROVED_ANNOTATION.to_string(),
+            CLUSTER_PROPERTY_API_APPROVAL.to_string(),
+        );
+    crd
 }
+
+/// Annotation the apiserver requires on CRDs in protected (`*.k8s.io`) groups.
+pub const API_APPROVED_ANNOTATION: &str = "api-approved.kubernetes.io";
+
+/// Where the `about.k8s.io` API was approved: the ClusterProperty KEP.
+pub const CLUSTER_PROPERTY_API_APPROVAL: &str =
+    "https://github.com/kubernetes/enhancements/tree/master/keps/sig-multicluster/2149-clusterid";
 
 /// Every CRD this crate defines, ordered by CRD name so the rendered
 /// output is stable.

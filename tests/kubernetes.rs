@@ -1,0 +1,786 @@
+//! The Kubernetes source against a real kube-apiserver and etcd: answers
+//! follow API writes, readiness means "indexed", the server survives an
+//! apiserver restart, mirror API groups work, and RBAC is exactly enough.
+
+mod common;
+mod controlplane;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use clusterset_dns::api::{ServiceImport, ServiceImportSpec, ServiceImportType, ServicePort};
+use clusterset_dns::app::{self, Running};
+use clusterset_dns::config::{Config, ServeArgs};
+use common::{Transport, exchange, http_get, query, sorted};
+use controlplane::ControlPlane;
+use hickory_proto::op::ResponseCode;
+use hickory_proto::rr::RecordType;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use tokio::time::Instant;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+async fn start_dns(kubeconfig: &std::path::Path, tweak: impl FnOnce(&mut ServeArgs)) -> Running {
+    common::init_tracing();
+    let mut args = ServeArgs {
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        dns_listen: Some("127.0.0.1:0".parse().unwrap()),
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+        udp_workers: Some(1),
+        ..Default::default()
+    };
+    tweak(&mut args);
+    let config = Config::resolve(&args).unwrap();
+    app::start(&config).await.unwrap()
+}
+
+/// True when `/ready` answers 200.
+async fn is_ready(running: &Running) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(running.admin_addr())
+        .await
+        .unwrap();
+    stream
+        .write_all(b"GET /ready HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response.starts_with("HTTP/1.1 200")
+}
+
+/// (rcode, sorted answer lines) of one UDP query.
+async fn ask(running: &Running, name: &str, rtype: RecordType) -> (ResponseCode, Vec<String>) {
+    let response = exchange(running.dns_addr(), Transport::Udp, &query(name, rtype)).await;
+    (response.metadata.response_code, sorted(&response.answers))
+}
+
+/// Polls `check` until it returns true or `WAIT` passes; returns the time it took.
+async fn eventually<F, Fut>(what: &str, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(
+            start.elapsed() < WAIT,
+            "timed out after {WAIT:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    start.elapsed()
+}
+
+async fn answers_become(
+    running: &Running,
+    name: &str,
+    rtype: RecordType,
+    rcode: ResponseCode,
+    want: &[&str],
+) {
+    let want: Vec<String> = common::expected(want);
+    let start = Instant::now();
+    loop {
+        let last = ask(running, name, rtype).await;
+        if last.0 == rcode && last.1 == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "{name} {rtype}: want {rcode} {want:#?}, still {last:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
+
+fn import(
+    ns: &str,
+    name: &str,
+    kind: ServiceImportType,
+    ips: &[&str],
+    ports: &[(&str, &str, i32)],
+) -> ServiceImport {
+    let mut si = ServiceImport::new(
+        name,
+        ServiceImportSpec {
+            ports: ports
+                .iter()
+                .map(|(n, p, port)| ServicePort {
+                    name: Some(n.to_string()),
+                    protocol: Some(p.to_string()),
+                    app_protocol: None,
+                    port: *port,
+                })
+                .collect(),
+            ips: ips.iter().map(|s| s.to_string()).collect(),
+            type_: kind,
+            session_affinity: None,
+            session_affinity_config: None,
+            ip_families: vec![],
+            internal_traffic_policy: None,
+            traffic_distribution: None,
+        },
+    );
+    si.metadata.namespace = Some(ns.into());
+    si
+}
+
+fn slice(
+    ns: &str,
+    name: &str,
+    service: &str,
+    cluster: &str,
+    family: &str,
+    endpoints: &[(&str, Option<&str>, Option<bool>)],
+) -> EndpointSlice {
+    let labels = BTreeMap::from([
+        (
+            "multicluster.kubernetes.io/service-name".to_string(),
+            service.to_string(),
+        ),
+        (
+            "multicluster.kubernetes.io/source-cluster".to_string(),
+            cluster.to_string(),
+        ),
+        (
+            "endpointslice.kubernetes.io/managed-by".to_string(),
+            "clusterset-dns-test".to_string(),
+        ),
+    ]);
+    EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        address_type: family.into(),
+        endpoints: endpoints
+            .iter()
+            .map(|(ip, host, ready)| Endpoint {
+                addresses: vec![ip.to_string()],
+                hostname: host.map(String::from),
+                conditions: Some(EndpointConditions {
+                    ready: *ready,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect(),
+        ports: Some(vec![EndpointPort {
+            name: Some("db".into()),
+            port: Some(5432),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+    }
+}
+
+/// Creates, updates and deletes of imports and slices show up in answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn answers_follow_api_writes() {
+    let plane = ControlPlane::start(1).await;
+    let api = &plane.apiservers[0];
+    let client = api.admin_client().await;
+    create_namespace(&client, "shop").await;
+    let running = start_dns(&api.admin_kubeconfig, |_| {}).await;
+    eventually("ready", || async { is_ready(&running).await }).await;
+
+    let imports: Api<ServiceImport> = Api::namespaced(client.clone(), "shop");
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "shop");
+    let pp = PostParams::default();
+
+    // ClusterSetIP, dual-stack.
+    imports
+        .create(
+            &pp,
+            &import(
+                "shop",
+                "web",
+                ServiceImportType::ClusterSetIp,
+                &["10.96.0.10", "fd00::10"],
+                &[("http", "TCP", 80)],
+            ),
+        )
+        .await
+        .unwrap();
+    answers_become(
+        &running,
+        "web.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NoError,
+        &["web.shop.svc.clusterset.local. 5 IN A 10.96.0.10"],
+    )
+    .await;
+    answers_become(
+        &running,
+        "web.shop.svc.clusterset.local.",
+        RecordType::AAAA,
+        ResponseCode::NoError,
+        &["web.shop.svc.clusterset.local. 5 IN AAAA fd00::10"],
+    )
+    .await;
+    answers_become(
+        &running,
+        "_http._tcp.web.shop.svc.clusterset.local.",
+        RecordType::SRV,
+        ResponseCode::NoError,
+        &["_http._tcp.web.shop.svc.clusterset.local. 5 IN SRV 0 100 80 web.shop.svc.clusterset.local."],
+    )
+    .await;
+
+    // Update the IP.
+    let patch = serde_json::json!({"spec": {"ips": ["10.96.0.11"]}});
+    imports
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    answers_become(
+        &running,
+        "web.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NoError,
+        &["web.shop.svc.clusterset.local. 5 IN A 10.96.0.11"],
+    )
+    .await;
+    answers_become(
+        &running,
+        "web.shop.svc.clusterset.local.",
+        RecordType::AAAA,
+        ResponseCode::NoError,
+        &[],
+    )
+    .await;
+
+    // Headless with per-endpoint names, dual-stack and a not-ready endpoint.
+    imports
+        .create(
+            &pp,
+            &import(
+                "shop",
+                "db",
+                ServiceImportType::Headless,
+                &[],
+                &[("db", "TCP", 5432)],
+            ),
+        )
+        .await
+        .unwrap();
+    slices
+        .create(
+            &pp,
+            &slice(
+                "shop",
+                "db-east-v4",
+                "db",
+                "east",
+                "IPv4",
+                &[
+                    ("10.1.0.1", Some("db-0"), Some(true)),
+                    ("10.1.0.2", Some("db-1"), Some(false)),
+                ],
+            ),
+        )
+        .await
+        .unwrap();
+    slices
+        .create(
+            &pp,
+            &slice(
+                "shop",
+                "db-east-v6",
+                "db",
+                "east",
+                "IPv6",
+                &[("fd00:1::1", Some("db-0"), None)],
+            ),
+        )
+        .await
+        .unwrap();
+    slices
+        .create(
+            &pp,
+            &slice(
+                "shop",
+                "db-west-v4",
+                "db",
+                "west",
+                "IPv4",
+                &[("10.2.0.1", None, Some(true))],
+            ),
+        )
+        .await
+        .unwrap();
+    answers_become(
+        &running,
+        "db.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NoError,
+        &[
+            "db.shop.svc.clusterset.local. 5 IN A 10.1.0.1",
+            "db.shop.svc.clusterset.local. 5 IN A 10.2.0.1",
+        ],
+    )
+    .await;
+    answers_become(
+        &running,
+        "db-0.east.db.shop.svc.clusterset.local.",
+        RecordType::AAAA,
+        ResponseCode::NoError,
+        &["db-0.east.db.shop.svc.clusterset.local. 5 IN AAAA fd00:1::1"],
+    )
+    .await;
+    answers_become(
+        &running,
+        "10-2-0-1.west.db.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NoError,
+        &["10-2-0-1.west.db.shop.svc.clusterset.local. 5 IN A 10.2.0.1"],
+    )
+    .await;
+    answers_become(
+        &running,
+        "db-1.east.db.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NXDomain,
+        &[],
+    )
+    .await;
+    answers_become(
+        &running,
+        "_db._tcp.db.shop.svc.clusterset.local.",
+        RecordType::SRV,
+        ResponseCode::NoError,
+        &[
+            "_db._tcp.db.shop.svc.clusterset.local. 5 IN SRV 0 50 5432 10-2-0-1.west.db.shop.svc.clusterset.local.",
+            "_db._tcp.db.shop.svc.clusterset.local. 5 IN SRV 0 50 5432 db-0.east.db.shop.svc.clusterset.local.",
+        ],
+    )
+    .await;
+
+    // The not-ready endpoint becomes ready.
+    let ready = slice(
+        "shop",
+        "db-east-v4",
+        "db",
+        "east",
+        "IPv4",
+        &[
+            ("10.1.0.1", Some("db-0"), Some(true)),
+            ("10.1.0.2", Some("db-1"), Some(true)),
+        ],
+    );
+    let patch = serde_json::json!({"endpoints": ready.endpoints});
+    slices
+        .patch("db-east-v4", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    answers_become(
+        &running,
+        "db-1.east.db.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NoError,
+        &["db-1.east.db.shop.svc.clusterset.local. 5 IN A 10.1.0.2"],
+    )
+    .await;
+
+    // Deleting a slice, then the import.
+    slices
+        .delete("db-west-v4", &DeleteParams::default())
+        .await
+        .unwrap();
+    answers_become(
+        &running,
+        "db.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NoError,
+        &[
+            "db.shop.svc.clusterset.local. 5 IN A 10.1.0.1",
+            "db.shop.svc.clusterset.local. 5 IN A 10.1.0.2",
+        ],
+    )
+    .await;
+    imports
+        .delete("db", &DeleteParams::default())
+        .await
+        .unwrap();
+    answers_become(
+        &running,
+        "db.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NXDomain,
+        &[],
+    )
+    .await;
+    imports
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    answers_become(
+        &running,
+        "web.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NXDomain,
+        &[],
+    )
+    .await;
+    answers_become(
+        &running,
+        "shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NXDomain,
+        &[],
+    )
+    .await;
+    running.stop().await;
+}
+
+/// Before the first list the server answers SERVFAIL and is not ready; it
+/// keeps its last index while the apiserver is down and catches up after.
+#[tokio::test(flavor = "multi_thread")]
+async fn readiness_means_indexed_and_the_index_survives_an_apiserver_restart() {
+    let mut plane = ControlPlane::start(1).await;
+    let client = plane.apiservers[0].admin_client().await;
+    create_namespace(&client, "shop").await;
+    let imports: Api<ServiceImport> = Api::namespaced(client.clone(), "shop");
+    imports
+        .create(
+            &PostParams::default(),
+            &import(
+                "shop",
+                "web",
+                ServiceImportType::ClusterSetIp,
+                &["10.96.0.10"],
+                &[("http", "TCP", 80)],
+            ),
+        )
+        .await
+        .unwrap();
+
+    // Start while the apiserver is down: SERVFAIL, never a false NXDOMAIN.
+    plane.apiservers[0].stop();
+    let kubeconfig = plane.apiservers[0].admin_kubeconfig.clone();
+    let running = start_dns(&kubeconfig, |_| {}).await;
+    for _ in 0..5 {
+        let (rcode, _) = ask(&running, "web.shop.svc.clusterset.local.", RecordType::A).await;
+        assert_eq!(rcode, ResponseCode::ServFail);
+        let (rcode, _) = ask(
+            &running,
+            "nothing.shop.svc.clusterset.local.",
+            RecordType::A,
+        )
+        .await;
+        assert_eq!(rcode, ResponseCode::ServFail);
+    }
+    assert!(!is_ready(&running).await);
+
+    plane.apiservers[0].start();
+    answers_become(
+        &running,
+        "web.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NoError,
+        &["web.shop.svc.clusterset.local. 5 IN A 10.96.0.10"],
+    )
+    .await;
+    assert!(is_ready(&running).await);
+
+    // The apiserver goes away: answers continue from the last index, and
+    // the metric says the source is stale.
+    plane.apiservers[0].stop();
+    eventually("source_stale = 1", || async {
+        common::metric(
+            &http_get(running.admin_addr(), "/metrics").await,
+            "clusterset_dns_source_stale",
+        ) == Some(1.0)
+    })
+    .await;
+    for _ in 0..10 {
+        assert_eq!(
+            ask(&running, "web.shop.svc.clusterset.local.", RecordType::A)
+                .await
+                .0,
+            ResponseCode::NoError
+        );
+    }
+
+    // It comes back; a change made after the restart is picked up.
+    plane.apiservers[0].start();
+    let client = plane.apiservers[0].admin_client().await;
+    let imports: Api<ServiceImport> = Api::namespaced(client, "shop");
+    let patch = serde_json::json!({"spec": {"ips": ["10.96.0.99"]}});
+    imports
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    answers_become(
+        &running,
+        "web.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NoError,
+        &["web.shop.svc.clusterset.local. 5 IN A 10.96.0.99"],
+    )
+    .await;
+    eventually("source_stale = 0", || async {
+        common::metric(
+            &http_get(running.admin_addr(), "/metrics").await,
+            "clusterset_dns_source_stale",
+        ) == Some(0.0)
+    })
+    .await;
+    running.stop().await;
+}
+
+/// An import in a namespace that does not exist locally does not resolve.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_import_resolves_only_while_its_namespace_exists() {
+    let plane = ControlPlane::start(1).await;
+    let client = plane.apiservers[0].admin_client().await;
+    create_namespace(&client, "shop").await;
+    let running = start_dns(&plane.apiservers[0].admin_kubeconfig, |_| {}).await;
+    let imports: Api<ServiceImport> = Api::namespaced(client.clone(), "shop");
+    imports
+        .create(
+            &PostParams::default(),
+            &import(
+                "shop",
+                "web",
+                ServiceImportType::ClusterSetIp,
+                &["10.96.0.10"],
+                &[],
+            ),
+        )
+        .await
+        .unwrap();
+    answers_become(
+        &running,
+        "web.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NoError,
+        &["web.shop.svc.clusterset.local. 5 IN A 10.96.0.10"],
+    )
+    .await;
+    // Without a controller-manager a deleted namespace stays Terminating
+    // with its objects: exactly the state in which names must go.
+    Api::<Namespace>::all(client)
+        .delete("shop", &DeleteParams::default())
+        .await
+        .unwrap();
+    answers_become(
+        &running,
+        "web.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NXDomain,
+        &[],
+    )
+    .await;
+    running.stop().await;
+}
+
+/// A vendor's mirror API group with the same schema is served unchanged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mirror_api_group_is_served_when_configured() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let plane = ControlPlane::start(1).await;
+    let client = plane.apiservers[0].admin_client().await;
+    create_namespace(&client, "shop").await;
+
+    // The same CRD under another group, as GKE serves net.gke.io.
+    let mut crd = clusterset_dns::api::crds::all()
+        .into_iter()
+        .find(|c| c.spec.names.kind == "ServiceImport")
+        .unwrap();
+    crd.spec.group = "net.example.com".into();
+    crd.metadata = ObjectMeta {
+        name: Some(format!("{}.net.example.com", crd.spec.names.plural)),
+        ..Default::default()
+    };
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let name = crd.metadata.name.clone().unwrap();
+    tokio::time::timeout(
+        WAIT,
+        kube::runtime::wait::await_condition(
+            crds,
+            &name,
+            kube::runtime::wait::conditions::is_crd_established(),
+        ),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+
+    let running = start_dns(&plane.apiservers[0].admin_kubeconfig, |a| {
+        a.import_group = Some("net.example.com".into())
+    })
+    .await;
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "net.example.com",
+        "v1beta1",
+        "ServiceImport",
+    ));
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "shop", &resource);
+    let object: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "net.example.com/v1beta1",
+        "kind": "ServiceImport",
+        "metadata": {"name": "mirrored", "namespace": "shop"},
+        "spec": {"type": "ClusterSetIP", "ips": ["10.96.7.7"], "ports": [{"port": 80, "protocol": "TCP"}]}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+    answers_become(
+        &running,
+        "mirrored.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NoError,
+        &["mirrored.shop.svc.clusterset.local. 5 IN A 10.96.7.7"],
+    )
+    .await;
+    // An object in the standard group is not what this server watches.
+    let imports: Api<ServiceImport> = Api::namespaced(client, "shop");
+    imports
+        .create(
+            &PostParams::default(),
+            &import(
+                "shop",
+                "standard",
+                ServiceImportType::ClusterSetIp,
+                &["10.96.8.8"],
+                &[],
+            ),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        ask(
+            &running,
+            "standard.shop.svc.clusterset.local.",
+            RecordType::A
+        )
+        .await
+        .0,
+        ResponseCode::NXDomain
+    );
+    running.stop().await;
+}
+
+/// Binds `role` (a ClusterRole object) to the test's unprivileged user.
+async fn bind_role(client: &Client, role: &k8s_openapi::api::rbac::v1::ClusterRole) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    roles.create(&PostParams::default(), role).await.unwrap();
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: role.metadata.name.clone(),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: role.metadata.name.clone().unwrap(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: controlplane::DNS_USER.into(),
+            ..Default::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+}
+
+fn deploy_cluster_role() -> k8s_openapi::api::rbac::v1::ClusterRole {
+    let text = std::fs::read_to_string(common::repo_path("deploy/rbac.yaml")).unwrap();
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let role = docs
+        .into_iter()
+        .find(|d| d["kind"] == "ClusterRole")
+        .expect("deploy/rbac.yaml has a ClusterRole");
+    serde_json::from_value(role).unwrap()
+}
+
+/// The ClusterRole in deploy/ is enough; one rule less fails loudly.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_deploy_cluster_role_is_enough_and_a_narrower_one_fails_clearly() {
+    let plane = ControlPlane::start(2).await;
+
+    // Cluster 0: exactly the shipped role.
+    let admin = plane.apiservers[0].admin_client().await;
+    create_namespace(&admin, "shop").await;
+    bind_role(&admin, &deploy_cluster_role()).await;
+    let imports: Api<ServiceImport> = Api::namespaced(admin.clone(), "shop");
+    imports
+        .create(
+            &PostParams::default(),
+            &import(
+                "shop",
+                "web",
+                ServiceImportType::ClusterSetIp,
+                &["10.96.0.10"],
+                &[],
+            ),
+        )
+        .await
+        .unwrap();
+    let running = start_dns(&plane.apiservers[0].dns_kubeconfig, |_| {}).await;
+    answers_become(
+        &running,
+        "web.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NoError,
+        &["web.shop.svc.clusterset.local. 5 IN A 10.96.0.10"],
+    )
+    .await;
+    running.stop().await;
+
+    // Cluster 1: the same role without EndpointSlices.
+    let admin = plane.apiservers[1].admin_client().await;
+    let mut narrow = deploy_cluster_role();
+    narrow.rules.as_mut().unwrap().retain(|r| {
+        !r.resources
+            .as_ref()
+            .unwrap()
+            .contains(&"endpointslices".to_string())
+    });
+    bind_role(&admin, &narrow).await;
+    let mut running = start_dns(&plane.apiservers[1].dns_kubeconfig, |_| {}).await;
+    let error = tokio::time::timeout(WAIT, running.fatal_error())
+        .await
+        .expect("a forbidden watch must stop the server");
+    let message = error.to_string();
+    assert!(message.contains("endpointslices"), "{message}");
+    assert!(message.contains("forbidden"), "{message}");
+    // It never claimed readiness or answered from an empty index.
+    assert!(!is_ready(&running).await);
+    assert_eq!(
+        ask(&running, "web.shop.svc.clusterset.local.", RecordType::A)
+            .await
+            .0,
+        ResponseCode::ServFail
+    );
+    running.stop().await;
+}
