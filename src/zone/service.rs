@@ -148,6 +148,12 @@ impl ServiceZone {
         let mut apex = Node::default();
         apex.push(base, RecordType::A, a, vec![]);
         apex.push(base, RecordType::AAAA, aaaa, vec![]);
+        if ips.is_empty() {
+            // No clusterset IP yet: an SRV target without addresses would
+            // send clients to a dead end, so the service has no SRV either.
+            self.nodes.insert("".into(), apex);
+            return;
+        }
         // Bare-name SRV: one record per distinct port number (a TCP and a UDP
         // port with the same number give one record).
         let mut numbers: Vec<u16> = ports.iter().map(|p| p.port).collect();
