@@ -50,8 +50,8 @@ pub enum ManifestError {
 
 /// Parses `text` (one or more `---`-separated YAML documents).
 pub fn parse(text: &str) -> Result<Manifest, ManifestError> {
-    let documents: Vec<Value> =
-        serde_saphyr::from_multiple(text).map_err(|e| ManifestError::Yaml(e.to_string()))?;
+    let documents: Vec<Value> = serde_saphyr::from_multiple_with_options(text, yaml_options())
+        .map_err(|e| ManifestError::Yaml(e.to_string()))?;
     let mut manifest = Manifest::default();
     let mut seen_imports = HashSet::new();
     let mut seen_slices = HashSet::new();
@@ -87,6 +87,21 @@ pub fn parse(text: &str) -> Result<Manifest, ManifestError> {
         }
     }
     Ok(manifest)
+}
+
+/// Parser limits sized for a whole clusterset (the defaults stop at 1,024
+/// documents and 250,000 nodes; 10,000 services with slices need more).
+/// They still bound memory against a hostile file.
+fn yaml_options() -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_documents = 1_000_000;
+    budget.max_nodes = 100_000_000;
+    budget.max_events = 200_000_000;
+    budget.max_total_scalar_bytes = 1 << 30;
+    budget.max_reader_input_bytes = Some(1 << 30);
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options
 }
 
 #[derive(Clone, Copy)]
@@ -256,5 +271,17 @@ items:
         let doc = GOOD.split("---").next().unwrap();
         let err = parse(&format!("{doc}---{doc}")).unwrap_err().to_string();
         assert!(err.contains("duplicate"), "{err}");
+    }
+
+    #[test]
+    fn manifests_larger_than_the_yaml_parser_defaults_load() {
+        // serde-saphyr stops at 1,024 documents by default.
+        let mut text = String::new();
+        for i in 0..3000 {
+            text.push_str(&format!(
+                "---\napiVersion: multicluster.x-k8s.io/v1beta1\nkind: ServiceImport\nmetadata: {{name: s{i}, namespace: n}}\nspec: {{type: Headless, ports: []}}\n"
+            ));
+        }
+        assert_eq!(parse(&text).unwrap().imports.len(), 3000);
     }
 }
