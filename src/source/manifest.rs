@@ -101,6 +101,8 @@ fn yaml_options() -> serde_saphyr::Options {
     budget.max_reader_input_bytes = Some(1 << 30);
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
+    // YAML 1.2 booleans: a namespace called `n` or `no` stays a string.
+    options.strict_booleans = true;
     options
 }
 
@@ -110,13 +112,47 @@ struct Position {
     item: Option<usize>,
 }
 
+/// Kubernetes reads these fields as strings whatever YAML infers (kubectl
+/// decodes into typed structs); decoding through a generic value does not,
+/// so numbers and booleans there are turned back into their text:
+/// `version: 1.2` in labels, a namespace called `123`.
+fn stringify_string_fields(object: &mut Value) {
+    fn text(v: &mut Value) {
+        match v {
+            Value::Number(n) => *v = Value::String(n.to_string()),
+            Value::Bool(b) => *v = Value::String(b.to_string()),
+            _ => {}
+        }
+    }
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        for key in ["name", "namespace", "generateName"] {
+            if let Some(v) = meta.get_mut(key) {
+                text(v);
+            }
+        }
+        for key in ["labels", "annotations"] {
+            if let Some(map) = meta.get_mut(key).and_then(Value::as_object_mut) {
+                map.values_mut().for_each(text);
+            }
+        }
+    }
+    if let Some(endpoints) = object.get_mut("endpoints").and_then(Value::as_array_mut) {
+        for endpoint in endpoints {
+            if let Some(h) = endpoint.get_mut("hostname") {
+                text(h);
+            }
+        }
+    }
+}
+
 fn add_object(
     manifest: &mut Manifest,
-    object: Value,
+    mut object: Value,
     at: Position,
     seen_imports: &mut HashSet<ServiceRef>,
     seen_slices: &mut HashSet<SliceKey>,
 ) -> Result<(), ManifestError> {
+    stringify_string_fields(&mut object);
     let api_version = object
         .get("apiVersion")
         .and_then(Value::as_str)
@@ -271,6 +307,16 @@ items:
         let doc = GOOD.split("---").next().unwrap();
         let err = parse(&format!("{doc}---{doc}")).unwrap_err().to_string();
         assert!(err.contains("duplicate"), "{err}");
+    }
+
+    #[test]
+    fn yaml_1_1_booleans_and_numbers_in_string_fields_stay_strings() {
+        let text = "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: s\n  namespace: no\n  labels:\n    multicluster.kubernetes.io/service-name: web\n    multicluster.kubernetes.io/source-cluster: on\n    app.kubernetes.io/version: 1.2\naddressType: IPv4\nendpoints: [{addresses: [10.0.0.1], hostname: 7}]\n";
+        let m = parse(text).unwrap();
+        let (key, slice) = &m.slices[0];
+        assert_eq!(key.namespace, "no");
+        assert_eq!(slice.cluster, "on");
+        assert_eq!(slice.endpoints[0].hostname.as_deref(), Some("7"));
     }
 
     #[test]
