@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Runs the whole test suite on a fresh machine: installs the DNS tools the
-# tests drive (dig, kdig) when they are missing, then `cargo test`.
+# Runs the whole test suite on a fresh machine:
+#  1. installs the tools the tests drive when missing (dig, kdig, curl, openssl);
+#  2. builds kube-apiserver, etcd and CoreDNS from the Go module proxy into
+#     ~/.cache/clusterset-dns/testenv (first run only: ~15-25 min on 2 cores;
+#     later runs reuse the cache) — see scripts/testenv-build.sh;
+#  3. cargo test.
 # Extra arguments go to `cargo test` (e.g. `scripts/test.sh --test dns_cases`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,12 +12,19 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v dig >/dev/null 2>&1 || missing+=(bind9-dnsutils)
 command -v kdig >/dev/null 2>&1 || missing+=(knot-dnsutils)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if ((${#missing[@]})); then
     sudo=""
     [ "$(id -u)" = 0 ] || sudo=sudo
     echo "installing ${missing[*]}" >&2
     $sudo apt-get update -qq
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ -z "${CLUSTERSET_DNS_TESTENV_BIN:-}" ]; then
+    CLUSTERSET_DNS_TESTENV_BIN=$(scripts/testenv-build.sh | tail -n1)
+    export CLUSTERSET_DNS_TESTENV_BIN
 fi
 
 exec cargo test --locked "$@"
