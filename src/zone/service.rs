@@ -267,7 +267,7 @@ impl ServiceZone {
         self.nodes.insert("".into(), apex);
 
         // Named-port SRV: one record per endpoint exposing that port.
-        let mut named: BTreeMap<String, (Vec<(u16, Name)>, Vec<Record>)> = BTreeMap::new();
+        let mut named: BTreeMap<String, (Vec<SrvTarget>, Vec<Record>)> = BTreeMap::new();
         for (owner, host, a, aaaa) in subset {
             for port in &host.ports {
                 let Some(name) = &port.name else { continue };
@@ -309,6 +309,9 @@ impl ServiceZone {
         }
     }
 }
+
+/// An SRV target: port number and target name.
+type SrvTarget = (u16, Name);
 
 #[derive(Default)]
 struct Host {

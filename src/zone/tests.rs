@@ -254,7 +254,7 @@ fn db_slices() -> Vec<SliceEndpoints> {
         "west",
         vec![
             endpoint(Some("db-0"), &["10.2.0.1"], true),
-            endpoint(None, &["10.2.0.9"], None.unwrap_or(false)),
+            endpoint(None, &["10.2.0.9"], false),
         ],
     );
     west.ports = vec![tcp("pg", 5432)];

@@ -88,7 +88,7 @@ mod tests {
     fn tail_decodes_after_any_casing_of_the_question() {
         let name = Name::from_ascii("web.prod.svc.clusterset.local.").unwrap();
         let rec = Record::from_rdata(name.clone(), 5, RData::A(A::new(10, 0, 0, 1)));
-        let wire = WireAnswer::encode(&name, RecordType::A, &[rec.clone()], &[]);
+        let wire = WireAnswer::encode(&name, RecordType::A, std::slice::from_ref(&rec), &[]);
         // Rebuild a response with an upper-case question and parse it back.
         let upper = Name::from_ascii("WEB.Prod.SVC.clusterset.LOCAL.").unwrap();
         let mut head = encode(&upper, RecordType::A, &[], &[]);
