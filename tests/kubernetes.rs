@@ -784,3 +784,136 @@ async fn the_deploy_cluster_role_is_enough_and_a_narrower_one_fails_clearly() {
     );
     running.stop().await;
 }
+
+/// Changes made while our apiserver is down (written through another
+/// apiserver of the same cluster) are picked up by the relist, and a name
+/// that did not change never answers wrongly meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_relist_after_missed_changes_converges_without_wrong_answers() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let mut plane = ControlPlane::start(1).await;
+    let replica = plane.start_replica(0);
+    let client = plane.apiservers[0].admin_client().await;
+    create_namespace(&client, "shop").await;
+    let imports: Api<ServiceImport> = Api::namespaced(client.clone(), "shop");
+    let pp = PostParams::default();
+    for (name, ip) in [
+        ("stable", "10.96.0.1"),
+        ("gone", "10.96.0.2"),
+        ("moved", "10.96.0.3"),
+    ] {
+        imports
+            .create(
+                &pp,
+                &import("shop", name, ServiceImportType::ClusterSetIp, &[ip], &[]),
+            )
+            .await
+            .unwrap();
+    }
+    let running = Arc::new(start_dns(&plane.apiservers[0].admin_kubeconfig, |_| {}).await);
+    answers_become(
+        &running,
+        "moved.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NoError,
+        &["moved.shop.svc.clusterset.local. 5 IN A 10.96.0.3"],
+    )
+    .await;
+
+    // Query the unchanged name continuously through everything that follows.
+    let stop = Arc::new(AtomicBool::new(false));
+    let wrong = Arc::new(AtomicUsize::new(0));
+    let asked = Arc::new(AtomicUsize::new(0));
+    let checker = {
+        let (running, stop, wrong, asked) =
+            (running.clone(), stop.clone(), wrong.clone(), asked.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let answer =
+                    ask(&running, "stable.shop.svc.clusterset.local.", RecordType::A).await;
+                asked.fetch_add(1, Ordering::Relaxed);
+                if answer
+                    != (
+                        ResponseCode::NoError,
+                        vec!["stable.shop.svc.clusterset.local. 5 IN A 10.96.0.1".to_string()],
+                    )
+                {
+                    wrong.fetch_add(1, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+
+    plane.apiservers[0].stop();
+    let other: Api<ServiceImport> =
+        Api::namespaced(plane.apiservers[replica].admin_client().await, "shop");
+    other
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    other
+        .patch(
+            "moved",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"spec": {"ips": ["10.96.0.33"]}})),
+        )
+        .await
+        .unwrap();
+    other
+        .create(
+            &pp,
+            &import(
+                "shop",
+                "new",
+                ServiceImportType::ClusterSetIp,
+                &["10.96.0.4"],
+                &[],
+            ),
+        )
+        .await
+        .unwrap();
+    // While disconnected, the last index keeps answering.
+    assert_eq!(
+        ask(&running, "gone.shop.svc.clusterset.local.", RecordType::A)
+            .await
+            .0,
+        ResponseCode::NoError
+    );
+
+    plane.apiservers[0].start();
+    answers_become(
+        &running,
+        "gone.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NXDomain,
+        &[],
+    )
+    .await;
+    answers_become(
+        &running,
+        "moved.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NoError,
+        &["moved.shop.svc.clusterset.local. 5 IN A 10.96.0.33"],
+    )
+    .await;
+    answers_become(
+        &running,
+        "new.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NoError,
+        &["new.shop.svc.clusterset.local. 5 IN A 10.96.0.4"],
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    checker.await.unwrap();
+    assert!(asked.load(Ordering::Relaxed) > 20, "the checker ran");
+    assert_eq!(
+        wrong.load(Ordering::Relaxed),
+        0,
+        "an unchanged name answered wrongly during the outage or relist"
+    );
+    Arc::try_unwrap(running).unwrap().stop().await;
+}

@@ -328,6 +328,45 @@ impl ControlPlane {
         plane
     }
 
+    /// Starts a second apiserver for cluster `i` (same etcd prefix, new
+    /// port) and returns its index in `apiservers`: writes through it reach
+    /// cluster `i` while that cluster's first apiserver is down.
+    pub fn start_replica(&mut self, i: usize) -> usize {
+        let port = free_port();
+        let url = format!("https://127.0.0.1:{port}");
+        let n = self.apiservers.len();
+        let dir = self.dir.path().join(format!("replica{n}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let args: Vec<String> = self.apiservers[i]
+            .args
+            .iter()
+            .map(|a| {
+                if a.starts_with("--secure-port=") {
+                    format!("--secure-port={port}")
+                } else if a.starts_with("--cert-dir=") {
+                    format!("--cert-dir={}", dir.join("pki").display())
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        let admin_kubeconfig = dir.join("admin.kubeconfig");
+        let dns_kubeconfig = dir.join("dns.kubeconfig");
+        write_kubeconfig(&admin_kubeconfig, &url, ADMIN_TOKEN, &format!("replica{n}"));
+        write_kubeconfig(&dns_kubeconfig, &url, DNS_TOKEN, &format!("replica{n}"));
+        let mut api = ApiServer {
+            child: None,
+            args,
+            log: dir.join("kube-apiserver.log"),
+            url,
+            admin_kubeconfig,
+            dns_kubeconfig,
+        };
+        api.start();
+        self.apiservers.push(api);
+        n
+    }
+
     /// A scratch directory that lives as long as the control plane.
     pub fn dir(&self) -> &Path {
         self.dir.path()
