@@ -208,19 +208,19 @@ impl KubeSource {
             Api::<DynamicObject>::all_with(self.client.clone(), &self.import_resource),
             config.clone(),
         )
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .map(Update::Import);
         let slices = watcher::watcher(
             Api::<EndpointSlice>::all(self.client.clone()),
             config.clone().labels(LABEL_SERVICE_NAME),
         )
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .map(Update::Slice);
         let namespaces = watcher::watcher(
             Api::<PartialObjectMeta<Namespace>>::all(self.client.clone()),
             config,
         )
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .map(Update::Namespace);
         let streams: Vec<BoxStream<'static, Update>> =
             vec![imports.boxed(), slices.boxed(), namespaces.boxed()];
@@ -468,5 +468,71 @@ fn slice_key(slice: &EndpointSlice) -> SliceKey {
     SliceKey {
         namespace: slice.metadata.namespace.clone().unwrap_or_default(),
         name: slice.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+/// Retry delays for failing watches: 200 ms doubling to 5 s, with ±20 %
+/// jitter, reset by the first successful event. kube's default goes up to
+/// 30 s; a DNS server should catch up within seconds of the apiserver's
+/// return, and the jitter spreads a DaemonSet's reconnects.
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    next: Duration,
+}
+
+impl WatchBackoff {
+    const MIN: Duration = Duration::from_millis(200);
+    const MAX: Duration = Duration::from_secs(5);
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        Self { next: Self::MIN }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let base = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        // Cheap jitter from the clock; no need for a random number generator.
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let permille = 800 + u64::from(nanos % 401); // 0.8 ..= 1.2
+        Some(Duration::from_millis(
+            base.as_millis() as u64 * permille / 1000,
+        ))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::MIN;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_backoff_doubles_to_five_seconds_with_jitter_and_resets() {
+        use kube::runtime::utils::Backoff;
+        let mut backoff = WatchBackoff::default();
+        let delays: Vec<Duration> = (&mut backoff).take(8).collect();
+        assert!(
+            delays[0] >= Duration::from_millis(160) && delays[0] <= Duration::from_millis(240),
+            "{delays:?}"
+        );
+        assert!(
+            delays.iter().all(|d| *d <= Duration::from_secs(6)),
+            "{delays:?}"
+        );
+        assert!(delays[7] >= Duration::from_secs(4), "{delays:?}");
+        backoff.reset();
+        assert!(backoff.next().unwrap() <= Duration::from_millis(240));
     }
 }
