@@ -917,3 +917,26 @@ async fn a_relist_after_missed_changes_converges_without_wrong_answers() {
     );
     Arc::try_unwrap(running).unwrap().stop().await;
 }
+
+/// The shipped manifests are accepted by a real apiserver (server-side
+/// validation of every field).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_deploy_manifests_are_accepted_by_the_apiserver() {
+    let plane = ControlPlane::start(1).await;
+    let client = plane.apiservers[0].admin_client().await;
+    let deployment =
+        std::fs::read_to_string(common::repo_path("deploy/clusterset-dns.yaml")).unwrap();
+    let rbac = std::fs::read_to_string(common::repo_path("deploy/rbac.yaml")).unwrap();
+    controlplane::apply_manifest(&client, &format!("{deployment}\n---\n{rbac}")).await;
+    let daemonsets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+        Api::namespaced(client, "clusterset-dns");
+    let ds = daemonsets.get("clusterset-dns").await.unwrap();
+    let args = ds.spec.unwrap().template.spec.unwrap().containers[0]
+        .args
+        .clone()
+        .unwrap();
+    assert!(
+        args.iter().any(|a| a == "--dns-listen=0.0.0.0:5353"),
+        "{args:?}"
+    );
+}
