@@ -58,13 +58,19 @@ impl DnsServer {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
-        let first = bind_udp(config.listen)?;
-        let local_addr = first.local_addr()?;
-        let mut udp = vec![first];
-        for _ in 1..workers {
-            udp.push(bind_udp(local_addr)?);
-        }
-        let tcp = bind_tcp(local_addr)?;
+        // Port 0 lets the kernel pick a free UDP port, but the same TCP port
+        // may be taken (e.g. by a client connection's ephemeral port): then
+        // pick again.
+        let attempts = if config.listen.port() == 0 { 16 } else { 1 };
+        let mut attempt = 1;
+        let (udp, tcp, local_addr) = loop {
+            match bind_all(config.listen, workers) {
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse && attempt < attempts => {
+                    attempt += 1;
+                }
+                result => break result?,
+            }
+        };
 
         let mut hickory = hickory_server::Server::new(handler.clone());
         hickory.register_listener(
@@ -103,6 +109,21 @@ impl DnsServer {
             tracing::warn!(%error, "DNS server shutdown");
         }
     }
+}
+
+/// Binds `workers` UDP sockets and the TCP listener on one port.
+fn bind_all(
+    listen: SocketAddr,
+    workers: usize,
+) -> io::Result<(Vec<UdpSocket>, std::net::TcpListener, SocketAddr)> {
+    let first = bind_udp(listen)?;
+    let local_addr = first.local_addr()?;
+    let mut udp = vec![first];
+    for _ in 1..workers {
+        udp.push(bind_udp(local_addr)?);
+    }
+    let tcp = bind_tcp(local_addr)?;
+    Ok((udp, tcp, local_addr))
 }
 
 fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {

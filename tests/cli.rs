@@ -1,0 +1,165 @@
+//! The built binary: `serve` answers queries and exits cleanly on SIGTERM;
+//! `check` rejects a broken manifest naming the document and the field.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{
+    POLL_INTERVAL, QUERY_TIMEOUT, Transport, exchange, query, repo_path, tcp_raw, udp_raw, within,
+};
+use hickory_proto::op::{Message, ResponseCode};
+use hickory_proto::rr::RecordType;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+const BIN: &str = env!("CARGO_BIN_EXE_clusterset-dns");
+/// How long the binary may take to start answering.
+const START_LIMIT: Duration = Duration::from_secs(10);
+/// How long the binary may take to exit after SIGTERM.
+const STOP_LIMIT: Duration = Duration::from_secs(5);
+
+/// A loopback port free for both UDP and TCP right now (bound, then
+/// released for the child to take).
+fn free_port() -> u16 {
+    loop {
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind UDP");
+        let port = udp.local_addr().expect("local address").port();
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind TCP")
+        .port()
+}
+
+/// Starts `serve` on free ports and waits until it answers; the ports are
+/// free only when chosen, so a child that lost a race is retried.
+async fn start_serve() -> (Child, SocketAddr) {
+    let probe = query("dns-version.clusterset.local.", RecordType::TXT);
+    for _ in 0..3 {
+        let dns = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let admin = SocketAddr::from(([127, 0, 0, 1], free_tcp_port()));
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .arg("--config")
+            .arg(repo_path("config/clusterset-dns.toml"))
+            .arg("--dns-listen")
+            .arg(dns.to_string())
+            .arg("--admin-listen")
+            .arg(admin.to_string())
+            .env("CLUSTERSET_DNS_LOG", "clusterset_dns=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn clusterset-dns serve");
+        let deadline = Instant::now() + START_LIMIT;
+        loop {
+            if let Some(status) = child.try_wait().expect("poll child") {
+                eprintln!("serve exited early ({status}); retrying on other ports");
+                break;
+            }
+            let bytes = common::encode(&probe);
+            if let Some(reply) = udp_raw(dns, &bytes, POLL_INTERVAL * 5).await
+                && Message::from_vec(&reply).is_ok()
+            {
+                return (child, dns);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve did not answer on {dns} within {START_LIMIT:?}"
+            );
+        }
+    }
+    panic!("serve failed to start three times");
+}
+
+/// `serve` answers over UDP and TCP and exits 0 within 5 s of SIGTERM.
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_answers_and_exits_cleanly_on_sigterm() {
+    let (mut child, dns) = start_serve().await;
+    for transport in [Transport::Udp, Transport::Tcp] {
+        let r = exchange(
+            dns,
+            transport,
+            &query("web.shop.svc.clusterset.local.", RecordType::A),
+        )
+        .await;
+        assert_eq!(r.metadata.response_code, ResponseCode::NoError);
+        assert!(r.metadata.authoritative);
+        assert_eq!(
+            common::sorted(&r.answers),
+            ["web.shop.svc.clusterset.local. 5 IN A 10.96.10.10"],
+            "{transport:?}"
+        );
+    }
+
+    let pid = child.id().expect("child is running") as libc::pid_t;
+    // SAFETY: kill(2) with a pid we spawned and still own (not yet reaped,
+    // so it cannot have been reused) and a valid signal number.
+    #[allow(unsafe_code)]
+    let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(sent, 0, "kill: {}", std::io::Error::last_os_error());
+    let status = within(STOP_LIMIT, "exit after SIGTERM", child.wait())
+        .await
+        .expect("wait for child");
+    assert!(status.success(), "exit status after SIGTERM: {status}");
+
+    // Nothing answers any more.
+    let bytes = common::encode(&query("web.shop.svc.clusterset.local.", RecordType::A));
+    assert!(tcp_raw(dns, &bytes, QUERY_TIMEOUT).await.is_none());
+}
+
+/// `check` accepts the example and rejects an invalid IP, naming document and field.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_rejects_a_broken_manifest_naming_document_and_field() {
+    let good = Command::new(BIN)
+        .arg("check")
+        .arg("--file")
+        .arg(repo_path(common::EXAMPLE))
+        .output();
+    let good = within(STOP_LIMIT, "check example", good)
+        .await
+        .expect("run check");
+    let stdout = String::from_utf8_lossy(&good.stdout);
+    assert!(good.status.success(), "check example: {}", good.status);
+    assert!(stdout.contains("5 ServiceImports"), "{stdout}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(
+        &broken,
+        "apiVersion: multicluster.x-k8s.io/v1beta1
+kind: ServiceImport
+metadata: {name: web, namespace: prod}
+spec: {type: ClusterSetIP, ips: [10.96.0.1], ports: [{port: 80}]}
+---
+apiVersion: multicluster.x-k8s.io/v1beta1
+kind: ServiceImport
+metadata: {name: bad, namespace: prod}
+spec: {type: ClusterSetIP, ips: [10.96.0.2, not-an-ip], ports: [{port: 80}]}
+",
+    )
+    .expect("write broken manifest");
+    let bad = Command::new(BIN)
+        .arg("check")
+        .arg("--file")
+        .arg(&broken)
+        .output();
+    let bad = within(STOP_LIMIT, "check broken", bad)
+        .await
+        .expect("run check");
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success(), "check accepted a broken manifest");
+    assert!(stderr.contains("document 2"), "{stderr}");
+    assert!(stderr.contains("ServiceImport prod/bad"), "{stderr}");
+    assert!(stderr.contains("spec.ips[1]"), "{stderr}");
+}

@@ -1,0 +1,344 @@
+//! The UDP fast path answers exactly as the hickory path: the same raw
+//! query goes to a fast-path server and to a hickory-path server serving the
+//! same manifest, and the parsed responses must match in every header flag,
+//! the rcode, the question and every record with its TTL.
+//!
+//! Names compare case-insensitively (as hickory's `Name` equality does, RFC
+//! 4343): the fast path's precompiled records compress their owner names
+//! against the question and so echo its letter case, while hickory writes
+//! the zone's lower case. The question itself must be echoed exactly. The
+//! SOA serial is the publish time of each server and is masked.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use clusterset_dns::index::Index;
+use clusterset_dns::source::manifest;
+use clusterset_dns::zone::ZoneSettings;
+use common::{
+    EXAMPLE, Options, TestServer, UdpClient, big_headless, decode, describe, encode, read_metric,
+    repo_path,
+};
+use hickory_proto::op::{Edns, Message};
+use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
+use hickory_proto::rr::{Name, RData, RecordType};
+
+const HITS: &str = "clusterset_dns_udp_fast_path_hits_total";
+
+/// Every owner name of the zone built from `yaml`, plus the apex names and
+/// empty non-terminals the server answers for.
+fn zone_names(yaml: &str) -> BTreeSet<String> {
+    let parsed = manifest::parse(yaml).expect("fixture parses");
+    let mut index = Index::new(ZoneSettings::new(
+        Name::from_ascii("clusterset.local.").unwrap(),
+    ));
+    index.reset_imports(parsed.imports);
+    index.reset_slices(parsed.slices);
+    let (zone, _) = index.publish();
+    let mut names: BTreeSet<String> = [
+        "clusterset.local.",
+        "dns-version.clusterset.local.",
+        "dns.clusterset.local.",
+        "ns.dns.clusterset.local.",
+        "svc.clusterset.local.",
+    ]
+    .map(String::from)
+    .into();
+    for (service, service_zone) in zone.services() {
+        let (_, namespace) = service.split_once('.').expect("<svc>.<ns> key");
+        names.insert(format!("{namespace}.svc.clusterset.local."));
+        for (relative, _) in service_zone.nodes() {
+            let dot = if relative.is_empty() { "" } else { "." };
+            names.insert(format!("{relative}{dot}{service}.svc.clusterset.local."));
+        }
+    }
+    names
+}
+
+/// Names that do not exist or lie outside the zone.
+const MISSING: &[&str] = &[
+    "nope.shop.svc.clusterset.local.",
+    "nope.svc.clusterset.local.",
+    "jobs.svc.clusterset.local.",
+    "batch.jobs.svc.clusterset.local.",
+    "db-1.cluster-west.db.shop.svc.clusterset.local.",
+    "cluster-east.web.shop.svc.clusterset.local.",
+    "_http._udp.web.shop.svc.clusterset.local.",
+    "a.b.c.db-0.cluster-east.db.shop.svc.clusterset.local.",
+    "x.dns-version.clusterset.local.",
+    "foo.clusterset.local.",
+    "example.com.",
+    "local.",
+    ".",
+    "clusterset.local.example.com.",
+    "10.10.96.10.in-addr.arpa.",
+];
+
+const TYPES: &[RecordType] = &[
+    RecordType::A,
+    RecordType::AAAA,
+    RecordType::SRV,
+    RecordType::TXT,
+    RecordType::NS,
+    RecordType::SOA,
+    RecordType::ANY,
+    RecordType::MX,
+];
+
+/// `name` with every other letter upper-cased.
+fn mixed_case(name: &str) -> String {
+    name.chars()
+        .enumerate()
+        .map(|(i, c)| {
+            if i % 2 == 0 {
+                c.to_ascii_uppercase()
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+fn edns(payload: u16) -> Edns {
+    let mut edns = Edns::new();
+    edns.set_max_payload(payload);
+    edns
+}
+
+fn with_edns(name: &str, rtype: RecordType, edns: Option<Edns>) -> Message {
+    let mut message = common::query(name, rtype);
+    if let Some(edns) = edns {
+        message.set_edns(edns);
+    }
+    message
+}
+
+/// Every query of the comparison: `(description, message)`. Each name in
+/// lower case gets every type without EDNS and with EDNS 512, 1232 and
+/// 4096; in mixed case every type without EDNS and with 1232.
+fn queries(names: &BTreeSet<String>, types: &[RecordType]) -> Vec<(String, Message)> {
+    let mut out = Vec::new();
+    let all_names = names
+        .iter()
+        .cloned()
+        .chain(MISSING.iter().map(|s| s.to_string()));
+    for name in all_names {
+        for &rtype in types {
+            out.push((format!("{name} {rtype}"), with_edns(&name, rtype, None)));
+            for payload in [512, 1232, 4096] {
+                out.push((
+                    format!("{name} {rtype} EDNS {payload}"),
+                    with_edns(&name, rtype, Some(edns(payload))),
+                ));
+            }
+            if name != "." {
+                let mixed = mixed_case(&name);
+                out.push((format!("{mixed} {rtype}"), with_edns(&mixed, rtype, None)));
+                out.push((
+                    format!("{mixed} {rtype} EDNS 1232"),
+                    with_edns(&mixed, rtype, Some(edns(1232))),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Rarer query shapes on a few names: other types, an EDNS option (a
+/// client cookie) and the DO bit, which the server must ignore, and header
+/// flags RD clear, CD set, AD set.
+fn unusual_queries() -> Vec<(String, Message)> {
+    let mut out = Vec::new();
+    let names = [
+        "web.shop.svc.clusterset.local.",
+        "_postgres._tcp.db.shop.svc.clusterset.local.",
+        "nope.shop.svc.clusterset.local.",
+        "example.com.",
+    ];
+    for name in names {
+        for rtype in [RecordType::PTR, RecordType::CNAME, RecordType::CAA] {
+            out.push((format!("{name} {rtype}"), with_edns(name, rtype, None)));
+        }
+        let mut cookie = edns(1232);
+        cookie
+            .options_mut()
+            .insert(EdnsOption::Unknown(EdnsCode::Cookie.into(), vec![7; 8]));
+        let mut dnssec_ok = edns(1232);
+        dnssec_ok.set_dnssec_ok(true);
+        for (what, edns) in [("cookie", cookie), ("DO", dnssec_ok)] {
+            for rtype in [RecordType::A, RecordType::SRV] {
+                out.push((
+                    format!("{name} {rtype} EDNS {what}"),
+                    with_edns(name, rtype, Some(edns.clone())),
+                ));
+            }
+        }
+        for flags in ["rd=0", "cd=1", "ad=1"] {
+            let mut message = common::query(name, RecordType::A);
+            match flags {
+                "rd=0" => message.metadata.recursion_desired = false,
+                "cd=1" => message.metadata.checking_disabled = true,
+                _ => message.metadata.authentic_data = true,
+            }
+            out.push((format!("{name} A {flags}"), message));
+        }
+    }
+    out
+}
+
+/// Masks what legitimately differs between two servers: the ID (we send
+/// the same one anyway) and the SOA serial (each server's publish time).
+fn normalise(mut message: Message) -> Message {
+    message.metadata.id = 0;
+    for record in message
+        .answers
+        .iter_mut()
+        .chain(message.authorities.iter_mut())
+        .chain(message.additionals.iter_mut())
+    {
+        if let RData::SOA(soa) = &mut record.data {
+            soa.serial = 0;
+        }
+    }
+    message
+}
+
+/// Sends every query to both servers; returns the mismatches. Eight
+/// client pairs work through the list concurrently to keep the test fast.
+async fn compare(
+    fast: &TestServer,
+    hickory: &TestServer,
+    queries: &[(String, Message)],
+) -> Vec<String> {
+    const CLIENTS: usize = 8;
+    let servers = [fast.dns(), hickory.dns()];
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..CLIENTS {
+        let mine: Vec<(usize, String, Message)> = queries
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % CLIENTS == worker)
+            .map(|(i, (what, message))| (i, what.clone(), message.clone()))
+            .collect();
+        tasks.spawn(async move {
+            let clients = [
+                UdpClient::connect(servers[0]).await,
+                UdpClient::connect(servers[1]).await,
+            ];
+            let mut mismatches = Vec::new();
+            for (i, what, message) in mine {
+                if let Some(mismatch) = compare_one(&clients, i, &what, &message).await {
+                    mismatches.push((i, mismatch));
+                }
+            }
+            mismatches
+        });
+    }
+    let mut mismatches = Vec::new();
+    while let Some(result) = tasks.join_next().await {
+        mismatches.extend(result.expect("comparison task panicked"));
+    }
+    mismatches.sort();
+    mismatches.into_iter().map(|(_, m)| m).collect()
+}
+
+async fn compare_one(
+    clients: &[UdpClient; 2],
+    i: usize,
+    what: &str,
+    message: &Message,
+) -> Option<String> {
+    let bytes = encode(message);
+    let mut replies = Vec::new();
+    for client in clients {
+        let reply = client
+            .exchange_raw(&bytes)
+            .await
+            .unwrap_or_else(|| panic!("query #{i} {what}: no reply"));
+        assert_eq!(reply[..2], bytes[..2], "query #{i} {what}: ID");
+        replies.push(normalise(decode(&reply, what)));
+    }
+    let (f, h) = (&replies[0], &replies[1]);
+    // `==` is hickory's DNS equality; `describe` adds TTLs, record order
+    // and the exact question.
+    (f != h || describe(f) != describe(h)).then(|| {
+        format!(
+            "query #{i} {what}:\n--- fast path\n{}--- hickory path\n{}",
+            describe(f),
+            describe(h)
+        )
+    })
+}
+
+/// The fast path answers every example-zone query exactly as hickory, and counts its hits.
+#[tokio::test(flavor = "multi_thread")]
+async fn fast_path_answers_match_the_hickory_path_for_the_example_zone() {
+    let yaml = std::fs::read_to_string(repo_path(EXAMPLE)).expect("read example");
+    let names = zone_names(&yaml);
+    assert!(names.len() >= 25, "example zone names: {names:?}");
+    let mut queries = queries(&names, TYPES);
+    queries.extend(unusual_queries());
+
+    let fast = TestServer::from_file(EXAMPLE, Options::fast_path(true)).await;
+    let hickory = TestServer::from_file(EXAMPLE, Options::fast_path(false)).await;
+    let hits_before = read_metric(fast.admin(), HITS).await;
+    let mismatches = compare(&fast, &hickory, &queries).await;
+    let hits = read_metric(fast.admin(), HITS).await - hits_before;
+    let hickory_hits = read_metric(hickory.admin(), HITS).await;
+    fast.stop().await;
+    hickory.stop().await;
+
+    assert!(
+        mismatches.is_empty(),
+        "{} of {} queries differ:\n{}",
+        mismatches.len(),
+        queries.len(),
+        mismatches.join("\n")
+    );
+    // Only fast-path-eligible queries count; most of the table is.
+    assert!(
+        hits >= queries.len() as f64 / 2.0,
+        "fast path served {hits} of {} queries",
+        queries.len()
+    );
+    assert_eq!(
+        hickory_hits, 0.0,
+        "the hickory-path server has no fast path"
+    );
+}
+
+/// Truncated and glue-dropping answers leave the fast path and still match hickory.
+#[tokio::test(flavor = "multi_thread")]
+async fn fast_path_matches_hickory_for_truncated_and_glue_dropping_answers() {
+    let yaml = [
+        big_headless("shop", "big", 20, 200, true),
+        big_headless("shop", "mid", 21, 60, false),
+        big_headless("shop", "six", 22, 6, false),
+    ]
+    .concat();
+    // The per-endpoint names are covered by the example zone; keep one.
+    let names: BTreeSet<String> = zone_names(&yaml)
+        .into_iter()
+        .filter(|n| !n.starts_with("h-") || n.starts_with("h-000."))
+        .collect();
+    let sized = [
+        RecordType::A,
+        RecordType::AAAA,
+        RecordType::SRV,
+        RecordType::ANY,
+    ];
+    let queries = queries(&names, &sized);
+    let fast = TestServer::from_yaml(&yaml, Options::fast_path(true)).await;
+    let hickory = TestServer::from_yaml(&yaml, Options::fast_path(false)).await;
+    let mismatches = compare(&fast, &hickory, &queries).await;
+    fast.stop().await;
+    hickory.stop().await;
+    assert!(
+        mismatches.is_empty(),
+        "{} of {} queries differ:\n{}",
+        mismatches.len(),
+        queries.len(),
+        mismatches.join("\n")
+    );
+}

@@ -1,0 +1,595 @@
+//! Protocol edge cases on the wire: EDNS, truncation and TCP fallback, the
+//! additional section, BADVERS, opcodes, malformed packets and the
+//! `max_records` cap. Each runs against a fast-path and a hickory-path
+//! server unless it is about one of them.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use common::{
+    EXAMPLE, NO_REPLY_WAIT, Options, TestServer, Transport, big_headless, decode, encode, exchange,
+    exchange_sized, query, query_edns, tcp_raw, udp_raw, v4, v6,
+};
+use hickory_proto::op::{OpCode, Query, ResponseCode};
+use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
+
+/// 200 ready IPv4 endpoints (too many for any UDP answer), 60 (fit 1232
+/// bytes but not 512), and 6 (whose SRV answer fits 512 bytes only without glue).
+fn large_fixture() -> String {
+    [
+        big_headless("shop", "big", 20, 200, false),
+        big_headless("shop", "mid", 21, 60, false),
+        big_headless("shop", "six", 22, 6, false),
+    ]
+    .concat()
+}
+
+/// Only the 60-endpoint service: enough for tests about one normal answer.
+fn mid_fixture() -> String {
+    big_headless("shop", "mid", 21, 60, false)
+}
+
+async fn both_paths(yaml: &str, options: Options) -> [(&'static str, TestServer); 2] {
+    [
+        (
+            "fast path",
+            TestServer::from_yaml(
+                yaml,
+                Options {
+                    fast_path: true,
+                    ..options
+                },
+            )
+            .await,
+        ),
+        (
+            "hickory path",
+            TestServer::from_yaml(
+                yaml,
+                Options {
+                    fast_path: false,
+                    ..options
+                },
+            )
+            .await,
+        ),
+    ]
+}
+
+async fn stop_all(servers: [(&'static str, TestServer); 2]) {
+    for (_, server) in servers {
+        server.stop().await;
+    }
+}
+
+fn addresses(records: &[Record]) -> BTreeSet<IpAddr> {
+    records
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::A(a) => Some(IpAddr::V4(a.0)),
+            RData::AAAA(a) => Some(IpAddr::V6(a.0)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// EDNS queries get an OPT record of version 0 advertising 512..=1232 bytes.
+#[tokio::test(flavor = "multi_thread")]
+async fn responses_to_edns_queries_carry_opt_with_payload_at_most_1232() {
+    let servers = [
+        (
+            "fast path",
+            TestServer::from_file(EXAMPLE, Options::fast_path(true)).await,
+        ),
+        (
+            "hickory path",
+            TestServer::from_file(EXAMPLE, Options::fast_path(false)).await,
+        ),
+    ];
+    for (path, server) in &servers {
+        for payload in [0, 512, 1232, 1400, 4096, 65535] {
+            for name in [
+                "web.shop.svc.clusterset.local.",
+                "nope.shop.svc.clusterset.local.",
+                "example.com.",
+            ] {
+                for transport in [Transport::Udp, Transport::Tcp] {
+                    let q = query_edns(name, RecordType::A, payload, 0);
+                    let response = exchange(server.dns(), transport, &q).await;
+                    let edns = response.edns.as_ref().unwrap_or_else(|| {
+                        panic!("{path} {transport:?} {name} payload {payload}: no OPT")
+                    });
+                    assert!(
+                        (512..=1232).contains(&edns.max_payload()),
+                        "{path} {transport:?} {name}: OPT payload {} for offered {payload}",
+                        edns.max_payload()
+                    );
+                    assert_eq!(edns.version(), 0, "{path} {transport:?} {name}");
+                }
+            }
+        }
+    }
+    stop_all(servers).await;
+}
+
+/// Answers over 512 bytes set TC over plain UDP; TCP returns every record with TC clear.
+#[tokio::test(flavor = "multi_thread")]
+async fn oversized_udp_answers_set_tc_and_tcp_returns_every_record() {
+    let servers = both_paths(&large_fixture(), Options::fast_path(true)).await;
+    let all: BTreeSet<IpAddr> = (0..200).map(|i| v4(20, i).parse().unwrap()).collect();
+    for (path, server) in &servers {
+        for (name, rtype) in [
+            ("big.shop.svc.clusterset.local.", RecordType::A),
+            ("big.shop.svc.clusterset.local.", RecordType::SRV),
+            ("_http._tcp.big.shop.svc.clusterset.local.", RecordType::SRV),
+        ] {
+            let q = query(name, rtype);
+            let (udp, udp_len) = exchange_sized(server.dns(), Transport::Udp, &q).await;
+            assert!(
+                udp.metadata.truncation,
+                "{path} {name} {rtype}: TC over UDP"
+            );
+            assert!(udp_len <= 512, "{path} {name} {rtype}: {udp_len} bytes");
+            assert_eq!(udp.metadata.response_code, ResponseCode::NoError);
+
+            let tcp = exchange(server.dns(), Transport::Tcp, &q).await;
+            assert!(
+                !tcp.metadata.truncation,
+                "{path} {name} {rtype}: TC over TCP"
+            );
+            assert_eq!(tcp.answers.len(), 200, "{path} {name} {rtype} over TCP");
+            if rtype == RecordType::A {
+                assert_eq!(addresses(&tcp.answers), all, "{path} {name}");
+            } else {
+                assert_eq!(addresses(&tcp.additionals), all, "{path} {name} glue");
+            }
+        }
+    }
+    stop_all(servers).await;
+}
+
+/// EDNS raises the UDP limit to the offered size, capped at 1232 bytes.
+#[tokio::test(flavor = "multi_thread")]
+async fn edns_raises_the_udp_limit_up_to_1232_bytes() {
+    let servers = both_paths(&large_fixture(), Options::fast_path(true)).await;
+    let mid = "mid.shop.svc.clusterset.local.";
+    for (path, server) in &servers {
+        let plain = exchange(server.dns(), Transport::Udp, &query(mid, RecordType::A)).await;
+        assert!(plain.metadata.truncation, "{path}: 60 records in 512 bytes");
+
+        for payload in [1232, 4096] {
+            let q = query_edns(mid, RecordType::A, payload, 0);
+            let (r, len) = exchange_sized(server.dns(), Transport::Udp, &q).await;
+            assert!(!r.metadata.truncation, "{path} EDNS {payload}: TC");
+            assert_eq!(r.answers.len(), 60, "{path} EDNS {payload}");
+            assert!(
+                len > 512 && len <= 1232,
+                "{path} EDNS {payload}: {len} bytes"
+            );
+        }
+
+        let big = query_edns("big.shop.svc.clusterset.local.", RecordType::A, 4096, 0);
+        let (r, len) = exchange_sized(server.dns(), Transport::Udp, &big).await;
+        assert!(r.metadata.truncation, "{path}: 200 records with EDNS 4096");
+        assert!(len <= 1232, "{path}: {len} bytes with EDNS 4096");
+        let edns = r
+            .edns
+            .as_ref()
+            .unwrap_or_else(|| panic!("{path}: truncated EDNS response without OPT"));
+        assert_eq!(edns.max_payload(), 1232, "{path}");
+    }
+    stop_all(servers).await;
+}
+
+/// Glue that does not fit is dropped and TC stays clear while the answers fit.
+#[tokio::test(flavor = "multi_thread")]
+async fn additional_records_are_dropped_before_answers_are_truncated() {
+    let servers = both_paths(&large_fixture(), Options::fast_path(true)).await;
+    let name = "_http._tcp.six.shop.svc.clusterset.local.";
+    for (path, server) in &servers {
+        let q = query(name, RecordType::SRV);
+        let (full, full_len) = exchange_sized(server.dns(), Transport::Tcp, &q).await;
+        assert_eq!(full.answers.len(), 6, "{path}");
+        assert_eq!(full.additionals.len(), 6, "{path}: glue over TCP");
+        let mut answers_only = full.clone();
+        answers_only.additionals.clear();
+        let answers_len = encode(&answers_only).len();
+        assert!(
+            answers_len <= 512 && full_len > 512,
+            "fixture must need dropping: answers {answers_len} bytes, full {full_len}"
+        );
+
+        let udp = exchange(server.dns(), Transport::Udp, &q).await;
+        assert!(!udp.metadata.truncation, "{path}: TC set");
+        assert_eq!(udp.answers, full.answers, "{path}: answers");
+        assert!(udp.additionals.is_empty(), "{path}: glue kept");
+
+        let edns = exchange(
+            server.dns(),
+            Transport::Udp,
+            &query_edns(name, RecordType::SRV, 1232, 0),
+        )
+        .await;
+        assert_eq!(edns.additionals.len(), 6, "{path}: glue with EDNS 1232");
+    }
+    stop_all(servers).await;
+}
+
+/// EDNS version 1 gets BADVERS (extended rcode 16) with a version 0 OPT record.
+#[tokio::test(flavor = "multi_thread")]
+async fn edns_version_1_gets_badvers() {
+    let servers = both_paths(&mid_fixture(), Options::fast_path(true)).await;
+    for (path, server) in &servers {
+        for transport in [Transport::Udp, Transport::Tcp] {
+            let q = query_edns("mid.shop.svc.clusterset.local.", RecordType::A, 1232, 1);
+            let r = exchange(server.dns(), transport, &q).await;
+            // hickory decodes 16 as BADSIG (TSIG) or BADVERS (EDNS): same number.
+            assert_eq!(
+                u16::from(r.metadata.response_code),
+                16,
+                "{path} {transport:?}: {}",
+                r.metadata.response_code
+            );
+            assert!(r.answers.is_empty(), "{path} {transport:?}");
+            let edns = r.edns.as_ref().expect("BADVERS needs an OPT record");
+            assert_eq!(edns.version(), 0, "{path} {transport:?}");
+        }
+    }
+    stop_all(servers).await;
+}
+
+/// NOTIFY, STATUS and UPDATE are not implemented: NOTIMP.
+#[tokio::test(flavor = "multi_thread")]
+async fn opcodes_other_than_query_get_notimp() {
+    let servers = both_paths(&mid_fixture(), Options::fast_path(true)).await;
+    for (path, server) in &servers {
+        for op_code in [OpCode::Notify, OpCode::Status, OpCode::Update] {
+            for transport in [Transport::Udp, Transport::Tcp] {
+                let mut q = query("clusterset.local.", RecordType::SOA);
+                q.metadata.op_code = op_code;
+                q.metadata.recursion_desired = false;
+                let r = exchange(server.dns(), transport, &q).await;
+                assert_eq!(
+                    r.metadata.response_code,
+                    ResponseCode::NotImp,
+                    "{path} {op_code:?} {transport:?}"
+                );
+                assert!(r.answers.is_empty(), "{path} {op_code:?}");
+                assert!(!r.metadata.recursion_available);
+            }
+        }
+    }
+    stop_all(servers).await;
+}
+
+/// A query with two questions is malformed for us: FORMERR.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_questions_get_formerr() {
+    let servers = both_paths(&mid_fixture(), Options::fast_path(true)).await;
+    for (path, server) in &servers {
+        for transport in [Transport::Udp, Transport::Tcp] {
+            let mut q = query("mid.shop.svc.clusterset.local.", RecordType::A);
+            q.add_query(Query::query(
+                Name::from_ascii("big.shop.svc.clusterset.local.").unwrap(),
+                RecordType::A,
+            ));
+            let r = exchange(server.dns(), transport, &q).await;
+            assert_eq!(
+                r.metadata.response_code,
+                ResponseCode::FormErr,
+                "{path} {transport:?}"
+            );
+            assert!(r.answers.is_empty(), "{path} {transport:?}");
+        }
+    }
+    stop_all(servers).await;
+}
+
+/// Hand-made malformed packets: `(what, bytes)`.
+fn malformed_packets() -> Vec<(&'static str, Vec<u8>)> {
+    let header = |qd: u16, an: u16| {
+        let mut h = vec![0x4a, 0x11, 0x01, 0x00];
+        for count in [qd, an, 0, 0] {
+            h.extend_from_slice(&count.to_be_bytes());
+        }
+        h
+    };
+    let good = encode(&query("web.shop.svc.clusterset.local.", RecordType::A));
+    let with = |mut h: Vec<u8>, tail: &[u8]| {
+        h.extend_from_slice(tail);
+        h
+    };
+    // A fixed pseudo-random byte string (xorshift), so the test is repeatable.
+    let mut x: u32 = 0x9e37_79b9;
+    let noise: Vec<u8> = (0..64)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect();
+    vec![
+        ("header only, one question announced", header(1, 0)),
+        ("question cut inside a label", with(header(1, 0), b"\x03we")),
+        (
+            "question without type and class",
+            with(header(1, 0), b"\x03web\x00"),
+        ),
+        (
+            "type without class",
+            with(header(1, 0), b"\x03web\x00\x00\x01"),
+        ),
+        (
+            "label longer than 63 bytes",
+            with(
+                header(1, 0),
+                &[&[64u8][..], &[b'a'; 64], b"\x00\x00\x01\x00\x01"].concat(),
+            ),
+        ),
+        (
+            "compression pointer loop",
+            with(header(1, 0), b"\xc0\x0c\x00\x01\x00\x01"),
+        ),
+        (
+            "pointer past the end",
+            with(header(1, 0), b"\xc0\xff\x00\x01\x00\x01"),
+        ),
+        (
+            "answer count with no answer",
+            with(header(1, 1), &good[12..]),
+        ),
+        ("the last byte cut off", good[..good.len() - 1].to_vec()),
+        ("noise after a header", with(header(3, 7), &noise)),
+        ("noise", noise.clone()),
+    ]
+}
+
+/// Sends one malformed packet over UDP and TCP, checks that any reply is a
+/// FORMERR for its ID, then that a normal query still gets its answer.
+/// Returns what happened, for the failure message.
+async fn probe_malformed(server: &TestServer, path: &str, what: &str, bytes: &[u8]) -> String {
+    let udp = udp_raw(server.dns(), bytes, NO_REPLY_WAIT).await;
+    let tcp = tcp_raw(server.dns(), bytes, NO_REPLY_WAIT).await;
+    let mut seen = Vec::new();
+    for (transport, reply) in [("UDP", udp), ("TCP", tcp)] {
+        let Some(reply) = reply else {
+            seen.push(format!("{transport}: no reply"));
+            continue;
+        };
+        let r = decode(&reply, &format!("{path} {transport} {what}"));
+        assert_eq!(
+            r.metadata.response_code,
+            ResponseCode::FormErr,
+            "{path} {transport} {what}"
+        );
+        assert_eq!(&reply[..2], &bytes[..2], "{path} {transport} {what}: ID");
+        assert!(r.answers.is_empty(), "{path} {transport} {what}");
+        seen.push(format!("{transport}: FORMERR"));
+    }
+    let normal = query_edns("mid.shop.svc.clusterset.local.", RecordType::A, 1232, 0);
+    for transport in [Transport::Udp, Transport::Tcp] {
+        let r = exchange(server.dns(), transport, &normal).await;
+        assert_eq!(r.answers.len(), 60, "{path} {transport:?} after {what}");
+    }
+    format!("{what}: {}", seen.join(", "))
+}
+
+/// Malformed packets get FORMERR or no reply, alike on both paths, and serving continues.
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_packets_get_formerr_or_no_reply_and_serving_continues() {
+    let servers = both_paths(&mid_fixture(), Options::fast_path(true)).await;
+    let packets = malformed_packets();
+    // Probes run concurrently: each waits up to NO_REPLY_WAIT for silence.
+    let probes = servers.iter().flat_map(|(path, server)| {
+        packets
+            .iter()
+            .map(move |(what, bytes)| probe_malformed(server, path, what, bytes))
+    });
+    let outcomes = futures::future::join_all(probes).await;
+    let (fast, hickory) = outcomes.split_at(packets.len());
+    // Both paths treat every malformed packet alike.
+    assert_eq!(fast, hickory, "fast path vs hickory path");
+    stop_all(servers).await;
+}
+
+/// Endpoint names carry every address; a hostname-less endpoint is named by its dashed IP.
+#[tokio::test(flavor = "multi_thread")]
+async fn endpoint_names_carry_every_address_and_default_to_the_dashed_ip() {
+    let yaml = format!(
+        "{}apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: multi-a
+  namespace: shop
+  labels:
+    multicluster.kubernetes.io/service-name: multi
+    multicluster.kubernetes.io/source-cluster: cluster-a
+addressType: IPv4
+endpoints:
+- addresses: [10.9.0.1, 10.9.0.2]
+  hostname: two
+- addresses: [10.9.0.3]
+",
+        common::headless_import("shop", "multi", "http", 80)
+    );
+    let servers = both_paths(&yaml, Options::fast_path(true)).await;
+    let base = "multi.shop.svc.clusterset.local.";
+    let two = format!("two.cluster-a.{base}");
+    let dashed = format!("10-9-0-3.cluster-a.{base}");
+    let cases: [(&str, RecordType, Vec<String>); 4] = [
+        (
+            &two,
+            RecordType::A,
+            vec![
+                format!("{two} 5 IN A 10.9.0.1"),
+                format!("{two} 5 IN A 10.9.0.2"),
+            ],
+        ),
+        (
+            &dashed,
+            RecordType::A,
+            vec![format!("{dashed} 5 IN A 10.9.0.3")],
+        ),
+        (
+            base,
+            RecordType::A,
+            ["10.9.0.1", "10.9.0.2", "10.9.0.3"]
+                .map(|ip| format!("{base} 5 IN A {ip}"))
+                .to_vec(),
+        ),
+        (
+            &format!("_http._tcp.{base}"),
+            RecordType::SRV,
+            vec![
+                format!("_http._tcp.{base} 5 IN SRV 0 50 80 {dashed}"),
+                format!("_http._tcp.{base} 5 IN SRV 0 50 80 {two}"),
+            ],
+        ),
+    ];
+    for (path, server) in &servers {
+        for (name, rtype, want) in &cases {
+            for transport in [Transport::Udp, Transport::Tcp] {
+                let r = exchange(server.dns(), transport, &query(name, *rtype)).await;
+                assert_eq!(
+                    common::sorted(&r.answers),
+                    common::expected(&want.iter().map(String::as_str).collect::<Vec<_>>()),
+                    "{path} {transport:?} {name} {rtype}"
+                );
+            }
+        }
+    }
+    stop_all(servers).await;
+}
+
+/// A datagram shorter than a DNS header gets no reply at all.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_eleven_byte_packet_gets_no_reply() {
+    let servers = both_paths(&mid_fixture(), Options::fast_path(true)).await;
+    let normal = encode(&query_edns(
+        "mid.shop.svc.clusterset.local.",
+        RecordType::A,
+        1232,
+        0,
+    ));
+    for (path, server) in &servers {
+        let reply = udp_raw(server.dns(), &normal[..11], NO_REPLY_WAIT).await;
+        assert!(reply.is_none(), "{path}: replied to 11 bytes: {reply:?}");
+        let r = exchange(server.dns(), Transport::Udp, &decode(&normal, "query")).await;
+        assert_eq!(r.answers.len(), 60, "{path}");
+    }
+    stop_all(servers).await;
+}
+
+/// A message with QR set is not a query and gets no reply (no reflection).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_response_sent_to_the_server_gets_no_reply() {
+    let servers = both_paths(&mid_fixture(), Options::fast_path(true)).await;
+    let mut bytes = encode(&query("mid.shop.svc.clusterset.local.", RecordType::A));
+    bytes[2] |= 0x80;
+    for (path, server) in &servers {
+        let reply = udp_raw(server.dns(), &bytes, NO_REPLY_WAIT).await;
+        assert!(reply.is_none(), "{path}: replied to a response");
+    }
+    stop_all(servers).await;
+}
+
+/// Classes other than IN and zone transfers are refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn other_classes_and_zone_transfers_are_refused() {
+    let servers = both_paths(&mid_fixture(), Options::fast_path(true)).await;
+    for (path, server) in &servers {
+        for transport in [Transport::Udp, Transport::Tcp] {
+            let ch = common::query_class(
+                "web.shop.svc.clusterset.local.",
+                RecordType::A,
+                DNSClass::CH,
+            );
+            let r = exchange(server.dns(), transport, &ch).await;
+            assert_eq!(r.metadata.response_code, ResponseCode::Refused, "{path} CH");
+            assert!(!r.metadata.authoritative);
+        }
+        let axfr = query("clusterset.local.", RecordType::AXFR);
+        let r = exchange(server.dns(), Transport::Tcp, &axfr).await;
+        assert_eq!(
+            r.metadata.response_code,
+            ResponseCode::Refused,
+            "{path} AXFR"
+        );
+        assert!(r.answers.is_empty());
+    }
+    stop_all(servers).await;
+}
+
+/// `max_records` caps A, AAAA and SRV at the service name to one subset of endpoints.
+#[tokio::test(flavor = "multi_thread")]
+async fn max_records_caps_headless_answers_to_one_subset_of_endpoints() {
+    let yaml = big_headless("shop", "pets", 30, 200, true);
+    let options = Options {
+        fast_path: true,
+        max_records: Some(50),
+    };
+    let servers = both_paths(&yaml, options).await;
+    let index_of = |ip: &IpAddr| -> usize {
+        (0..200)
+            .find(|&i| ip.to_string() == v4(30, i) || ip.to_string() == v6(30, i))
+            .unwrap_or_else(|| panic!("{ip} is not an endpoint address"))
+    };
+    let name = "pets.shop.svc.clusterset.local.";
+    for (path, server) in &servers {
+        let a = exchange(server.dns(), Transport::Tcp, &query(name, RecordType::A)).await;
+        let aaaa = exchange(server.dns(), Transport::Tcp, &query(name, RecordType::AAAA)).await;
+        let srv = exchange(server.dns(), Transport::Tcp, &query(name, RecordType::SRV)).await;
+        assert_eq!(a.answers.len(), 50, "{path}: A");
+        assert_eq!(aaaa.answers.len(), 50, "{path}: AAAA");
+        assert_eq!(srv.answers.len(), 50, "{path}: SRV");
+        let a_set: BTreeSet<usize> = addresses(&a.answers).iter().map(index_of).collect();
+        let aaaa_set: BTreeSet<usize> = addresses(&aaaa.answers).iter().map(index_of).collect();
+        let srv_set: BTreeSet<usize> = srv
+            .answers
+            .iter()
+            .map(|r| match &r.data {
+                RData::SRV(s) => {
+                    let host = s.target.iter().next().expect("target has labels");
+                    let host = std::str::from_utf8(host).expect("ASCII label");
+                    host.trim_start_matches("h-").parse().expect("h-<i> label")
+                }
+                other => panic!("{path}: {other:?} in SRV answer"),
+            })
+            .collect();
+        assert_eq!(a_set.len(), 50, "{path}");
+        assert_eq!(a_set, aaaa_set, "{path}: A and AAAA subsets differ");
+        assert_eq!(a_set, srv_set, "{path}: A and SRV subsets differ");
+
+        for i in [0, 199] {
+            let host = format!("h-{i:03}.cluster-a.{name}");
+            let r = exchange(
+                server.dns(),
+                Transport::Udp,
+                &query(&host, RecordType::AAAA),
+            )
+            .await;
+            assert_eq!(
+                r.metadata.response_code,
+                ResponseCode::NoError,
+                "{path} {host}"
+            );
+            assert_eq!(
+                addresses(&r.answers),
+                BTreeSet::from([v6(30, i).parse().unwrap()]),
+                "{path} {host}"
+            );
+        }
+    }
+    stop_all(servers).await;
+}
+
+/// The fixture helper produces what the other tests assume.
+#[test]
+fn the_generated_fixture_parses() {
+    let manifest = clusterset_dns::source::manifest::parse(&large_fixture()).unwrap();
+    assert_eq!(manifest.imports.len(), 3);
+    assert_eq!(manifest.slices.len(), 3);
+}
