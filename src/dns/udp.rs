@@ -50,6 +50,9 @@ impl FastPath {
         let stop = Arc::new(AtomicBool::new(false));
         let mut workers = Vec::new();
         for (i, socket) in sockets.into_iter().enumerate() {
+            // Blocking with a timeout: the worker sleeps in recvmmsg while
+            // idle and still notices shutdown within STOP_POLL.
+            socket.set_nonblocking(false)?;
             socket.set_read_timeout(Some(STOP_POLL))?;
             let worker = Worker {
                 socket,
