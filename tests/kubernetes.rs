@@ -597,9 +597,10 @@ async fn an_import_resolves_only_while_its_namespace_exists() {
     running.stop().await;
 }
 
-/// A vendor's mirror API group with the same schema is served unchanged.
+/// A vendor's mirror API group with the same schema is served unchanged;
+/// this one serves only v1alpha1, which discovery falls back to.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_mirror_api_group_is_served_when_configured() {
+async fn a_mirror_api_group_serving_only_v1alpha1_is_found_and_served() {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
     let plane = ControlPlane::start(1).await;
@@ -612,6 +613,8 @@ async fn a_mirror_api_group_is_served_when_configured() {
         .find(|c| c.spec.names.kind == "ServiceImport")
         .unwrap();
     crd.spec.group = "net.example.com".into();
+    crd.spec.versions.retain(|v| v.name == "v1alpha1");
+    crd.spec.versions[0].storage = true;
     crd.metadata = ObjectMeta {
         name: Some(format!("{}.net.example.com", crd.spec.names.plural)),
         ..Default::default()
@@ -637,12 +640,12 @@ async fn a_mirror_api_group_is_served_when_configured() {
     .await;
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "net.example.com",
-        "v1beta1",
+        "v1alpha1",
         "ServiceImport",
     ));
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "shop", &resource);
     let object: DynamicObject = serde_json::from_value(serde_json::json!({
-        "apiVersion": "net.example.com/v1beta1",
+        "apiVersion": "net.example.com/v1alpha1",
         "kind": "ServiceImport",
         "metadata": {"name": "mirrored", "namespace": "shop"},
         "spec": {"type": "ClusterSetIP", "ips": ["10.96.7.7"], "ports": [{"port": 80, "protocol": "TCP"}]}
