@@ -71,11 +71,17 @@ CACHE=${CLUSTERSET_DNS_TESTENV_CACHE:-${HOME:?HOME is unset; set CLUSTERSET_DNS_
 KEY=k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_coredns-${COREDNS_VERSION}
 BINARIES=(kube-apiserver etcd coredns)
 
+# The cache must stay outside the checkout (GBs of module sources would
+# otherwise sit in the work tree). Check before and after resolving symlinks.
+[[ $CACHE == /* ]] || CACHE=$PWD/$CACHE
+cache_inside_repo() {
+	case $1/ in "$REPO_ROOT"/* | "$(cd "$REPO_ROOT" && pwd -L)"/*) return 0 ;; esac
+	return 1
+}
+! cache_inside_repo "$CACHE" || die "cache dir $CACHE is inside the repository; point CLUSTERSET_DNS_TESTENV_CACHE elsewhere"
 mkdir -p "$CACHE/bin"
 CACHE=$(cd "$CACHE" && pwd -P)
-case $CACHE/ in
-"$REPO_ROOT"/*) die "cache dir $CACHE is inside the repository; point CLUSTERSET_DNS_TESTENV_CACHE elsewhere" ;;
-esac
+! cache_inside_repo "$CACHE" || die "cache dir $CACHE is inside the repository; point CLUSTERSET_DNS_TESTENV_CACHE elsewhere"
 BIN_DIR=$CACHE/bin/$KEY
 
 have_all() {
@@ -96,6 +102,8 @@ if command -v flock >/dev/null 2>&1; then
 		log "waiting for another testenv-build.sh holding $CACHE/.lock"
 		flock 9
 	fi
+	# Holding the lock, any scratch dir left here is from a killed run.
+	rm -rf "$CACHE"/.tmp.*
 	if ((!regen && !rebuild)) && have_all "$BIN_DIR"; then
 		log "up to date (built by another process): $BIN_DIR"
 		echo "$BIN_DIR"
@@ -166,7 +174,8 @@ coredns_module_current() {
 
 # write_module DIR MODULE GO_VERSION: generate DIR/go.mod + go.sum in a scratch
 # copy (so a failure leaves the committed files alone). Extra `go mod edit`
-# arguments come from the array MOD_EDIT_ARGS.
+# arguments come from the array MOD_EDIT_ARGS, extra go.mod text (appended
+# before `go mod tidy`) from EXTRA_GOMOD.
 write_module() {
 	local dir=$1 module=$2 go_version=$3 work
 	work=$(mktemp -d "$tmp_root/mod.XXXXXX")
@@ -179,6 +188,7 @@ write_module() {
 
 		go $go_version
 	EOF
+	if [[ -n ${EXTRA_GOMOD:-} ]]; then printf '\n%s\n' "$EXTRA_GOMOD" >>"$work/go.mod"; fi
 	(
 		cd "$work"
 		"$GO" mod edit "${MOD_EDIT_ARGS[@]}"
@@ -206,7 +216,11 @@ gen_k8s_module() {
 	go_version=$(gomod_go_line "$k8s_gomod")
 	MOD_EDIT_ARGS=(-require="k8s.io/kubernetes@$K8S_VERSION" -require="go.etcd.io/etcd/server/v3@$ETCD_VERSION")
 	local m
-	for m in "${staging[@]}"; do MOD_EDIT_ARGS+=(-replace="$m=$m@$STAGING_VERSION"); done
+	EXTRA_GOMOD="// k8s.io/kubernetes $K8S_VERSION requires these staging modules at v0.0.0 with
+// replace => ./staging/src/...; pin them to their published $STAGING_VERSION tags.
+replace ("
+	for m in "${staging[@]}"; do EXTRA_GOMOD+=$'\n\t'"$m => $m $STAGING_VERSION"; done
+	EXTRA_GOMOD+=$'\n)'
 	write_module "$TESTENV_DIR/k8s" clusterset-dns.invalid/testenv/k8s "$go_version"
 }
 
@@ -218,11 +232,14 @@ gen_coredns_module() {
 	fi
 	go_version=$(gomod_go_line "$coredns_gomod")
 	MOD_EDIT_ARGS=(-require="github.com/coredns/coredns@$COREDNS_VERSION")
+	EXTRA_GOMOD=
 	write_module "$TESTENV_DIR/coredns" clusterset-dns.invalid/testenv/coredns "$go_version"
 }
 
 tmp_root=$(mktemp -d "$CACHE/.tmp.XXXXXX")
 trap 'rm -rf "$tmp_root"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # ---- go.mod / go.sum -------------------------------------------------------------
 if ((regen)) || ! k8s_module_current; then
@@ -254,7 +271,7 @@ done
 K8S_TAGS=selinux,notest,grpcnotrace
 
 t0=$(now)
-log "building kube-apiserver $K8S_VERSION (cold: downloads ~1 GB of modules and compiles ~2000 packages)"
+log "building kube-apiserver $K8S_VERSION (cold cache: ~2 GB of module downloads and 15-25 min of compiling on 2 cores)"
 (cd "$TESTENV_DIR/k8s" && "$GO" build -trimpath -tags "$K8S_TAGS" -ldflags "$K8S_LDFLAGS" -o "$out/kube-apiserver" ./cmd/kube-apiserver) ||
 	die "building kube-apiserver failed"
 t1=$(now)

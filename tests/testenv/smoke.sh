@@ -10,6 +10,11 @@
 #
 #   tests/testenv/smoke.sh [BIN_DIR]   # default: output of scripts/testenv-build.sh
 #
+# Note: kube-apiserver >= 1.37 (at least) refuses --advertise-address=127.0.0.1
+# with the default lease endpoint reconciler ("cannot use public IP 127.0.0.1
+# with endpoint reconciler ... may not be in the loopback range"), hence
+# --endpoint-reconciler-type=none (no endpoints for default/kubernetes; fine here).
+#
 # Needs curl and openssl. Prints timings; exits non-zero on any failure.
 set -euo pipefail
 
@@ -27,10 +32,21 @@ command -v openssl >/dev/null || die "openssl not found"
 
 D=$(mktemp -d "${TMPDIR:-/tmp}/clusterset-dns-smoke.XXXXXX")
 pids=()
+# stop PID: SIGTERM, then SIGKILL after 10 s.
+stop() {
+	local i
+	kill "$1" 2>/dev/null || return 0
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -9 "$1" 2>/dev/null || true
+	wait "$1" 2>/dev/null || true
+}
 cleanup() {
-	local p
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	local i
+	# Newest first: coredns, then kube-apiserver, then etcd.
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do stop "${pids[i]}"; done
 	if [[ ${KEEP_SMOKE_DIR:-0} == 1 ]]; then log "kept $D"; else rm -rf "$D"; fi
 }
 trap cleanup EXIT
@@ -93,6 +109,7 @@ t2=$(ms)
 "$BIN/kube-apiserver" \
 	--etcd-servers="http://127.0.0.1:$E" \
 	--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$A" \
+	--endpoint-reconciler-type=none \
 	--cert-dir="$D/pki" \
 	--service-account-issuer="https://127.0.0.1:$A" \
 	--service-account-key-file="$D/sa.pub" --service-account-signing-key-file="$D/sa.key" \
