@@ -153,11 +153,10 @@ impl RequestHandler for Handler {
                 // than truncate when it would not fit.
                 let question_len = request.queries.as_bytes().len();
                 let full = rrset.wire.response_len(question_len, true, edns.is_some());
-                let additionals = if full <= limit {
-                    &rrset.additionals[..]
-                } else {
-                    &[]
-                };
+                let (answers, mut additionals) = rrset.decode(query.name());
+                if full > limit {
+                    additionals.clear();
+                }
                 if rrset.wire.response_len(question_len, false, edns.is_some()) > limit {
                     self.metrics.truncated.inc();
                 }
@@ -165,7 +164,7 @@ impl RequestHandler for Handler {
                     .count_response(transport, qtype, Outcome::Answer);
                 let response = builder.build(
                     metadata,
-                    rrset.records.iter(),
+                    answers.iter(),
                     no_records.iter(),
                     no_records.iter(),
                     additionals.iter(),

@@ -59,7 +59,12 @@ fn a_records(zone: &Zone, qname: &str) -> Option<Vec<String>> {
     let labels: Vec<&[u8]> = name.iter().collect();
     match zone.lookup(&labels, RecordType::A) {
         Lookup::Found(rrset) => {
-            let mut v: Vec<String> = rrset.records.iter().map(|r| r.data.to_string()).collect();
+            let mut v: Vec<String> = rrset
+                .decode(&name)
+                .0
+                .iter()
+                .map(|r| r.data.to_string())
+                .collect();
             v.sort();
             Some(v)
         }

@@ -339,9 +339,9 @@ mod tests;
 pub fn master_file(zone: &Zone) -> String {
     use std::fmt::Write;
     let mut out = format!("$ORIGIN {}\n", zone.settings.origin);
-    let mut write = |node: &Node| {
+    let mut write = |owner: &Name, node: &Node| {
         for rrset in node.rrsets() {
-            for record in rrset.records.iter() {
+            for record in rrset.decode(owner).0 {
                 match &record.data {
                     // hickory prints TXT strings unquoted; quote them so any
                     // character survives a round trip through a zone parser.
@@ -366,16 +366,29 @@ pub fn master_file(zone: &Zone) -> String {
             }
         }
     };
-    write(&zone.apex.apex);
-    write(&zone.apex.nameserver);
-    write(&zone.apex.version);
+    let settings = &zone.settings;
+    write(&settings.origin, &zone.apex.apex);
+    write(
+        &settings.relative_name("ns.dns", &settings.origin),
+        &zone.apex.nameserver,
+    );
+    write(
+        &settings.relative_name("dns-version", &settings.origin),
+        &zone.apex.version,
+    );
     let mut services: Vec<_> = zone.services().collect();
     services.sort_by(|a, b| a.0.cmp(b.0));
-    for (_, service) in services {
+    for (key, service) in services {
+        let base = settings.relative_name(&format!("{key}.svc"), &settings.origin);
         let mut nodes: Vec<_> = service.nodes().collect();
         nodes.sort_by(|a, b| a.0.cmp(b.0));
-        for (_, node) in nodes {
-            write(node);
+        for (relative, node) in nodes {
+            let owner = if relative.is_empty() {
+                base.clone()
+            } else {
+                settings.relative_name(relative, &base)
+            };
+            write(&owner, node);
         }
     }
     out

@@ -12,16 +12,15 @@ use super::wire::WireAnswer;
 use super::{FastHash, ZoneSettings};
 use crate::model::{ImportKind, ImportedService, Port, SliceEndpoints, dashed_address};
 
-/// One RRset at one owner name, with what the additional section carries and
-/// its precompiled wire form.
+/// One RRset at one owner name, kept only in its precompiled wire form
+/// (answer records, then the address records of SRV targets for the
+/// additional section): compressed wire data is several times smaller than
+/// hickory `Record`s, and the UDP fast path needs nothing else. The hickory
+/// path decodes the records back with [`RrSet::decode`].
 #[derive(Debug, Clone)]
 pub struct RrSet {
-    /// The record type of `records`.
+    /// The record type of the answers.
     pub rtype: RecordType,
-    /// The answer records, all with the same owner and type.
-    pub records: Box<[Record]>,
-    /// Address records of SRV targets (empty for other types).
-    pub additionals: Box<[Record]>,
     /// The precompiled answer and additional sections.
     pub wire: WireAnswer,
 }
@@ -34,13 +33,19 @@ impl RrSet {
         records: Vec<Record>,
         additionals: Vec<Record>,
     ) -> Self {
-        let wire = WireAnswer::encode(owner, rtype, &records, &additionals);
         Self {
             rtype,
-            records: records.into(),
-            additionals: additionals.into(),
-            wire,
+            wire: WireAnswer::encode(owner, rtype, &records, &additionals),
         }
+    }
+
+    /// The answer and additional records, for `owner` (the name asked, in
+    /// any letter case).
+    pub fn decode(&self, owner: &Name) -> (Vec<Record>, Vec<Record>) {
+        // Bytes we encoded ourselves from valid records always decode.
+        self.wire
+            .decode(owner, self.rtype)
+            .expect("precompiled answers decode")
     }
 }
 
@@ -129,7 +134,7 @@ impl ServiceZone {
             .nodes
             .values()
             .flat_map(|n| n.rrsets.iter())
-            .map(|r| r.records.len())
+            .map(|r| usize::from(r.wire.answer_count))
             .sum();
         zone
     }

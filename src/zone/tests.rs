@@ -77,7 +77,12 @@ fn answer(zone: &Zone, qname: &str, rtype: RecordType) -> Result<Vec<String>, &'
     let labels: Vec<&[u8]> = name.iter().collect();
     match zone.lookup(&labels, rtype) {
         Lookup::Found(rrset) => {
-            let mut out: Vec<String> = rrset.records.iter().map(|r| r.data.to_string()).collect();
+            let mut out: Vec<String> = rrset
+                .decode(&name)
+                .0
+                .iter()
+                .map(|r| r.data.to_string())
+                .collect();
             out.sort();
             Ok(out)
         }
@@ -226,7 +231,12 @@ fn srv_additionals_carry_the_target_addresses() {
     let Lookup::Found(rrset) = zone.lookup(&labels, RecordType::SRV) else {
         panic!("no SRV")
     };
-    let glue: Vec<RecordType> = rrset.additionals.iter().map(|r| r.record_type()).collect();
+    let glue: Vec<RecordType> = rrset
+        .decode(&name)
+        .1
+        .iter()
+        .map(|r| r.record_type())
+        .collect();
     assert_eq!(glue, vec![RecordType::A, RecordType::AAAA]);
 }
 
@@ -531,7 +541,7 @@ fn precompiled_answer_lengths_match_the_records() {
     // One A record whose owner is a pointer to the question: 2 + 10 + 4 bytes.
     assert_eq!(rrset.wire.tail.len(), 16);
     assert_eq!(rrset.wire.answer_count, 1);
-    let ip: IpAddr = match &rrset.records[0].data {
+    let ip: IpAddr = match &rrset.decode(&name).0[0].data {
         RData::A(a) => IpAddr::V4(a.0),
         other => panic!("{other:?}"),
     };

@@ -8,6 +8,7 @@
 //! every casing of the name. The UDP fast path copies them after the echoed
 //! question; the hickory path uses the lengths to decide what fits.
 
+use hickory_proto::ProtoError;
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, Record, RecordType};
 
@@ -52,6 +53,21 @@ impl WireAnswer {
         }
     }
 
+    /// Decodes the records back, given the owner name and type the answer
+    /// was encoded for (any letter case: only the layout matters).
+    pub fn decode(
+        &self,
+        qname: &Name,
+        qtype: RecordType,
+    ) -> Result<(Vec<Record>, Vec<Record>), ProtoError> {
+        let mut bytes = encode(qname, qtype, &[], &[]);
+        bytes[6..8].copy_from_slice(&self.answer_count.to_be_bytes());
+        bytes[10..12].copy_from_slice(&self.additional_count.to_be_bytes());
+        bytes.extend_from_slice(&self.tail);
+        let message = Message::from_vec(&bytes).map_err(|e| ProtoError::from(e.to_string()))?;
+        Ok((message.answers, message.additionals))
+    }
+
     /// Total response size for a question of `question_len` bytes, with or
     /// without the additional section and the OPT record.
     pub fn response_len(
@@ -83,6 +99,34 @@ mod tests {
     use super::*;
     use hickory_proto::rr::RData;
     use hickory_proto::rr::rdata::A;
+
+    #[test]
+    fn decode_returns_the_encoded_records() {
+        let name = Name::from_ascii("_http._tcp.web.prod.svc.clusterset.local.").unwrap();
+        let target = Name::from_ascii("web.prod.svc.clusterset.local.").unwrap();
+        let srv = Record::from_rdata(
+            name.clone(),
+            5,
+            RData::SRV(hickory_proto::rr::rdata::SRV::new(
+                0,
+                100,
+                80,
+                target.clone(),
+            )),
+        );
+        let glue = Record::from_rdata(target, 5, RData::A(A::new(10, 0, 0, 1)));
+        let wire = WireAnswer::encode(
+            &name,
+            RecordType::SRV,
+            std::slice::from_ref(&srv),
+            std::slice::from_ref(&glue),
+        );
+        let upper = Name::from_ascii("_HTTP._tcp.Web.prod.svc.clusterset.local.").unwrap();
+        assert_eq!(
+            wire.decode(&upper, RecordType::SRV).unwrap(),
+            (vec![srv], vec![glue])
+        );
+    }
 
     #[test]
     fn tail_decodes_after_any_casing_of_the_question() {
