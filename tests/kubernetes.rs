@@ -23,7 +23,9 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use tokio::time::Instant;
 
-const WAIT: Duration = Duration::from_secs(15);
+/// Generous: the tests of this file run in parallel, each with its own
+/// etcd and kube-apiservers, on two cores.
+const WAIT: Duration = Duration::from_secs(30);
 
 async fn start_dns(kubeconfig: &std::path::Path, tweak: impl FnOnce(&mut ServeArgs)) -> Running {
     common::init_tracing();

@@ -8,7 +8,7 @@
 //! one. Applying an object identical to the stored one changes nothing, so it
 //! neither rebuilds nor bumps the SOA serial.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -36,7 +36,9 @@ pub struct PublishStats {
 pub struct Index {
     imports: HashMap<ServiceRef, ImportedService>,
     slices: HashMap<SliceKey, SliceEndpoints>,
-    slices_by_service: HashMap<ServiceRef, BTreeSet<SliceKey>>,
+    /// Slices per service: a few each, so a small vector (a B-tree node
+    /// costs ~0.5 KB per service at 10^4 services).
+    slices_by_service: HashMap<ServiceRef, Vec<SliceKey>>,
     dirty: HashSet<ServiceRef>,
     /// When set, only imports in these namespaces have names (see
     /// [`Index::require_namespaces`]).
@@ -104,10 +106,13 @@ impl Index {
             _ => {}
         }
         self.dirty.insert(slice.service.clone());
-        self.slices_by_service
+        let keys = self
+            .slices_by_service
             .entry(slice.service.clone())
-            .or_default()
-            .insert(key.clone());
+            .or_default();
+        if !keys.contains(&key) {
+            keys.push(key.clone());
+        }
         self.slices.insert(key, slice);
     }
 
@@ -244,7 +249,7 @@ impl Index {
 
     fn unlink_slice(&mut self, service: &ServiceRef, key: &SliceKey) {
         if let Some(keys) = self.slices_by_service.get_mut(service) {
-            keys.remove(key);
+            keys.retain(|k| k != key);
             if keys.is_empty() {
                 self.slices_by_service.remove(service);
             }

@@ -40,7 +40,7 @@ fn slice(ns: &str, service: &str, cluster: &str, ips: &[&str]) -> SliceEndpoints
             .iter()
             .map(|ip| Endpoint {
                 hostname: None,
-                addresses: vec![ip.parse().unwrap()],
+                addresses: vec![ip.parse().unwrap()].into(),
                 ready: true,
             })
             .collect(),

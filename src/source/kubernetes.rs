@@ -168,6 +168,9 @@ impl std::fmt::Debug for KubeSource {
     }
 }
 
+/// How often resources whose watch failed are probed for recovery.
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
 const IMPORTS: usize = 0;
 const SLICES: usize = 1;
 const NAMESPACES: usize = 2;
@@ -225,9 +228,15 @@ impl KubeSource {
         let streams: Vec<BoxStream<'static, Update>> =
             vec![imports.boxed(), slices.boxed(), namespaces.boxed()];
         let mut updates = pin!(futures::stream::select_all(streams));
+        let mut probe = tokio::time::interval(PROBE_INTERVAL);
+        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let first = tokio::select! {
                 next = updates.next() => next,
+                _ = probe.tick(), if self.failing.iter().any(|f| *f) => {
+                    self.probe_failing().await;
+                    continue;
+                }
                 _ = shutdown.changed() => return Ok(()),
             };
             let Some(first) = first else { return Ok(()) };
@@ -237,6 +246,39 @@ impl KubeSource {
                 self.handle(update)?;
             }
             self.publish();
+        }
+    }
+
+    /// A watch that resumes after an outage without a relist emits nothing
+    /// until an object changes, so recovery cannot be read off the event
+    /// stream alone: while a resource is marked failing, list one object of
+    /// it; success means the apiserver serves it again (the watch resumes on
+    /// its own within its backoff, and a relist catches up anything missed).
+    async fn probe_failing(&mut self) {
+        let one = kube::api::ListParams::default().limit(1);
+        for kind in 0..RESOURCE_NAMES.len() {
+            if !self.failing[kind] {
+                continue;
+            }
+            let result = match kind {
+                IMPORTS => {
+                    Api::<DynamicObject>::all_with(self.client.clone(), &self.import_resource)
+                        .list_metadata(&one)
+                        .await
+                        .map(drop)
+                }
+                SLICES => Api::<EndpointSlice>::all(self.client.clone())
+                    .list_metadata(&one)
+                    .await
+                    .map(drop),
+                _ => Api::<Namespace>::all(self.client.clone())
+                    .list_metadata(&one)
+                    .await
+                    .map(drop),
+            };
+            if result.is_ok() {
+                self.recovered(kind);
+            }
         }
     }
 

@@ -208,10 +208,10 @@ impl ServiceZone {
                 };
                 let label = endpoint
                     .hostname
-                    .clone()
-                    .unwrap_or_else(|| dashed_address(first));
+                    .as_deref()
+                    .map_or_else(|| dashed_address(first), String::from);
                 let host = hosts.entry((slice.cluster.clone(), label)).or_default();
-                for ip in &endpoint.addresses {
+                for ip in endpoint.addresses.iter() {
                     if !host.addresses.contains(ip) {
                         host.addresses.push(*ip);
                     }

@@ -41,7 +41,7 @@ fn headless(ns: &str, name: &str, ports: Vec<Port>) -> ImportedService {
 
 fn endpoint(hostname: Option<&str>, addresses: &[&str], ready: bool) -> Endpoint {
     Endpoint {
-        hostname: hostname.map(String::from),
+        hostname: hostname.map(Into::into),
         addresses: addresses.iter().map(|a| a.parse().unwrap()).collect(),
         ready,
     }
