@@ -210,6 +210,25 @@ impl Metrics {
         self.responses[(t * QTYPES.len() + q) * RCODES.len() + r].inc();
     }
 
+    /// Records a published zone: index sizes, services served and rebuilt,
+    /// and the publish time.
+    pub fn record_publish(
+        &self,
+        index: &crate::index::Index,
+        zone: &crate::zone::Zone,
+        rebuilt: usize,
+    ) {
+        self.imports.set(index.import_count() as i64);
+        self.slices.set(index.slice_count() as i64);
+        self.endpoints.set(index.endpoint_count() as i64);
+        self.services_served.set(zone.service_count() as i64);
+        self.rebuilt.observe(rebuilt as f64);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.last_publish.set(now as i64);
+    }
+
     /// Renders all metrics in the Prometheus text format.
     pub fn render(&self) -> String {
         let mut out = Vec::new();

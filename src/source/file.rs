@@ -6,7 +6,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 
@@ -118,21 +118,10 @@ impl FileSource {
         self.index.reset_imports(manifest.imports);
         self.index.reset_slices(manifest.slices);
         let (zone, stats) = self.index.publish();
-        self.metrics.imports.set(self.index.import_count() as i64);
-        self.metrics.slices.set(self.index.slice_count() as i64);
         self.metrics
-            .endpoints
-            .set(self.index.endpoint_count() as i64);
-        self.metrics
-            .services_served
-            .set(zone.service_count() as i64);
-        self.metrics.rebuilt.observe(stats.rebuilt as f64);
+            .record_publish(&self.index, &zone, stats.rebuilt);
         self.metrics.reloads.with_label_values(&["ok"]).inc();
         self.metrics.source_stale.set(0);
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        self.metrics.last_publish.set(now as i64);
         self.zone.store(zone);
         Ok(stats)
     }

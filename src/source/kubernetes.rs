@@ -464,19 +464,8 @@ impl KubeSource {
             return;
         }
         let (zone, stats) = self.index.publish();
-        self.metrics.imports.set(self.index.import_count() as i64);
-        self.metrics.slices.set(self.index.slice_count() as i64);
         self.metrics
-            .endpoints
-            .set(self.index.endpoint_count() as i64);
-        self.metrics
-            .services_served
-            .set(zone.service_count() as i64);
-        self.metrics.rebuilt.observe(stats.rebuilt as f64);
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or(Duration::ZERO);
-        self.metrics.last_publish.set(now.as_secs() as i64);
+            .record_publish(&self.index, &zone, stats.rebuilt);
         if !self.zone.is_ready() {
             tracing::info!(
                 services = zone.service_count(),
