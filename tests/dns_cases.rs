@@ -109,7 +109,9 @@ const CASES: &[Case] = &[
     ),
     nodata("clusterset.local.", A),
     nodata("svc.clusterset.local.", A),
-    nodata("ns.dns.clusterset.local.", A),
+    // Without nameserver_addresses the NS target has no records: no name.
+    nxdomain("ns.dns.clusterset.local.", A),
+    nxdomain("dns.clusterset.local.", A),
     // Namespaces: NODATA with services, NXDOMAIN otherwise (jobs only has a
     // headless service without ready endpoints).
     nodata("shop.svc.clusterset.local.", A),

@@ -152,12 +152,18 @@ impl RequestHandler for Handler {
                 // Additional data is optional (RFC 2181 §9): drop it rather
                 // than truncate when it would not fit.
                 let question_len = request.queries.as_bytes().len();
-                let full = rrset.wire.response_len(question_len, true, edns.is_some());
+                let full = rrset
+                    .wire
+                    .hickory_response_len(question_len, true, edns.is_some());
                 let (answers, mut additionals) = rrset.decode(query.name());
                 if full > limit {
                     additionals.clear();
                 }
-                if rrset.wire.response_len(question_len, false, edns.is_some()) > limit {
+                if rrset
+                    .wire
+                    .hickory_response_len(question_len, false, edns.is_some())
+                    > limit
+                {
                     self.metrics.truncated.inc();
                 }
                 self.metrics

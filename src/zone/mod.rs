@@ -201,8 +201,10 @@ impl Zone {
         let node = match relative {
             [] => &self.apex.apex,
             [b"dns-version"] => &self.apex.version,
-            [b"dns"] => return Lookup::NoData,
-            [b"ns", b"dns"] => &self.apex.nameserver,
+            // `ns.dns.<zone>` exists only with addresses (nameserver_addresses);
+            // without them it and `dns.<zone>` have no records and do not exist.
+            [b"dns"] if !self.apex.nameserver.rrsets().is_empty() => return Lookup::NoData,
+            [b"ns", b"dns"] if !self.apex.nameserver.rrsets().is_empty() => &self.apex.nameserver,
             [b"svc"] if !self.services.is_empty() => return Lookup::NoData,
             [namespace, b"svc"] => {
                 return match std::str::from_utf8(namespace) {

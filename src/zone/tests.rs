@@ -560,3 +560,31 @@ fn master_file_lists_every_record() {
     assert!(text.contains("IN SOA"));
     assert!(text.contains("\"1.0.0\""));
 }
+
+#[test]
+fn the_nameserver_name_exists_only_with_addresses() {
+    let zone = zone_of(&[]);
+    assert_eq!(
+        answer(&zone, "ns.dns.clusterset.local.", RecordType::A),
+        Err("NXDOMAIN")
+    );
+    assert_eq!(
+        answer(&zone, "dns.clusterset.local.", RecordType::A),
+        Err("NXDOMAIN")
+    );
+    let mut settings = settings();
+    settings.nameserver_addresses = vec!["10.0.0.53".parse().unwrap()];
+    let zone = Zone::new(settings);
+    assert_eq!(
+        answer(&zone, "ns.dns.clusterset.local.", RecordType::A),
+        Ok(vec!["10.0.0.53".into()])
+    );
+    assert_eq!(
+        answer(&zone, "ns.dns.clusterset.local.", RecordType::AAAA),
+        Err("NODATA")
+    );
+    assert_eq!(
+        answer(&zone, "dns.clusterset.local.", RecordType::A),
+        Err("NODATA")
+    );
+}

@@ -11,6 +11,7 @@
 use hickory_proto::ProtoError;
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, Record, RecordType};
+use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
 
 /// Bytes of a fixed DNS header.
 pub const HEADER_LEN: usize = 12;
@@ -31,6 +32,14 @@ pub struct WireAnswer {
     pub answer_count: u16,
     /// Number of additional records (before any OPT).
     pub additional_count: u16,
+    /// Length of answers plus additionals as hickory-server's response path
+    /// encodes them: it registers the question as one compression target
+    /// including its type and class, which no name ever matches, so names
+    /// are not compressed against the question there. The hickory path
+    /// decides what fits with these lengths.
+    pub hickory_len: u16,
+    /// Like `hickory_len`, answers only.
+    pub hickory_answers_len: u16,
 }
 
 impl WireAnswer {
@@ -45,12 +54,32 @@ impl WireAnswer {
         let with_answers = encode(qname, qtype, answers, &[]);
         let full = encode(qname, qtype, answers, additionals);
         debug_assert!(full[question_end..].starts_with(&with_answers[question_end..]));
+        let hickory_question_end = encode_like_hickory(qname, qtype, &[], &[]).len();
+        let hickory_answers = encode_like_hickory(qname, qtype, answers, &[]).len();
+        let hickory_full = encode_like_hickory(qname, qtype, answers, additionals).len();
         Self {
             tail: full[question_end..].into(),
             answers_end: with_answers.len() - question_end,
             answer_count: answers.len() as u16,
             additional_count: additionals.len() as u16,
+            hickory_len: (hickory_full - hickory_question_end) as u16,
+            hickory_answers_len: (hickory_answers - hickory_question_end) as u16,
         }
+    }
+
+    /// Total response size on hickory's path (see [`WireAnswer::hickory_len`]).
+    pub fn hickory_response_len(
+        &self,
+        question_len: usize,
+        with_additionals: bool,
+        with_opt: bool,
+    ) -> usize {
+        let body = if with_additionals {
+            self.hickory_len
+        } else {
+            self.hickory_answers_len
+        };
+        HEADER_LEN + question_len + usize::from(body) + if with_opt { OPT_RECORD_LEN } else { 0 }
     }
 
     /// Decodes the records back, given the owner name and type the answer
@@ -83,6 +112,32 @@ impl WireAnswer {
         };
         HEADER_LEN + question_len + body + if with_opt { OPT_RECORD_LEN } else { 0 }
     }
+}
+
+/// Encodes the way hickory-server's response path does: raw question bytes
+/// registered as one compression target (name, type and class together).
+fn encode_like_hickory(
+    qname: &Name,
+    qtype: RecordType,
+    answers: &[Record],
+    additionals: &[Record],
+) -> Vec<u8> {
+    let mut question = Vec::new();
+    Query::query(qname.clone(), qtype)
+        .emit(&mut BinEncoder::new(&mut question))
+        .expect("a valid name encodes");
+    let mut bytes = Vec::with_capacity(512);
+    let mut encoder = BinEncoder::new(&mut bytes);
+    encoder.emit_vec(&[0; HEADER_LEN]).expect("header encodes");
+    let start = encoder.offset();
+    encoder.emit_vec(&question).expect("question encodes");
+    encoder.store_label_pointer(start, start + question.len());
+    for record in answers.iter().chain(additionals) {
+        record
+            .emit(&mut encoder)
+            .expect("in-memory records always encode");
+    }
+    bytes
 }
 
 fn encode(qname: &Name, qtype: RecordType, answers: &[Record], additionals: &[Record]) -> Vec<u8> {
