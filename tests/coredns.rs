@@ -158,19 +158,23 @@ fn queries() -> Vec<(String, RecordType)> {
     out
 }
 
-/// Same apiserver, same queries: identical answers but for the documented deviations.
-#[tokio::test(flavor = "multi_thread")]
-async fn answers_match_coredns_multicluster_except_documented_deviations() {
+/// A control plane holding the example clusterset, and clusterset-dns
+/// watching it.
+async fn example_cluster() -> (ControlPlane, Running) {
     let plane = ControlPlane::start(1).await;
     let api = &plane.apiservers[0];
     let client = api.admin_client().await;
-    controlplane::apply_manifest(
-        &client,
-        &std::fs::read_to_string(common::repo_path(common::EXAMPLE)).unwrap(),
-    )
-    .await;
-
+    let example = std::fs::read_to_string(common::repo_path(common::EXAMPLE)).unwrap();
+    controlplane::apply_manifest(&client, &example).await;
     let ours = start_dns(&api.admin_kubeconfig).await;
+    (plane, ours)
+}
+
+/// Same apiserver, same queries: identical answers but for the documented deviations.
+#[tokio::test(flavor = "multi_thread")]
+async fn answers_match_coredns_multicluster_except_documented_deviations() {
+    let (plane, ours) = example_cluster().await;
+    let api = &plane.apiservers[0];
     let coredns = CoreDns::start(&format!(
         ".:{{port}} {{\n  bind 127.0.0.1\n  kubernetes cluster.local clusterset.local {{\n    kubeconfig {} cluster0\n    multicluster clusterset.local\n    ttl 5\n  }}\n}}\n",
         api.admin_kubeconfig.display()
@@ -240,15 +244,7 @@ fn documented_deviations() -> BTreeMap<&'static str, ()> {
 /// answers with our data over UDP and TCP.
 #[tokio::test(flavor = "multi_thread")]
 async fn coredns_forwarding_the_stub_domain_returns_our_answers() {
-    let plane = ControlPlane::start(1).await;
-    let api = &plane.apiservers[0];
-    let client = api.admin_client().await;
-    controlplane::apply_manifest(
-        &client,
-        &std::fs::read_to_string(common::repo_path(common::EXAMPLE)).unwrap(),
-    )
-    .await;
-    let ours = start_dns(&api.admin_kubeconfig).await;
+    let (_plane, ours) = example_cluster().await;
     let coredns = CoreDns::start(&format!(
         "clusterset.local:{{port}} {{\n  bind 127.0.0.1\n  forward . {}\n}}\n",
         ours.dns_addr()
