@@ -2,7 +2,7 @@
 # Runs the whole test suite on a fresh machine:
 #  1. installs the tools the tests drive when missing (dig, kdig, curl, openssl);
 #  2. builds kube-apiserver, etcd and CoreDNS from the Go module proxy into
-#     ~/.cache/clusterset-dns/testenv (first run only: ~15-25 min on 2 cores;
+#     ~/.cache/clusterset-dns/testenv (first run only: ~25 min on 2 cores;
 #     later runs reuse the cache) — see scripts/testenv-build.sh;
 #  3. cargo test.
 # Extra arguments go to `cargo test` (e.g. `scripts/test.sh --test dns_cases`).
