@@ -656,7 +656,7 @@ QUIET_BUSY=?
 	echo "cpu:         $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
 	echo "knotd:       $("$KNOTD" -V 2>&1 | head -n1)"
 	echo "dnsperf:     $(dnsperf -h 2>&1 | awk '/^Version/ { print $2; exit }')"
-	echo "binary:      $BIN ($("$BIN" --version 2>&1))"
+	echo "binary:      $BIN ($("$BIN" --version 2>&1), built $(date -u -r "$BIN" +%Y-%m-%dT%H:%M:%SZ), sha256 $(sha256sum "$BIN" | cut -c1-16))"
 	echo "data:        $(tr '\n' ' ' <"$DATA/summary.txt")"
 	echo "zone:        $ZONE_RECORDS records in the dump-zone master file"
 	echo "servers on CPU $SERVER_CPU, dnsperf on CPU $CLIENT_CPU, nice $NICE; ${DURATION}s per run; settings: $DNSPERF_SETTINGS; rounds: $ROUNDS"

@@ -29,7 +29,8 @@
 #                              server and round (the best lossless one counts)
 #   BENCH_CHANGES=200 BENCH_COREDNS_PROPAGATION=1
 #   BENCH_SERVER_CPU=0 BENCH_CLIENT_CPU=1
-#   BENCH_MAX_BUSY=15 BENCH_QUIET_WAIT=90      quiet check inside the bench
+#   BENCH_MAX_BUSY=15 BENCH_QUIET_WAIT=90 BENCH_QUIET_BUDGET=180
+#                              quiet checks inside the bench (per check / in all)
 #   CLUSTERSET_DNS_TESTENV_BIN=DIR             testenv binaries
 #   CLUSTERSET_DNS_BIN=PATH                    clusterset-dns binary to test
 #

@@ -115,7 +115,7 @@ impl Metrics {
             ),
             endpoints: gauge(
                 "index_endpoints",
-                "Endpoints across imported EndpointSlices.",
+                "Ready endpoints across imported EndpointSlices (not-ready ones are dropped at ingest).",
             ),
             services_served: gauge(
                 "zone_services",

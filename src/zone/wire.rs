@@ -50,20 +50,17 @@ impl WireAnswer {
         answers: &[Record],
         additionals: &[Record],
     ) -> Self {
-        let question_end = encode(qname, qtype, &[], &[]).len();
-        let with_answers = encode(qname, qtype, answers, &[]);
-        let full = encode(qname, qtype, answers, additionals);
-        debug_assert!(full[question_end..].starts_with(&with_answers[question_end..]));
-        let hickory_question_end = encode_like_hickory(qname, qtype, &[], &[]).len();
-        let hickory_answers = encode_like_hickory(qname, qtype, answers, &[]).len();
-        let hickory_full = encode_like_hickory(qname, qtype, answers, additionals).len();
+        let (full, question_end, answers_end) =
+            encode_once(qname, qtype, answers, additionals, false);
+        let (hickory_full, hickory_question_end, hickory_answers_end) =
+            encode_once(qname, qtype, answers, additionals, true);
         Self {
             tail: full[question_end..].into(),
-            answers_end: with_answers.len() - question_end,
+            answers_end: answers_end - question_end,
             answer_count: answers.len() as u16,
             additional_count: additionals.len() as u16,
-            hickory_len: (hickory_full - hickory_question_end) as u16,
-            hickory_answers_len: (hickory_answers - hickory_question_end) as u16,
+            hickory_len: (hickory_full.len() - hickory_question_end) as u16,
+            hickory_answers_len: (hickory_answers_end - hickory_question_end) as u16,
         }
     }
 
@@ -114,32 +111,48 @@ impl WireAnswer {
     }
 }
 
-/// Encodes the way hickory-server's response path does: raw question bytes
-/// registered as one compression target (name, type and class together).
-fn encode_like_hickory(
+/// One encoding pass: a zeroed header, the question, the answers, the
+/// additionals; returns the bytes and where the question and the answers
+/// end. `like_hickory` registers the question for compression the way
+/// hickory-server's response path does (see [`WireAnswer::hickory_len`]).
+fn encode_once(
     qname: &Name,
     qtype: RecordType,
     answers: &[Record],
     additionals: &[Record],
-) -> Vec<u8> {
-    let mut question = Vec::new();
-    Query::query(qname.clone(), qtype)
-        .emit(&mut BinEncoder::new(&mut question))
-        .expect("a valid name encodes");
+    like_hickory: bool,
+) -> (Vec<u8>, usize, usize) {
     let mut bytes = Vec::with_capacity(512);
     let mut encoder = BinEncoder::new(&mut bytes);
     encoder.emit_vec(&[0; HEADER_LEN]).expect("header encodes");
-    let start = encoder.offset();
-    encoder.emit_vec(&question).expect("question encodes");
-    encoder.store_label_pointer(start, start + question.len());
-    for record in answers.iter().chain(additionals) {
+    let query = Query::query(qname.clone(), qtype);
+    if like_hickory {
+        let mut question = Vec::new();
+        query
+            .emit(&mut BinEncoder::new(&mut question))
+            .expect("a valid name encodes");
+        let start = encoder.offset();
+        encoder.emit_vec(&question).expect("question encodes");
+        encoder.store_label_pointer(start, start + question.len());
+    } else {
+        query.emit(&mut encoder).expect("a valid name encodes");
+    }
+    let question_end = encoder.offset();
+    for record in answers {
         record
             .emit(&mut encoder)
             .expect("in-memory records always encode");
     }
-    bytes
+    let answers_end = encoder.offset();
+    for record in additionals {
+        record
+            .emit(&mut encoder)
+            .expect("in-memory records always encode");
+    }
+    (bytes, question_end, answers_end)
 }
 
+/// Header and question only (the frame [`WireAnswer::decode`] puts the tail in).
 fn encode(qname: &Name, qtype: RecordType, answers: &[Record], additionals: &[Record]) -> Vec<u8> {
     let mut message = Message::new(0, MessageType::Response, OpCode::Query);
     message.add_query(Query::query(qname.clone(), qtype));

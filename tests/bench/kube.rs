@@ -62,6 +62,7 @@ struct Settings {
     client_cpu: String,
     max_busy: f64,
     quiet_wait: u64,
+    quiet_budget: u64,
     results: Option<PathBuf>,
     binary: PathBuf,
     ours_env: Vec<(String, String)>,
@@ -111,6 +112,9 @@ impl Settings {
             // CPU (both CPUs, 2 s sample) with our servers idle.
             max_busy: env_or("BENCH_MAX_BUSY", 15.0),
             quiet_wait: env_or("BENCH_QUIET_WAIT", 90),
+            // Total waiting for quiet over the whole run, so that the run
+            // stays bounded (scripts/bench-kube.sh allows 600 s).
+            quiet_budget: env_or("BENCH_QUIET_BUDGET", 180),
             results: std::env::var_os("BENCH_KUBE_RESULTS").map(PathBuf::from),
             // Extra environment for clusterset-dns (`K=V K=V`), e.g.
             // GLIBC_TUNABLES for memory experiments.
@@ -670,10 +674,19 @@ fn loadavg() -> String {
         .join(" ")
 }
 
+/// Seconds spent in [`wait_quiet`] so far, against `BENCH_QUIET_BUDGET`.
+static QUIET_SPENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Waits until the whole machine is below `max_busy` % CPU over a 2 s sample
-/// (our servers idle), at most `wait` s. Returns the last sample.
+/// (our servers idle), at most `quiet_wait` s, and at most what is left of
+/// `quiet_budget` over the whole run. Returns the last sample.
 fn wait_quiet(settings: &Settings, what: &str) -> f64 {
-    let deadline = Instant::now() + Duration::from_secs(settings.quiet_wait);
+    use std::sync::atomic::Ordering::Relaxed;
+    let started = Instant::now();
+    let left = settings
+        .quiet_budget
+        .saturating_sub(QUIET_SPENT.load(Relaxed));
+    let deadline = started + Duration::from_secs(settings.quiet_wait.min(left));
     loop {
         let before = cpu_ticks();
         std::thread::sleep(Duration::from_secs(2));
@@ -683,14 +696,16 @@ fn wait_quiet(settings: &Settings, what: &str) -> f64 {
                 "[bench] quiet before {what}: {busy:.1}% CPU busy (load {})",
                 loadavg()
             );
+            QUIET_SPENT.fetch_add(started.elapsed().as_secs(), Relaxed);
             return busy;
         }
         if Instant::now() >= deadline {
             eprintln!(
-                "[bench] WARNING: still {busy:.1}% CPU busy (load {}) after {} s; measuring {what} anyway",
+                "[bench] WARNING: still {busy:.1}% CPU busy (load {}) after {} s of waiting; measuring {what} anyway",
                 loadavg(),
-                settings.quiet_wait
+                started.elapsed().as_secs()
             );
+            QUIET_SPENT.fetch_add(started.elapsed().as_secs(), Relaxed);
             return busy;
         }
         eprintln!(
@@ -1076,7 +1091,7 @@ fn dnsperf(
     file: &Path,
     seconds: u64,
     setting: &str,
-) -> (PerfRun, String) {
+) -> PerfRun {
     let mut command = Command::new("timeout");
     command
         .arg((seconds + 30).to_string())
@@ -1110,6 +1125,10 @@ fn dnsperf(
         output.status
     );
     let mut run = parse_dnsperf(&text, setting);
+    assert!(
+        run.qps.is_finite() && run.avg_ms.is_finite(),
+        "unexpected dnsperf output:\n{text}"
+    );
     let index = |cpus: &str| cpus.parse::<usize>().map(|c| c + 1).ok();
     // The server's CPU time relative to one CPU's elapsed ticks.
     if let Some(i) = index(&settings.server_cpu) {
@@ -1121,7 +1140,7 @@ fn dnsperf(
         run.client_cpu_busy = busy_percent(&cpu0, &cpu1, i);
     }
     run.steal = cpu_percent(&cpu0, &cpu1, 0).1;
-    (run, text)
+    run
 }
 
 /// All dnsperf runs against one server.
@@ -1172,7 +1191,7 @@ fn throughput_round(
     }
     let mut runs = Vec::new();
     for setting in &settings.dnsperf {
-        let (mut run, _) = dnsperf(settings, server, file, settings.duration, setting);
+        let mut run = dnsperf(settings, server, file, settings.duration, setting);
         run.round = round;
         eprintln!(
             "[bench] round {round} {:<15} dnsperf {:<14} {:>9.0} QPS  avg {:.3} ms  lost {}  server CPU {:.0}% (CPU {} busy {:.0}%)  CPU {} busy {:.0}%  steal {:.1}%  ({})",
