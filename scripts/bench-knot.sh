@@ -8,9 +8,11 @@
 # Knot's zone file, check that Knot and clusterset-dns give the same answers
 # for a sample of queries, then for each server in turn: start it pinned to
 # one CPU, wait until it answers, load it with dnsperf pinned to the other
-# CPU, read its VmRSS, stop it. Prints one row per dnsperf run and a summary
-# (best lossless dnsperf setting per server, median over rounds) with the
-# QPS ratio clusterset-dns / Knot.
+# CPU, read its VmRSS, stop it. Prints one row per dnsperf run (QPS, latency,
+# lost queries, VmRSS, CPU time of server and dnsperf) and a summary: per
+# server the best dnsperf setting that lost no query, over the runs during
+# which other processes left the CPUs alone, with the QPS ratio
+# clusterset-dns / Knot.
 #
 # Servers (BENCH_SERVERS, in this order):
 #   knot      knotd 3.x, udp-workers 1, tcp-workers 1, background-workers 1
@@ -78,7 +80,10 @@ NS_ADDRS=${BENCH_NAMESERVER_ADDRESSES:-}
 TIMEOUT=${BENCH_TIMEOUT:-1800}
 NICE=${BENCH_NICE:-0}
 
-log() { printf '[bench %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+# Log to the original stderr, also from a trap that runs while a redirection
+# is in effect.
+exec {LOGFD}>&2
+log() { printf '[bench %(%H:%M:%S)T] %s\n' -1 "$*" >&"$LOGFD"; }
 die() {
 	log "ERROR: $*"
 	exit 1
@@ -88,10 +93,31 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/bench-knot.XXXXXX")
 PIDS=()
 
+# Forget a process that has been waited for.
+drop_pid() {
+	local keep=() p
+	for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
+	PIDS=("${keep[@]}")
+}
+
+# Run "$@" in the background and wait for it, so that INT/TERM interrupt the
+# wait at once; the trap then kills it (and its children) like every server.
+run_waited() {
+	local p rc=0
+	"$@" &
+	p=$!
+	PIDS+=("$p")
+	wait "$p" || rc=$?
+	drop_pid "$p"
+	return "$rc"
+}
+
 cleanup() {
 	local rc=$? pid
 	trap - EXIT INT TERM
 	for pid in "${PIDS[@]}"; do
+		# Children first (the timeout/dnsperf under a run_waited subshell).
+		pkill -TERM -P "$pid" 2>/dev/null || true
 		kill -TERM "$pid" 2>/dev/null || true
 	done
 	for pid in "${PIDS[@]}"; do
@@ -114,7 +140,7 @@ trap 'log "interrupted"; exit 130' INT TERM
 # ---- tools ----------------------------------------------------------------------
 need_pkgs=()
 command -v dnsperf >/dev/null 2>&1 || need_pkgs+=(dnsperf)
-command -v knotd >/dev/null 2>&1 || need_pkgs+=(knot)
+command -v knotd >/dev/null 2>&1 || [[ -x /usr/sbin/knotd ]] || need_pkgs+=(knot)
 command -v kdig >/dev/null 2>&1 || need_pkgs+=(knot-dnsutils)
 command -v dig >/dev/null 2>&1 || need_pkgs+=(bind9-dnsutils)
 command -v taskset >/dev/null 2>&1 || need_pkgs+=(util-linux)
@@ -222,8 +248,9 @@ zone:
   - domain: clusterset.local
     file: "$ZONEFILE"
 EOF
-if command -v knotc >/dev/null 2>&1; then
-	knotc -c "$TMP/knot/knot.conf" conf-check >"$TMP/knot/conf-check.log" 2>&1 || {
+KNOTC=$(command -v knotc || echo /usr/sbin/knotc)
+if [[ -x $KNOTC ]]; then
+	"$KNOTC" -c "$TMP/knot/knot.conf" conf-check >"$TMP/knot/conf-check.log" 2>&1 || {
 		cat "$TMP/knot/conf-check.log" >&2
 		die "knot.conf rejected by knotc conf-check"
 	}
@@ -296,9 +323,7 @@ stop_server() {
 	done
 	kill -KILL "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
-	local keep=() p
-	for p in "${PIDS[@]}"; do [[ $p == "$pid" ]] || keep+=("$p"); done
-	PIDS=("${keep[@]}")
+	drop_pid "$pid"
 }
 
 # utime + stime of a process (all threads), in clock ticks.
@@ -552,6 +577,14 @@ for server, (setting, runs) in best.items():
 print("(avg ms, RSS, HWM, srv%, cli%, us/q: of the best run; lost: sum over the runs counted)")
 EOF
 
+# timed OUT CMD...: run CMD with stdout+stderr to OUT and its wall, user and
+# system seconds to OUT.time.
+timed() {
+	local out=$1 TIMEFORMAT='%R %U %S'
+	shift
+	{ time "$@" >"$out" 2>&1; } 2>"$out.time"
+}
+
 # run_dnsperf ROUND SERVER SETTING PID
 run_dnsperf() {
 	local round=$1 server=$2 setting=$3 pid=$4 port out
@@ -559,10 +592,9 @@ run_dnsperf() {
 	out=$TMP/dnsperf-$server-r$round-$(tr -c 'a-z0-9' '_' <<<"$setting").txt
 	grep '^cpu[0-9]' /proc/stat >"$out.stat0"
 	proc_ticks "$pid" >"$out.srv0"
-	local TIMEFORMAT='%R %U %S'
 	# shellcheck disable=SC2086 # the setting is a list of dnsperf flags
-	{ time timeout $((DURATION + 30)) taskset -c "$CLIENT_CPU" nice -n "$NICE" dnsperf -s 127.0.0.1 -p "$port" \
-		-d "$DATA/queries.txt" -l "$DURATION" -T 1 $setting >"$out" 2>&1; } 2>"$out.time" ||
+	run_waited timed "$out" timeout $((DURATION + 30)) taskset -c "$CLIENT_CPU" nice -n "$NICE" \
+		dnsperf -s 127.0.0.1 -p "$port" -d "$DATA/queries.txt" -l "$DURATION" -T 1 $setting ||
 		{
 			cat "$out" >&2
 			die "dnsperf failed against $server"
@@ -708,8 +740,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		start_server "$server" "$SERVER_CPU"
 		pid=$SERVER_PID
 		if ((WARMUP > 0)); then
-			timeout $((WARMUP + 30)) taskset -c "$CLIENT_CPU" nice -n "$NICE" dnsperf -s 127.0.0.1 -p "$(port_of "$server")" \
-				-d "$DATA/queries.txt" -l "$WARMUP" -T 1 -c 8 -q 100 >/dev/null 2>&1 || true
+			run_waited timed "$TMP/warmup.txt" timeout $((WARMUP + 30)) taskset -c "$CLIENT_CPU" \
+				nice -n "$NICE" dnsperf -s 127.0.0.1 -p "$(port_of "$server")" \
+				-d "$DATA/queries.txt" -l "$WARMUP" -T 1 -c 8 -q 100 || true
 		fi
 		for setting in "${SETTINGS[@]}"; do
 			setting=$(xargs <<<"$setting")
