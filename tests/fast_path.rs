@@ -342,3 +342,117 @@ async fn fast_path_matches_hickory_for_truncated_and_glue_dropping_answers() {
         mismatches.join("\n")
     );
 }
+
+/// Answers near the 512-byte limit: one headless service per hostname
+/// length, so that its SRV answer crosses 512 bytes somewhere in the sweep,
+/// first with its glue, then without. On both paths an answer is either
+/// whole or empty with TC (never a partial RRset), the glue is all there or
+/// all gone, and TC is never set for dropped glue alone (RFC 2181 §9). The
+/// fast path keeps exactly what fits. The hickory path (`--fast-path false`)
+/// may keep less: hickory does not compress names against the question and
+/// writes a name's labels in full before it compresses them, so it needs
+/// more room (see `docs/dns.md`); the test counts those answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn answers_near_the_udp_limit_are_whole_or_empty_with_tc() {
+    const SERVICES: usize = 56;
+    const ENDPOINTS: usize = 4;
+    // A long cluster name makes each SRV target long; the hostname length
+    // (8 to 63 bytes) moves the answer across the limit.
+    let cluster = format!("cluster-{}", "a".repeat(22));
+    let mut yaml = String::new();
+    for n in 0..SERVICES {
+        let service = format!("s{n:02}");
+        yaml.push_str(&common::headless_import("shop", &service, "http", 80));
+        let host = |i: usize| Some(format!("{}{i}", "h".repeat(7 + n)));
+        let endpoints: Vec<_> = (0..ENDPOINTS)
+            .map(|i| (host(i), common::v4(n as u8, i), true))
+            .collect();
+        yaml.push_str(&common::slice(
+            "shop", &service, &cluster, "IPv4", &endpoints,
+        ));
+    }
+    let fast = TestServer::from_yaml(&yaml, Options::fast_path(true)).await;
+    let hickory = TestServer::from_yaml(&yaml, Options::fast_path(false)).await;
+    // Per path: answers sent with glue, without glue, and truncated.
+    let mut counts = [[0usize; 3]; 2];
+    let mut compact = Vec::new();
+    for n in 0..SERVICES {
+        let name = format!("_http._tcp.s{n:02}.shop.svc.clusterset.local.");
+        let query = common::query(&name, RecordType::SRV);
+        let over_tcp = common::exchange(hickory.dns(), common::Transport::Tcp, &query).await;
+        assert_eq!(over_tcp.answers.len(), ENDPOINTS, "{name}: TCP answers");
+        assert_eq!(over_tcp.additionals.len(), ENDPOINTS, "{name}: TCP glue");
+        // The compact size: every name compressed wherever it can be.
+        let mut answers_only = over_tcp.clone();
+        answers_only.additionals.clear();
+        let sizes = [encode(&over_tcp).len(), encode(&answers_only).len()];
+        compact.push(sizes[0]);
+        let mut replies = Vec::new();
+        for (path, server) in [("fast", fast.dns()), ("hickory", hickory.dns())] {
+            let client = UdpClient::connect(server).await;
+            let reply = client.exchange_raw(&encode(&query)).await.expect("a reply");
+            assert!(
+                reply.len() <= 512,
+                "{path} path, {name}: {} bytes",
+                reply.len()
+            );
+            let reply = decode(&reply, &name);
+            let what = format!(
+                "{path} path, {name} ({sizes:?} bytes compact):\n{}",
+                describe(&reply)
+            );
+            let kept = match (
+                reply.metadata.truncation,
+                reply.answers.len(),
+                reply.additionals.len(),
+            ) {
+                (false, ENDPOINTS, ENDPOINTS) => 0,
+                (false, ENDPOINTS, 0) => 1,
+                (true, 0, 0) => 2,
+                _ => panic!("{what}partial answer or glue"),
+            };
+            if kept < 2 {
+                assert_eq!(
+                    common::sorted(&reply.answers),
+                    common::sorted(&over_tcp.answers),
+                    "{what}"
+                );
+            }
+            replies.push(kept);
+        }
+        let fast_kept = replies[0];
+        let expected = if sizes[0] <= 512 {
+            0
+        } else if sizes[1] <= 512 {
+            1
+        } else {
+            2
+        };
+        assert_eq!(
+            fast_kept, expected,
+            "fast path, {name}: {sizes:?} bytes compact"
+        );
+        assert!(
+            replies[1] >= fast_kept,
+            "{name}: the hickory path kept more than the fast path"
+        );
+        counts[0][fast_kept] += 1;
+        counts[1][replies[1]] += 1;
+    }
+    fast.stop().await;
+    hickory.stop().await;
+    // The sweep must cross both limits for the test to mean anything.
+    assert!(
+        counts[0].iter().all(|&c| c > 0),
+        "fast path [glue, no glue, TC]: {:?}",
+        counts[0]
+    );
+    println!(
+        "{SERVICES} answers of {}..={} bytes compact; [with glue, without glue, TC]: \
+         fast path {:?}, hickory path {:?}",
+        compact.iter().min().unwrap(),
+        compact.iter().max().unwrap(),
+        counts[0],
+        counts[1]
+    );
+}

@@ -10,12 +10,13 @@
 //! | name outside the zone, class other than IN, zone transfer | REFUSED |
 //! | unknown name | NXDOMAIN, SOA in authority |
 //! | name without the asked type | NOERROR, no answer, SOA in authority |
-//! | otherwise | NOERROR, AA, the RRset; SRV target addresses in additional when they fit |
+//! | otherwise | NOERROR, AA, the RRset; SRV target addresses in additional when they fit; over UDP an RRset that does not fit goes out empty with TC |
 //!
 //! The server is never recursive: RA is never set.
 
 use hickory_proto::op::{Edns, Header, HeaderCounts, Metadata, OpCode, ResponseCode};
 use hickory_proto::rr::{DNSClass, Record, RecordType};
+use hickory_proto::serialize::binary::BinEncoder;
 use hickory_server::net::runtime::Time;
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
@@ -143,28 +144,40 @@ impl RequestHandler for Handler {
             }
             Lookup::Found(rrset) => {
                 metadata.authoritative = true;
-                let limit = match transport {
-                    Transport::Udp => {
-                        edns.as_ref().map_or(MIN_UDP_PAYLOAD, Edns::max_payload) as usize
-                    }
-                    Transport::Tcp => usize::from(u16::MAX),
-                };
+                let (answers, additionals) = rrset.decode(query.name());
                 // Additional data is optional (RFC 2181 §9): drop it rather
-                // than truncate when it would not fit.
-                let question_len = request.queries.as_bytes().len();
-                let full = rrset
-                    .wire
-                    .hickory_response_len(question_len, true, edns.is_some());
-                let (answers, mut additionals) = rrset.decode(query.name());
-                if full > limit {
-                    additionals.clear();
-                }
-                if rrset
-                    .wire
-                    .hickory_response_len(question_len, false, edns.is_some())
-                    > limit
-                {
-                    self.metrics.truncated.inc();
+                // than truncate when it would not fit; an answer section
+                // that does not fit goes out empty with TC. Only answers
+                // whose uncompressed size exceeds the limit need the trial
+                // encode.
+                let mut answers = &answers[..];
+                let mut additionals = &additionals[..];
+                if matches!(transport, Transport::Udp) {
+                    let limit = edns.as_ref().map_or(MIN_UDP_PAYLOAD, Edns::max_payload);
+                    let question_len = request.queries.as_bytes().len();
+                    let fits = |answers, additionals| {
+                        encodes_whole(
+                            request,
+                            edns.as_ref(),
+                            metadata,
+                            answers,
+                            additionals,
+                            limit,
+                        )
+                    };
+                    if rrset
+                        .wire
+                        .uncompressed_response_len(question_len, edns.is_some())
+                        > usize::from(limit)
+                        && !fits(answers, additionals)
+                    {
+                        additionals = &[];
+                        // As on the fast path: no partial RRset, TC.
+                        if !fits(answers, additionals) {
+                            answers = &[];
+                            metadata.truncation = true;
+                        }
+                    }
                 }
                 self.metrics
                     .count_response(transport, qtype, Outcome::Answer);
@@ -175,7 +188,11 @@ impl RequestHandler for Handler {
                     no_records.iter(),
                     additionals.iter(),
                 );
-                send(&mut response_handle, response, &request.metadata).await
+                let info = send(&mut response_handle, response, &request.metadata).await;
+                if info.truncation {
+                    self.metrics.truncated.inc();
+                }
+                info
             }
             Lookup::NoData | Lookup::NxDomain => {
                 metadata.authoritative = true;
@@ -198,6 +215,35 @@ impl RequestHandler for Handler {
             }
         }
     }
+}
+
+/// Whether hickory's encoder, limited to `limit` bytes, writes this answer
+/// without leaving a record out. The exact test rather than a size estimate:
+/// hickory writes each name's labels in full before it replaces them with a
+/// compression pointer, so a record can fail to fit although its compressed
+/// form would.
+fn encodes_whole(
+    request: &Request,
+    edns: Option<&Edns>,
+    metadata: Metadata,
+    answers: &[Record],
+    additionals: &[Record],
+    limit: u16,
+) -> bool {
+    let none: [Record; 0] = [];
+    let mut scratch = Vec::with_capacity(usize::from(limit));
+    let mut encoder = BinEncoder::new(&mut scratch);
+    encoder.set_max_size(limit);
+    MessageResponseBuilder::new(&request.queries, edns)
+        .build(
+            metadata,
+            answers.iter(),
+            none.iter(),
+            none.iter(),
+            additionals.iter(),
+        )
+        .destructive_emit(&mut encoder)
+        .is_ok_and(|info| !info.truncation)
 }
 
 async fn send<'a, R: ResponseHandler>(

@@ -128,10 +128,14 @@ impl Worker {
                 let reply_len = match fast {
                     Fast::Reply {
                         len,
+                        truncated,
                         qtype,
                         outcome,
                     } => {
                         metrics.fast_path_hits.inc();
+                        if truncated {
+                            metrics.truncated.inc();
+                        }
                         metrics.count_response(Transport::Udp, qtype, outcome);
                         Some(len)
                     }

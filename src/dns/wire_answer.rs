@@ -3,7 +3,7 @@
 //! version 0) built from the zone's precompiled wire data.
 //!
 //! Anything unusual — another opcode, EDNS version above 0, compressed or
-//! malformed questions, answers that need truncation, no zone yet — returns
+//! malformed questions, no zone yet — returns
 //! [`Fast::Slow`] and goes through the hickory handler instead, so both
 //! paths give the same answers; the tests in `tests/fast_path.rs` compare
 //! them query by query.
@@ -25,6 +25,8 @@ pub enum Fast {
     Reply {
         /// Response length.
         len: usize,
+        /// Whether TC is set: the answer needs TCP.
+        truncated: bool,
         /// Query type, for metrics.
         qtype: RecordType,
         /// Outcome, for metrics.
@@ -148,17 +150,26 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
         len
     };
 
+    let mut truncated = false;
     let (len, outcome) = match lookup {
         Lookup::Found(rrset) => {
             let wire = &rrset.wire;
-            let (body, ar) = if wire.response_len(question.len(), true, edns) <= limit {
-                (&wire.tail[..], wire.additional_count)
+            // Additional data is optional (RFC 2181 §9): drop it before
+            // truncating. An answer section that does not fit goes out
+            // empty with TC, as Knot DNS does: the client asks again over
+            // TCP and ignores a partial RRset anyway.
+            let (body, an, ar) = if wire.response_len(question.len(), true, edns) <= limit {
+                (&wire.tail[..], wire.answer_count, wire.additional_count)
             } else if wire.response_len(question.len(), false, edns) <= limit {
-                (&wire.tail[..wire.answers_end], 0)
+                (&wire.tail[..wire.answers_end], wire.answer_count, 0)
             } else {
-                return Fast::Slow; // needs TC: let hickory truncate
+                truncated = true;
+                (&[][..], 0, 0)
             };
-            header(out, true, 0, wire.answer_count, 0, ar);
+            header(out, true, 0, an, 0, ar);
+            if truncated {
+                out[2] |= 0x02;
+            }
             out[question_end..question_end + body.len()].copy_from_slice(body);
             (finish(out, question_end + body.len()), Outcome::Answer)
         }
@@ -186,6 +197,7 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
     };
     Fast::Reply {
         len,
+        truncated,
         qtype: rtype,
         outcome,
     }

@@ -6,12 +6,12 @@
 //! point at offsets inside the question, and a question asked in any letter
 //! case has the same length and label layout, so the bytes stay valid for
 //! every casing of the name. The UDP fast path copies them after the echoed
-//! question; the hickory path uses the lengths to decide what fits.
+//! question; the hickory path decodes them back into records.
 
 use hickory_proto::ProtoError;
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, Record, RecordType};
-use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
+use hickory_proto::serialize::binary::{BinEncodable, BinEncoder, NameEncoding};
 
 /// Bytes of a fixed DNS header.
 pub const HEADER_LEN: usize = 12;
@@ -32,14 +32,13 @@ pub struct WireAnswer {
     pub answer_count: u16,
     /// Number of additional records (before any OPT).
     pub additional_count: u16,
-    /// Length of answers plus additionals as hickory-server's response path
-    /// encodes them: it registers the question as one compression target
-    /// including its type and class, which no name ever matches, so names
-    /// are not compressed against the question there. The hickory path
-    /// decides what fits with these lengths.
-    pub hickory_len: u16,
-    /// Like `hickory_len`, answers only.
-    pub hickory_answers_len: u16,
+    /// Length of answers plus additionals with no name compressed at all.
+    /// No encoder ever writes more than this, not even transiently
+    /// (hickory's encoder writes a name's labels in full before it replaces
+    /// them with a pointer), so a response whose uncompressed size fits the
+    /// limit needs no further check on the hickory path. Saturates at
+    /// `u16::MAX`.
+    pub uncompressed_len: u16,
 }
 
 impl WireAnswer {
@@ -51,32 +50,30 @@ impl WireAnswer {
         additionals: &[Record],
     ) -> Self {
         let (full, question_end, answers_end) =
-            encode_once(qname, qtype, answers, additionals, false);
-        let (hickory_full, hickory_question_end, hickory_answers_end) =
-            encode_once(qname, qtype, answers, additionals, true);
+            encode_once(qname, qtype, answers, additionals, NameEncoding::Compressed);
+        let (plain, plain_question_end, _) = encode_once(
+            qname,
+            qtype,
+            answers,
+            additionals,
+            NameEncoding::Uncompressed,
+        );
         Self {
             tail: full[question_end..].into(),
             answers_end: answers_end - question_end,
             answer_count: answers.len() as u16,
             additional_count: additionals.len() as u16,
-            hickory_len: (hickory_full.len() - hickory_question_end) as u16,
-            hickory_answers_len: (hickory_answers_end - hickory_question_end) as u16,
+            uncompressed_len: u16::try_from(plain.len() - plain_question_end).unwrap_or(u16::MAX),
         }
     }
 
-    /// Total response size on hickory's path (see [`WireAnswer::hickory_len`]).
-    pub fn hickory_response_len(
-        &self,
-        question_len: usize,
-        with_additionals: bool,
-        with_opt: bool,
-    ) -> usize {
-        let body = if with_additionals {
-            self.hickory_len
-        } else {
-            self.hickory_answers_len
-        };
-        HEADER_LEN + question_len + usize::from(body) + if with_opt { OPT_RECORD_LEN } else { 0 }
+    /// Upper bound of the response size on any encoder, for a question of
+    /// `question_len` bytes (see [`WireAnswer::uncompressed_len`]).
+    pub fn uncompressed_response_len(&self, question_len: usize, with_opt: bool) -> usize {
+        HEADER_LEN
+            + question_len
+            + usize::from(self.uncompressed_len)
+            + if with_opt { OPT_RECORD_LEN } else { 0 }
     }
 
     /// Decodes the records back, given the owner name and type the answer
@@ -113,30 +110,21 @@ impl WireAnswer {
 
 /// One encoding pass: a zeroed header, the question, the answers, the
 /// additionals; returns the bytes and where the question and the answers
-/// end. `like_hickory` registers the question for compression the way
-/// hickory-server's response path does (see [`WireAnswer::hickory_len`]).
+/// end.
 fn encode_once(
     qname: &Name,
     qtype: RecordType,
     answers: &[Record],
     additionals: &[Record],
-    like_hickory: bool,
+    names: NameEncoding,
 ) -> (Vec<u8>, usize, usize) {
     let mut bytes = Vec::with_capacity(512);
     let mut encoder = BinEncoder::new(&mut bytes);
+    encoder.set_name_encoding(names);
     encoder.emit_vec(&[0; HEADER_LEN]).expect("header encodes");
-    let query = Query::query(qname.clone(), qtype);
-    if like_hickory {
-        let mut question = Vec::new();
-        query
-            .emit(&mut BinEncoder::new(&mut question))
-            .expect("a valid name encodes");
-        let start = encoder.offset();
-        encoder.emit_vec(&question).expect("question encodes");
-        encoder.store_label_pointer(start, start + question.len());
-    } else {
-        query.emit(&mut encoder).expect("a valid name encodes");
-    }
+    Query::query(qname.clone(), qtype)
+        .emit(&mut encoder)
+        .expect("a valid name encodes");
     let question_end = encoder.offset();
     for record in answers {
         record
