@@ -363,7 +363,7 @@ fn check(case: &Case, response: &Message, with_edns: bool, additional_fits: bool
     );
     match (&response.edns, with_edns) {
         (Some(edns), true) => {
-            if edns.max_payload() > 1232 || edns.max_payload() < 512 || edns.version() != 0 {
+            if edns.max_payload() != 1232 || edns.version() != 0 {
                 problems.push(format!(
                     "OPT: payload {} version {}",
                     edns.max_payload(),

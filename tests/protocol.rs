@@ -75,9 +75,10 @@ fn addresses(records: &[Record]) -> BTreeSet<IpAddr> {
         .collect()
 }
 
-/// EDNS queries get an OPT record of version 0 advertising 512..=1232 bytes.
+/// EDNS queries get an OPT record of version 0 advertising our own 1232
+/// bytes, whatever size the query offered (RFC 6891 §6.2.3).
 #[tokio::test(flavor = "multi_thread")]
-async fn responses_to_edns_queries_carry_opt_with_payload_at_most_1232() {
+async fn responses_to_edns_queries_carry_opt_advertising_1232() {
     let servers = [
         (
             "fast path",
@@ -101,10 +102,10 @@ async fn responses_to_edns_queries_carry_opt_with_payload_at_most_1232() {
                     let edns = response.edns.as_ref().unwrap_or_else(|| {
                         panic!("{path} {transport:?} {name} payload {payload}: no OPT")
                     });
-                    assert!(
-                        (512..=1232).contains(&edns.max_payload()),
-                        "{path} {transport:?} {name}: OPT payload {} for offered {payload}",
-                        edns.max_payload()
+                    assert_eq!(
+                        edns.max_payload(),
+                        1232,
+                        "{path} {transport:?} {name}: OPT payload for offered {payload}"
                     );
                     assert_eq!(edns.version(), 0, "{path} {transport:?} {name}");
                 }
@@ -163,6 +164,14 @@ async fn edns_raises_the_udp_limit_up_to_1232_bytes() {
     for (path, server) in &servers {
         let plain = exchange(server.dns(), Transport::Udp, &query(mid, RecordType::A)).await;
         assert!(plain.metadata.truncation, "{path}: 60 records in 512 bytes");
+        // Offers below 512 count as 512; we advertise 1232 but send no more
+        // than the client offered.
+        for payload in [0, 300, 512] {
+            let q = query_edns(mid, RecordType::A, payload, 0);
+            let (r, len) = exchange_sized(server.dns(), Transport::Udp, &q).await;
+            assert!(r.metadata.truncation, "{path} EDNS {payload}: TC");
+            assert!(len <= 512, "{path} EDNS {payload}: {len} bytes");
+        }
 
         for payload in [1232, 4096] {
             let q = query_edns(mid, RecordType::A, payload, 0);

@@ -51,17 +51,24 @@ impl Handler {
     }
 }
 
-/// The EDNS record of our response: version 0, no options, payload clamped
-/// to 512..=1232. hickory encodes UDP responses up to this payload.
-pub fn response_edns(request: &Edns) -> Edns {
+/// The EDNS record of our response: version 0, no options, and our own
+/// payload size, 1232 (in a response the field is the responder's size,
+/// RFC 6891 §6.2.3). hickory would encode UDP responses up to it; the
+/// handler keeps answers within [`udp_limit`] itself.
+pub fn response_edns() -> Edns {
     let mut edns = Edns::new();
-    edns.set_max_payload(
-        request
-            .max_payload()
-            .clamp(MIN_UDP_PAYLOAD, MAX_UDP_PAYLOAD),
-    );
+    edns.set_max_payload(MAX_UDP_PAYLOAD);
     edns.set_version(0);
     edns
+}
+
+/// The largest UDP response for a query with this EDNS record: the size it
+/// advertises, clamped to 512..=1232 (below 512 counts as 512, RFC 6891
+/// §6.2.5); 512 without EDNS (RFC 1035 §4.2.1).
+pub fn udp_limit(request: Option<&Edns>) -> u16 {
+    request.map_or(MIN_UDP_PAYLOAD, |edns| {
+        edns.max_payload().clamp(MIN_UDP_PAYLOAD, MAX_UDP_PAYLOAD)
+    })
 }
 
 #[async_trait::async_trait]
@@ -75,7 +82,7 @@ impl RequestHandler for Handler {
             Protocol::Udp => Transport::Udp,
             _ => Transport::Tcp,
         };
-        let mut edns = request.edns.as_ref().map(response_edns);
+        let mut edns = request.edns.as_ref().map(|_| response_edns());
         let mut metadata = Metadata::response_from_request(&request.metadata);
         let qtype = request
             .queries
@@ -153,7 +160,7 @@ impl RequestHandler for Handler {
                 let mut answers = &answers[..];
                 let mut additionals = &additionals[..];
                 if matches!(transport, Transport::Udp) {
-                    let limit = edns.as_ref().map_or(MIN_UDP_PAYLOAD, Edns::max_payload);
+                    let limit = udp_limit(request.edns.as_ref());
                     let question_len = request.queries.as_bytes().len();
                     let fits = |answers, additionals| {
                         encodes_whole(

@@ -144,7 +144,7 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
     };
     let finish = |out: &mut [u8; MAX_RESPONSE], mut len: usize| {
         if edns {
-            out[len..len + OPT_RECORD_LEN].copy_from_slice(&opt_record(limit as u16));
+            out[len..len + OPT_RECORD_LEN].copy_from_slice(&opt_record(MAX_UDP_PAYLOAD));
             len += OPT_RECORD_LEN;
         }
         len
@@ -203,7 +203,7 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
     }
 }
 
-/// Our OPT record: root owner, payload, extended rcode 0, version 0, no flags, no options.
+/// Our OPT record: root owner, our payload size, extended rcode 0, version 0, no flags, no options.
 fn opt_record(payload: u16) -> [u8; OPT_RECORD_LEN] {
     let p = payload.to_be_bytes();
     [0, 0, TYPE_OPT as u8, p[0], p[1], 0, 0, 0, 0, 0, 0]
