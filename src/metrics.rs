@@ -41,6 +41,8 @@ pub enum Outcome {
 #[derive(Debug, Clone)]
 pub struct Metrics {
     registry: Registry,
+    /// `(name, help, labels)` of every registered metric, labelled or not.
+    catalog: Vec<(String, String, Vec<String>)>,
     responses: Vec<IntCounter>,
     /// UDP responses sent with TC set.
     pub truncated: IntCounter,
@@ -68,6 +70,8 @@ pub struct Metrics {
     pub invalid_objects: IntCounterVec,
     /// Watch errors, by resource.
     pub watch_errors: IntCounterVec,
+    /// Watches the apiserver ended with 410 Gone, by resource.
+    pub watch_expired: IntCounterVec,
 }
 
 impl Default for Metrics {
@@ -98,7 +102,8 @@ impl Metrics {
             |name: &str, help: &str| IntCounter::new(name, help).expect("static metric is valid");
         let gauge =
             |name: &str, help: &str| IntGauge::new(name, help).expect("static metric is valid");
-        let metrics = Self {
+        let mut metrics = Self {
+            catalog: Vec::new(),
             truncated: counter("truncated_total", "UDP responses sent with the TC bit set."),
             fast_path_hits: counter(
                 "udp_fast_path_hits_total",
@@ -155,6 +160,15 @@ impl Metrics {
                 &["resource"],
             )
             .expect("static metric is valid"),
+            watch_expired: IntCounterVec::new(
+                Opts::new(
+                    "watch_expired_total",
+                    "Watches the apiserver ended with 410 Gone (resource version too old), by \
+                     resource; each is followed by a relist. Not counted in watch_errors_total.",
+                ),
+                &["resource"],
+            )
+            .expect("static metric is valid"),
             responses,
             registry,
         };
@@ -173,14 +187,28 @@ impl Metrics {
             Box::new(metrics.source_stale.clone()),
             Box::new(metrics.invalid_objects.clone()),
             Box::new(metrics.watch_errors.clone()),
+            Box::new(metrics.watch_expired.clone()),
         ];
         for c in collectors {
+            for desc in c.desc() {
+                metrics.catalog.push((
+                    format!("clusterset_dns_{}", desc.fq_name),
+                    desc.help.clone(),
+                    desc.variable_labels.clone(),
+                ));
+            }
             metrics
                 .registry
                 .register(c)
                 .expect("metric names are unique");
         }
         metrics
+    }
+
+    /// `(name, help, label names)` of every metric, including labelled
+    /// families that have no series yet (which `/metrics` does not show).
+    pub fn catalog(&self) -> &[(String, String, Vec<String>)] {
+        &self.catalog
     }
 
     /// Counts one response.
@@ -235,5 +263,62 @@ impl Metrics {
         // Encoding gathered families into a Vec cannot fail.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/metrics.md documents exactly the registered metrics.
+    #[test]
+    fn docs_list_every_metric_and_only_those() {
+        let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
+            .expect("docs/metrics.md");
+        let metrics = Metrics::new();
+        let registered: std::collections::BTreeSet<String> = metrics
+            .catalog()
+            .iter()
+            .map(|(name, _, _)| name.clone())
+            .collect();
+        // Table rows start with the metric name in backticks.
+        let documented: std::collections::BTreeSet<String> = docs
+            .lines()
+            .filter_map(|line| line.strip_prefix("| `clusterset_dns_"))
+            .filter_map(|rest| rest.split('`').next())
+            .map(|rest| format!("clusterset_dns_{rest}"))
+            .collect();
+        assert_eq!(registered, documented, "registered vs documented metrics");
+        for (name, _, labels) in metrics.catalog() {
+            let row = docs
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{name}`")))
+                .expect("documented");
+            for label in labels {
+                assert!(
+                    row.contains(&format!("`{label}`")),
+                    "{name}: label {label} not documented"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn responses_are_counted_by_transport_type_and_code() {
+        let m = Metrics::new();
+        m.count_response(Transport::Tcp, RecordType::SRV, Outcome::NoData);
+        m.count_response(
+            Transport::Udp,
+            RecordType::MX,
+            Outcome::Code(ResponseCode::NXDomain),
+        );
+        let text = m.render();
+        assert!(
+            text.contains(
+                r#"clusterset_dns_responses_total{qtype="SRV",rcode="NODATA",transport="tcp"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(r#"clusterset_dns_responses_total{qtype="other",rcode="NXDOMAIN",transport="udp"} 1"#), "{text}");
     }
 }

@@ -914,6 +914,16 @@ async fn a_relist_after_missed_changes_converges_without_wrong_answers() {
     .await;
     stop.store(true, Ordering::Relaxed);
     checker.await.unwrap();
+    // The restarted apiserver's watch cache starts at the current revision,
+    // so our watches resumed from an older one end with 410 Gone: this test
+    // covers that relist, not only a reconnect.
+    let metrics = http_get(running.admin_addr(), "/metrics").await;
+    let expired: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("clusterset_dns_watch_expired_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(expired >= 1.0, "no 410 Gone relist seen:\n{metrics}");
     assert!(asked.load(Ordering::Relaxed) > 20, "the checker ran");
     assert_eq!(
         wrong.load(Ordering::Relaxed),

@@ -432,6 +432,20 @@ impl KubeSource {
 
     fn failed(&mut self, kind: usize, error: watcher::Error) -> Result<(), KubeSourceError> {
         let resource = RESOURCE_NAMES[kind];
+        // 410 Gone: our resource version left the apiserver's window (after
+        // an apiserver restart, or a long disconnection). The apiserver is
+        // there; the watcher relists at once, and the relist replaces the
+        // index in one step. Routine, not an outage.
+        if let Some(status) = api_status(&error)
+            && status.code == 410
+        {
+            self.metrics
+                .watch_expired
+                .with_label_values(&[resource])
+                .inc();
+            tracing::info!(resource, message = %status.message, "watch expired (410 Gone); relisting");
+            return Ok(());
+        }
         self.metrics
             .watch_errors
             .with_label_values(&[resource])
