@@ -286,7 +286,6 @@ impl Apex {
             vec![soa.clone()],
             vec![],
         ));
-        apex.push_rrset(RrSet::new(origin, RecordType::NS, vec![ns], vec![]));
 
         let version_name = settings.relative_name("dns-version", origin);
         let txt = Record::from_rdata(
@@ -318,6 +317,10 @@ impl Apex {
                 )),
             }
         }
+        // The NS answer carries the nameserver's addresses as additional
+        // data, as any authoritative server does for in-zone NS targets.
+        let glue: Vec<Record> = a.iter().chain(&aaaa).cloned().collect();
+        apex.push_rrset(RrSet::new(origin, RecordType::NS, vec![ns], glue));
         if !a.is_empty() {
             ns_node.push_rrset(RrSet::new(&nameserver, RecordType::A, a, vec![]));
         }

@@ -588,3 +588,32 @@ fn the_nameserver_name_exists_only_with_addresses() {
         Err("NODATA")
     );
 }
+
+#[test]
+fn the_apex_ns_answer_carries_the_nameserver_addresses_when_configured() {
+    let additional = |zone: &Zone| {
+        let name = Name::from_ascii("clusterset.local.").unwrap();
+        let labels: Vec<&[u8]> = name.iter().collect();
+        let Lookup::Found(rrset) = zone.lookup(&labels, RecordType::NS) else {
+            panic!("apex NS");
+        };
+        let mut out: Vec<String> = rrset
+            .decode(&name)
+            .1
+            .iter()
+            .map(|r| format!("{} {}", r.name, r.data))
+            .collect();
+        out.sort();
+        out
+    };
+    assert!(additional(&zone_of(&[])).is_empty());
+    let mut settings = settings();
+    settings.nameserver_addresses = vec!["10.0.0.53".parse().unwrap(), "fd00::53".parse().unwrap()];
+    assert_eq!(
+        additional(&Zone::new(settings)),
+        [
+            "ns.dns.clusterset.local. 10.0.0.53",
+            "ns.dns.clusterset.local. fd00::53"
+        ]
+    );
+}
