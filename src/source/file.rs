@@ -68,6 +68,9 @@ pub struct FileSource {
     zone: ZoneHandle,
     metrics: Arc<Metrics>,
     loaded: Option<Stamp>,
+    /// Keeps the last good manifest's documents, so a reload parses only
+    /// the documents that changed.
+    parser: manifest::Parser,
 }
 
 impl FileSource {
@@ -84,6 +87,7 @@ impl FileSource {
             zone,
             metrics,
             loaded: None,
+            parser: manifest::Parser::default(),
         }
     }
 
@@ -110,10 +114,13 @@ impl FileSource {
 
     /// Parses and publishes `text` as the new content of the source.
     pub fn load_text(&mut self, text: &str) -> Result<PublishStats, FileSourceError> {
-        let manifest = manifest::parse(text).map_err(|source| FileSourceError::Manifest {
-            path: self.path.clone(),
-            source,
-        })?;
+        let manifest = self
+            .parser
+            .parse(text)
+            .map_err(|source| FileSourceError::Manifest {
+                path: self.path.clone(),
+                source,
+            })?;
         for skipped in &manifest.skipped {
             tracing::debug!(file = %self.path.display(), "skipped {skipped}");
         }

@@ -5,7 +5,8 @@
 //! manifest with an error naming the document, the object and the field, so
 //! the caller can keep serving its last good index.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::Value;
@@ -13,7 +14,7 @@ use serde_json::Value;
 use crate::api::ServiceImport;
 use crate::api::well_known::MCS_GROUP;
 use crate::index::SliceKey;
-use crate::model::{ImportedService, ServiceRef, SliceEndpoints};
+use crate::model::{ImportedService, SliceEndpoints};
 
 /// The objects a manifest contributes to the index.
 #[derive(Debug, Default, Clone)]
@@ -49,94 +50,168 @@ pub enum ManifestError {
 }
 
 /// Parses `text` (one or more `---`-separated YAML documents).
+pub fn parse(text: &str) -> Result<Manifest, ManifestError> {
+    Parser::default().parse(text)
+}
+
+/// What one document holds: `(item in a kind: List, object)`.
+type DocumentObjects = Arc<[(Option<usize>, Object)]>;
+
+/// One object of a document, projected.
+#[derive(Debug)]
+enum Object {
+    Import(ImportedService),
+    Slice(SliceKey, SliceEndpoints),
+    /// Not served by DNS: what it is and why, for the skip report.
+    Skipped(String),
+}
+
+/// Parses manifests, reusing the objects of documents whose text has not
+/// changed since the last successful parse: reloading a large file after a
+/// small edit parses only the edited documents.
 ///
 /// Documents are parsed one at a time, so the generic YAML value of only one
 /// document exists at once: a 20 MB manifest of 10,000 services otherwise
-/// takes some 300 MB of parse tree at its peak.
-pub fn parse(text: &str) -> Result<Manifest, ManifestError> {
-    let mut state = Builder::default();
-    match split_documents(text) {
-        Some(pieces) => {
-            for piece in pieces {
-                let document: Value = serde_saphyr::from_str_with_options(
-                    piece.text,
-                    yaml_options(),
-                )
-                .map_err(|e| {
-                    // Parse the whole stream again for the error with
-                    // the file's own line numbers and snippet.
-                    let e = serde_saphyr::from_multiple_with_options::<Value>(text, yaml_options())
-                        .err()
-                        .map_or_else(
-                            || format!("line {} and after: {e}", piece.first_line),
-                            |e| e.to_string(),
-                        );
-                    ManifestError::Yaml(format!("document {}: {e}", piece.number))
-                })?;
-                state.add_document(document, piece.number)?;
-            }
-        }
-        None => {
+/// takes some 300 MB of parse tree at its peak. The cache keeps the
+/// projections of the last good manifest (about 25 MB at 10,000 services and
+/// 100,000 endpoints), keyed by a hash of each document's text.
+#[derive(Debug, Default)]
+pub struct Parser {
+    cache: HashMap<DocumentKey, DocumentObjects>,
+}
+
+/// A document's text, identified by its length and two independent 64-bit
+/// hashes (a collision would need both to collide at once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct DocumentKey(usize, u64, u64);
+
+impl DocumentKey {
+    fn of(text: &str) -> Self {
+        use std::hash::BuildHasher;
+        let hash = |seed| foldhash::quality::FixedState::with_seed(seed).hash_one(text);
+        Self(
+            text.len(),
+            hash(0x6d63_735f_646e_7301),
+            hash(0x0d0c_0b0a_0908_0706),
+        )
+    }
+}
+
+impl Parser {
+    /// Parses `text`; documents seen in the last successful parse are not
+    /// parsed again.
+    pub fn parse(&mut self, text: &str) -> Result<Manifest, ManifestError> {
+        let Some(pieces) = split_documents(text) else {
+            // Directives: parse the stream whole, without the cache.
             let documents: Vec<Value> =
                 serde_saphyr::from_multiple_with_options(text, yaml_options())
                     .map_err(|e| ManifestError::Yaml(e.to_string()))?;
+            let mut parsed = Vec::with_capacity(documents.len());
             for (i, document) in documents.into_iter().enumerate() {
-                state.add_document(document, i + 1)?;
+                parsed.push((i + 1, project_document(document, i + 1)?));
+            }
+            return assemble(&parsed);
+        };
+        let mut parsed = Vec::with_capacity(pieces.len());
+        let mut cache = HashMap::with_capacity(pieces.len());
+        for piece in pieces {
+            let key = DocumentKey::of(piece.text);
+            let objects = match self.cache.get(&key) {
+                Some(objects) => objects.clone(),
+                None => {
+                    let document: Value =
+                        serde_saphyr::from_str_with_options(piece.text, yaml_options())
+                            .map_err(|e| yaml_error(text, &piece, e))?;
+                    project_document(document, piece.number)?
+                }
+            };
+            cache.insert(key, objects.clone());
+            parsed.push((piece.number, objects));
+        }
+        let manifest = assemble(&parsed)?;
+        self.cache = cache;
+        Ok(manifest)
+    }
+}
+
+/// The error for a document that is not valid YAML, with the file's own
+/// line numbers and snippet (found by parsing the whole stream again, which
+/// stops at the same place).
+fn yaml_error(text: &str, piece: &Piece<'_>, error: serde_saphyr::Error) -> ManifestError {
+    let message = serde_saphyr::from_multiple_with_options::<Value>(text, yaml_options())
+        .err()
+        .map_or_else(
+            || format!("line {} and after: {error}", piece.first_line),
+            |e| e.to_string(),
+        );
+    ManifestError::Yaml(format!("document {}: {message}", piece.number))
+}
+
+/// Projects document `number` (1-based): one object or a `kind: List`.
+fn project_document(document: Value, number: usize) -> Result<DocumentObjects, ManifestError> {
+    let mut objects = Vec::new();
+    if document.is_null() {
+        return Ok(objects.into());
+    }
+    let at = |item| Position {
+        document: number,
+        item,
+    };
+    if document.get("kind").and_then(Value::as_str) != Some("List") {
+        objects.push((None, project_object(document, at(None))?));
+        return Ok(objects.into());
+    }
+    let items = match document {
+        Value::Object(mut map) => map.remove("items"),
+        _ => None,
+    };
+    if let Some(Value::Array(items)) = items {
+        for (j, item) in items.into_iter().enumerate() {
+            objects.push((Some(j), project_object(item, at(Some(j)))?));
+        }
+    }
+    Ok(objects.into())
+}
+
+/// Collects the documents' objects in order, rejecting duplicates.
+fn assemble(documents: &[(usize, DocumentObjects)]) -> Result<Manifest, ManifestError> {
+    let mut manifest = Manifest::default();
+    let mut seen_imports = HashSet::new();
+    let mut seen_slices = HashSet::new();
+    for (number, objects) in documents {
+        for (item, object) in objects.iter() {
+            let duplicate = |kind: &str, namespace: &str, name: &str| ManifestError::Object {
+                document: *number,
+                item: *item,
+                kind: kind.into(),
+                name: format!("{namespace}/{name}"),
+                message: format!("duplicate {kind}"),
+            };
+            match object {
+                Object::Import(import) => {
+                    if !seen_imports.insert(import.service.clone()) {
+                        let service = &import.service;
+                        return Err(duplicate(
+                            "ServiceImport",
+                            &service.namespace,
+                            &service.name,
+                        ));
+                    }
+                    manifest.imports.push(import.clone());
+                }
+                Object::Slice(key, slice) => {
+                    if !seen_slices.insert(key.clone()) {
+                        return Err(duplicate("EndpointSlice", &key.namespace, &key.name));
+                    }
+                    manifest.slices.push((key.clone(), slice.clone()));
+                }
+                Object::Skipped(what) => {
+                    manifest.skipped.push(format!("document {number}: {what}"))
+                }
             }
         }
     }
-    Ok(state.manifest)
-}
-
-/// The manifest being built, with the keys seen so far.
-#[derive(Default)]
-struct Builder {
-    manifest: Manifest,
-    seen_imports: HashSet<ServiceRef>,
-    seen_slices: HashSet<SliceKey>,
-}
-
-impl Builder {
-    /// Adds document `number` (1-based): one object or a `kind: List`.
-    fn add_document(&mut self, document: Value, number: usize) -> Result<(), ManifestError> {
-        let at = Position {
-            document: number,
-            item: None,
-        };
-        if document.is_null() {
-            return Ok(());
-        }
-        if document.get("kind").and_then(Value::as_str) != Some("List") {
-            return add_object(
-                &mut self.manifest,
-                document,
-                at,
-                &mut self.seen_imports,
-                &mut self.seen_slices,
-            );
-        }
-        let items = match document {
-            Value::Object(mut map) => map.remove("items"),
-            _ => None,
-        };
-        let Some(Value::Array(items)) = items else {
-            return Ok(());
-        };
-        for (j, item) in items.into_iter().enumerate() {
-            let at = Position {
-                item: Some(j),
-                ..at
-            };
-            add_object(
-                &mut self.manifest,
-                item,
-                at,
-                &mut self.seen_imports,
-                &mut self.seen_slices,
-            )?;
-        }
-        Ok(())
-    }
+    Ok(manifest)
 }
 
 /// One document of a multi-document stream.
@@ -259,13 +334,8 @@ fn stringify_string_fields(object: &mut Value) {
     }
 }
 
-fn add_object(
-    manifest: &mut Manifest,
-    mut object: Value,
-    at: Position,
-    seen_imports: &mut HashSet<ServiceRef>,
-    seen_slices: &mut HashSet<SliceKey>,
-) -> Result<(), ManifestError> {
+/// Validates and projects one object; duplicates are checked by [`assemble`].
+fn project_object(mut object: Value, at: Position) -> Result<Object, ManifestError> {
     stringify_string_fields(&mut object);
     let api_version = object
         .get("apiVersion")
@@ -311,34 +381,24 @@ fn add_object(
             let import: ServiceImport =
                 serde_path_to_error::deserialize(&object).map_err(|e| fail(e.to_string()))?;
             let projected = ImportedService::from_api(&import).map_err(|e| fail(e.to_string()))?;
-            if !seen_imports.insert(projected.service.clone()) {
-                return Err(fail("duplicate ServiceImport".into()));
-            }
-            manifest.imports.push(projected);
+            Ok(Object::Import(projected))
         }
         ("discovery.k8s.io", "v1", "EndpointSlice") => {
             let slice: EndpointSlice =
                 serde_path_to_error::deserialize(&object).map_err(|e| fail(e.to_string()))?;
-            match SliceEndpoints::from_api(&slice).map_err(|e| fail(e.to_string()))? {
-                Some(projected) => {
-                    let key = SliceKey { namespace: namespace.clone(), name: name.clone() };
-                    if !seen_slices.insert(key.clone()) {
-                        return Err(fail("duplicate EndpointSlice".into()));
-                    }
-                    manifest.slices.push((key, projected));
-                }
-                None => manifest.skipped.push(format!(
-                    "document {}: EndpointSlice {namespace}/{name} (not an imported slice, or FQDN addresses)",
-                    at.document
-                )),
-            }
+            Ok(
+                match SliceEndpoints::from_api(&slice).map_err(|e| fail(e.to_string()))? {
+                    Some(projected) => Object::Slice(SliceKey { namespace, name }, projected),
+                    None => Object::Skipped(format!(
+                        "EndpointSlice {namespace}/{name} (not an imported slice, or FQDN addresses)"
+                    )),
+                },
+            )
         }
-        _ => manifest.skipped.push(format!(
-            "document {}: {api_version} {kind} {namespace}/{name} (not served by DNS)",
-            at.document
-        )),
+        _ => Ok(Object::Skipped(format!(
+            "{api_version} {kind} {namespace}/{name} (not served by DNS)"
+        ))),
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -497,5 +557,57 @@ items:
         let text = format!("{GOOD}---\nkind: [unclosed\n");
         let err = parse(&text).unwrap_err().to_string();
         assert!(err.contains("document 3: error: line 27 column 7"), "{err}");
+    }
+
+    #[test]
+    fn a_warm_parser_gives_what_a_cold_parse_gives() {
+        let other = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: prod}\n";
+        let variants = [
+            GOOD.to_string(),
+            // A document inserted in front: every number shifts.
+            format!("{other}---{GOOD}"),
+            // One object changed.
+            GOOD.replace("10.1.0.1", "10.1.0.2"),
+            GOOD.replace("port: 80", "port: 8080"),
+            GOOD.to_string(),
+        ];
+        let mut parser = Parser::default();
+        for text in &variants {
+            let warm = parser.parse(text).unwrap();
+            let cold = parse(text).unwrap();
+            assert_eq!(format!("{warm:?}"), format!("{cold:?}"), "{text}");
+        }
+        assert_eq!(
+            parser.cache.len(),
+            2,
+            "one entry per document of the last parse"
+        );
+    }
+
+    #[test]
+    fn a_warm_parser_reports_errors_and_duplicates_at_their_current_place() {
+        let mut parser = Parser::default();
+        parser.parse(GOOD).unwrap();
+        let doc = GOOD.split("---").next().unwrap();
+        // The same, cached, ServiceImport twice: a duplicate in document 3.
+        let err = parser
+            .parse(&format!("{GOOD}---{doc}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("document 3") && err.contains("duplicate"),
+            "{err}"
+        );
+        let err = parser
+            .parse(&GOOD.replace("fd00::1", "fd00::zz"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("document 1") && err.contains("spec.ips[1]"),
+            "{err}"
+        );
+        // A failed parse leaves the last good documents cached.
+        assert_eq!(parser.cache.len(), 2);
+        assert_eq!(parser.parse(GOOD).unwrap().imports.len(), 1);
     }
 }
