@@ -119,7 +119,25 @@ if [[ -z $GO ]]; then
 	elif [[ -x /usr/local/go/bin/go ]]; then
 		GO=/usr/local/go/bin/go
 	else
-		die "go not found (install Go >= 1.26 or set GO=/path/to/go)"
+		# No Go on this machine: fetch the toolchain from the Go module proxy
+		# (the same zip GOTOOLCHAIN downloads) into the cache, once.
+		BOOT_GO_VERSION=${BOOT_GO_VERSION:-1.26.8}
+		case $(uname -m) in x86_64) goarch=amd64 ;; aarch64) goarch=arm64 ;; *) die "no Go toolchain for $(uname -m)" ;; esac
+		boot=$CACHE/go-bootstrap/go$BOOT_GO_VERSION
+		if [[ ! -x $boot/bin/go ]]; then
+			log "go not found; downloading go$BOOT_GO_VERSION from the Go module proxy"
+			mkdir -p "$CACHE/go-bootstrap"
+			zip=$CACHE/go-bootstrap/toolchain.zip
+			curl -fsSL -o "$zip" \
+				"https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-go$BOOT_GO_VERSION.linux-$goarch.zip" ||
+				die "downloading the Go toolchain failed"
+			rm -rf "$boot.tmp" && mkdir -p "$boot.tmp"
+			python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$zip" "$boot.tmp"
+			src=$(echo "$boot.tmp"/golang.org/toolchain@*)
+			chmod -R u+w "$src" && chmod +x "$src"/bin/* "$src"/pkg/tool/*/*
+			mv "$src" "$boot" && rm -rf "$boot.tmp" "$zip"
+		fi
+		GO=$boot/bin/go
 	fi
 fi
 export GOMODCACHE=$CACHE/gomod
