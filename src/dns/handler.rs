@@ -62,12 +62,12 @@ pub fn response_edns() -> Edns {
     edns
 }
 
-/// The largest UDP response for a query with this EDNS record: the size it
-/// advertises, clamped to 512..=1232 (below 512 counts as 512, RFC 6891
-/// §6.2.5); 512 without EDNS (RFC 1035 §4.2.1).
-pub fn udp_limit(request: Option<&Edns>) -> u16 {
-    request.map_or(MIN_UDP_PAYLOAD, |edns| {
-        edns.max_payload().clamp(MIN_UDP_PAYLOAD, MAX_UDP_PAYLOAD)
+/// The largest UDP response for a query offering this EDNS payload size:
+/// the offer clamped to 512..=1232 (below 512 counts as 512, RFC 6891
+/// §6.2.5); 512 without EDNS (RFC 1035 §4.2.1). Both UDP paths use it.
+pub fn udp_limit(offered_payload: Option<u16>) -> u16 {
+    offered_payload.map_or(MIN_UDP_PAYLOAD, |offer| {
+        offer.clamp(MIN_UDP_PAYLOAD, MAX_UDP_PAYLOAD)
     })
 }
 
@@ -160,7 +160,7 @@ impl RequestHandler for Handler {
                 let mut answers = &answers[..];
                 let mut additionals = &additionals[..];
                 if matches!(transport, Transport::Udp) {
-                    let limit = udp_limit(request.edns.as_ref());
+                    let limit = udp_limit(request.edns.as_ref().map(Edns::max_payload));
                     let question_len = request.queries.as_bytes().len();
                     let fits = |answers, additionals| {
                         encodes_whole(
@@ -178,9 +178,10 @@ impl RequestHandler for Handler {
                         > usize::from(limit)
                         && !fits(answers, additionals)
                     {
+                        let answers_fit = !additionals.is_empty() && fits(answers, &[]);
                         additionals = &[];
                         // As on the fast path: no partial RRset, TC.
-                        if !fits(answers, additionals) {
+                        if !answers_fit {
                             answers = &[];
                             metadata.truncation = true;
                         }

@@ -10,7 +10,7 @@
 
 use hickory_proto::rr::RecordType;
 
-use super::handler::{MAX_UDP_PAYLOAD, MIN_UDP_PAYLOAD};
+use super::handler::{MAX_UDP_PAYLOAD, MIN_UDP_PAYLOAD, udp_limit};
 use crate::metrics::Outcome;
 use crate::zone::wire::{HEADER_LEN, OPT_RECORD_LEN};
 use crate::zone::{Lookup, MAX_LABELS, Zone};
@@ -118,7 +118,7 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
         if opt.len() != OPT_RECORD_LEN + rdlen {
             return Fast::Slow;
         }
-        limit = u16::from_be_bytes([opt[3], opt[4]]).clamp(MIN_UDP_PAYLOAD, MAX_UDP_PAYLOAD);
+        limit = udp_limit(Some(u16::from_be_bytes([opt[3], opt[4]])));
     } else if query.len() != question_end {
         return Fast::Slow;
     }
