@@ -92,9 +92,13 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     clusterset_dns::telemetry::init(&config.log);
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     runtime.block_on(async {
+        // Register the handlers before any socket is bound: a SIGTERM that
+        // arrives once the server answers must mean "shut down", never the
+        // default action of dying with the signal.
+        let shutdown = ShutdownSignal::register().context("installing signal handlers")?;
         let mut running = clusterset_dns::app::start(&config).await?;
         let result = tokio::select! {
-            _ = shutdown_signal() => Ok(()),
+            _ = shutdown.received() => Ok(()),
             error = running.fatal_error() => Err(anyhow::Error::new(error)),
         };
         tracing::info!("shutting down");
@@ -103,17 +107,25 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     })
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
+/// SIGTERM and SIGINT, registered up front so neither can kill the process.
+struct ShutdownSignal {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignal {
+    fn register() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            terminate: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn received(mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
         }
     }
 }
