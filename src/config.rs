@@ -189,6 +189,12 @@ impl Config {
             })?;
         let mut origin = origin;
         origin.set_fqdn(true);
+        if crate::zone::wire_len(&origin) > crate::zone::MAX_ORIGIN_LEN {
+            return Err(ConfigError::Invalid(format!(
+                "zone {zone_name:?} is too long: at most {} bytes on the wire, so that every <svc>.<ns>.svc.<zone> name fits in 255",
+                crate::zone::MAX_ORIGIN_LEN
+            )));
+        }
         let mut zone = ZoneSettings::new(origin);
         zone.ttl = args.ttl.or(file.ttl).unwrap_or(zone.ttl);
         zone.negative_ttl = args
@@ -308,6 +314,24 @@ mod tests {
             ..Default::default()
         };
         assert!(Config::merge(&args, FileConfig::default()).is_err());
+    }
+
+    /// A zone too long to hold `<63 bytes>.<63 bytes>.svc.<zone>` is refused
+    /// up front; the longest one that leaves room is accepted.
+    #[test]
+    fn a_zone_without_room_for_service_names_is_rejected() {
+        // Two labels and the root: (a + 1) + (b + 1) + 1 bytes on the wire.
+        let zone = |a: usize, b: usize| ServeArgs {
+            zone: Some(format!("{}.{}", "z".repeat(a), "y".repeat(b))),
+            ..Default::default()
+        };
+        assert_eq!(crate::zone::MAX_ORIGIN_LEN, 60 + 1 + 60 + 1 + 1);
+        let fits = Config::merge(&zone(60, 60), FileConfig::default());
+        assert!(fits.is_ok(), "{fits:?}");
+        let error = Config::merge(&zone(60, 61), FileConfig::default())
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("too long"), "{error}");
     }
 
     #[test]

@@ -232,6 +232,9 @@ const CASES: &[Case] = &[
     nodata("cluster-west.db.shop.svc.clusterset.local.", SRV),
     nxdomain("cluster-eu.db.shop.svc.clusterset.local.", A),
     nxdomain("x.db-0.cluster-east.db.shop.svc.clusterset.local.", A),
+    // One label `db-0.cluster-east` (an escaped dot) is not two labels.
+    nxdomain("db-0\\.cluster-east.db.shop.svc.clusterset.local.", A),
+    nxdomain("_postgres\\._tcp.db.shop.svc.clusterset.local.", SRV),
     answer(
         "_postgres._tcp.db.shop.svc.clusterset.local.",
         SRV,

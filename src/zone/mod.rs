@@ -25,6 +25,14 @@ pub const DNS_SCHEMA_VERSION: &str = "1.0.0";
 pub const DNS_VERSION_TTL_SECS: u32 = 28800;
 /// Longest name we look at, in labels (a 255-byte name has at most 127).
 pub const MAX_LABELS: usize = 127;
+/// Longest zone origin, in wire bytes: room for `<svc>.<ns>.svc.` in front of
+/// it with 63-byte labels (255 − 2 × 64 − 4), so every service has a name.
+pub const MAX_ORIGIN_LEN: usize = 123;
+
+/// Length of `name` on the wire: each label with its length byte, and the root.
+pub fn wire_len(name: &Name) -> usize {
+    name.iter().map(|label| label.len() + 1).sum::<usize>() + 1
+}
 
 /// Zone-wide settings that shape every record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +53,16 @@ pub struct ZoneSettings {
 
 impl ZoneSettings {
     /// Settings for `origin` with the defaults of the configuration.
+    ///
+    /// # Panics
+    ///
+    /// If `origin` is longer than [`MAX_ORIGIN_LEN`] bytes on the wire (the
+    /// configuration rejects such a zone with an error first).
     pub fn new(origin: Name) -> Self {
+        assert!(
+            wire_len(&origin) <= MAX_ORIGIN_LEN,
+            "zone origin {origin} is longer than {MAX_ORIGIN_LEN} bytes"
+        );
         Self {
             origin: origin.to_lowercase(),
             ttl: 5,
@@ -55,16 +72,19 @@ impl ZoneSettings {
         }
     }
 
-    /// `<name>.<namespace>.svc.<zone>.`
+    /// `<name>.<namespace>.svc.<zone>.`, for a service name and a namespace
+    /// that are DNS labels (at most 63 bytes each).
     pub fn service_name(&self, namespace: &str, name: &str) -> Name {
         self.relative_name(&format!("{name}.{namespace}.svc"), &self.origin)
+            .expect("two labels and svc fit in front of an origin of at most MAX_ORIGIN_LEN bytes")
     }
 
-    /// `<relative>.<base>`; the relative part is built from validated labels.
-    pub fn relative_name(&self, relative: &str, base: &Name) -> Name {
+    /// `<relative>.<base>`, or `None` when that is longer than 255 bytes
+    /// (or `relative` is not a name).
+    pub fn relative_name(&self, relative: &str, base: &Name) -> Option<Name> {
         Name::from_ascii(relative)
             .and_then(|n| n.append_domain(base))
-            .expect("names are built from validated DNS labels")
+            .ok()
     }
 }
 
@@ -198,6 +218,12 @@ impl Zone {
         {
             return Lookup::NotInZone;
         }
+        // Our names are made of labels without dots; a label with an
+        // escaped dot in it (`a\.b`) is a different name from `a.b`, and
+        // must not match it through the dotted keys of the service maps.
+        if relative.iter().any(|label| label.contains(&b'.')) {
+            return Lookup::NxDomain;
+        }
         let node = match relative {
             [] => &self.apex.apex,
             [b"dns-version"] => &self.apex.version,
@@ -256,11 +282,19 @@ fn join(buf: &mut [u8; 256], labels: &[&[u8]]) -> Option<usize> {
     Some(at)
 }
 
+/// `<relative>.<zone>` for the short fixed names at the apex, which fit in
+/// front of any origin [`ZoneSettings::new`] accepts.
+fn apex_name(settings: &ZoneSettings, relative: &str) -> Name {
+    settings
+        .relative_name(relative, &settings.origin)
+        .expect("fixed apex names fit in front of the origin")
+}
+
 impl Apex {
     fn build(settings: &ZoneSettings, serial: u32) -> Self {
         let origin = &settings.origin;
-        let nameserver = settings.relative_name("ns.dns", origin);
-        let hostmaster = settings.relative_name("hostmaster", origin);
+        let nameserver = apex_name(settings, "ns.dns");
+        let hostmaster = apex_name(settings, "hostmaster");
         let soa = Record::from_rdata(
             origin.clone(),
             settings.negative_ttl,
@@ -287,7 +321,7 @@ impl Apex {
             vec![],
         ));
 
-        let version_name = settings.relative_name("dns-version", origin);
+        let version_name = apex_name(settings, "dns-version");
         let txt = Record::from_rdata(
             version_name.clone(),
             DNS_VERSION_TTL_SECS,
@@ -373,25 +407,23 @@ pub fn master_file(zone: &Zone) -> String {
     };
     let settings = &zone.settings;
     write(&settings.origin, &zone.apex.apex);
-    write(
-        &settings.relative_name("ns.dns", &settings.origin),
-        &zone.apex.nameserver,
-    );
-    write(
-        &settings.relative_name("dns-version", &settings.origin),
-        &zone.apex.version,
-    );
+    write(&apex_name(settings, "ns.dns"), &zone.apex.nameserver);
+    write(&apex_name(settings, "dns-version"), &zone.apex.version);
     let mut services: Vec<_> = zone.services().collect();
     services.sort_by(|a, b| a.0.cmp(b.0));
     for (key, service) in services {
-        let base = settings.relative_name(&format!("{key}.svc"), &settings.origin);
+        let (name, namespace) = key.split_once('.').expect("service keys are <svc>.<ns>");
+        let base = settings.service_name(namespace, name);
         let mut nodes: Vec<_> = service.nodes().collect();
         nodes.sort_by(|a, b| a.0.cmp(b.0));
         for (relative, node) in nodes {
             let owner = if relative.is_empty() {
                 base.clone()
             } else {
-                settings.relative_name(relative, &base)
+                // Only names that were built are in the zone.
+                settings
+                    .relative_name(relative, &base)
+                    .expect("zone names fit")
             };
             write(&owner, node);
         }

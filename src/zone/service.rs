@@ -2,7 +2,7 @@
 //! slices. A change to a service rebuilds only its `ServiceZone`, so the cost
 //! of an update is proportional to that service, never to the clusterset.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 
 use hickory_proto::rr::rdata::{A, AAAA, SRV};
@@ -33,10 +33,17 @@ impl RrSet {
         records: Vec<Record>,
         additionals: Vec<Record>,
     ) -> Self {
-        Self {
-            rtype,
-            wire: WireAnswer::encode(owner, rtype, &records, &additionals),
+        let wire = WireAnswer::encode(owner, rtype, &records, &additionals);
+        if usize::from(wire.answer_count) < records.len() {
+            tracing::warn!(
+                name = %owner,
+                %rtype,
+                kept = wire.answer_count,
+                records = records.len(),
+                "answer cut to fit one DNS message (64 KiB); lower max_records to choose the subset size yourself"
+            );
         }
+        Self { rtype, wire }
     }
 
     /// The answer and additional records, for `owner` (the name asked, in
@@ -176,7 +183,10 @@ impl ServiceZone {
         for port in ports {
             let Some(name) = &port.name else { continue };
             let relative = format!("_{name}.{}", port.protocol.srv_label());
-            let owner = settings.relative_name(&relative, base);
+            let Some(owner) = settings.relative_name(&relative, base) else {
+                warn_name_too_long(&relative, base);
+                continue;
+            };
             let srv = srv_records(&owner, &[(port.port, base.clone())], ttl);
             let mut node = Node::default();
             node.push(&owner, RecordType::SRV, srv, glue.clone());
@@ -227,16 +237,28 @@ impl ServiceZone {
             return; // no ready endpoints: the service name is NXDOMAIN
         }
 
-        // Per-endpoint names carry all of that endpoint's addresses.
+        // Per-endpoint names carry all of that endpoint's addresses. An
+        // endpoint whose name would exceed 255 bytes (a long dotted cluster
+        // id) has no name and so no SRV record, but its addresses still
+        // answer for the service name.
         let mut host_records = Vec::with_capacity(hosts.len());
         for ((cluster, label), host) in &hosts {
             let relative = format!("{label}.{cluster}");
             let owner = settings.relative_name(&relative, base);
-            let (a, aaaa) = address_records(&owner, host.addresses.iter(), ttl);
-            let mut node = Node::default();
-            node.push(&owner, RecordType::A, a.clone(), vec![]);
-            node.push(&owner, RecordType::AAAA, aaaa.clone(), vec![]);
-            self.insert_with_parents(relative, node);
+            let (a, aaaa) = match &owner {
+                Some(owner) => {
+                    let (a, aaaa) = address_records(owner, host.addresses.iter(), ttl);
+                    let mut node = Node::default();
+                    node.push(owner, RecordType::A, a.clone(), vec![]);
+                    node.push(owner, RecordType::AAAA, aaaa.clone(), vec![]);
+                    self.insert_with_parents(relative, node);
+                    (a, aaaa)
+                }
+                None => {
+                    warn_name_too_long(&relative, base);
+                    (Vec::new(), Vec::new())
+                }
+            };
             host_records.push((owner, host, a, aaaa));
         }
 
@@ -256,6 +278,7 @@ impl ServiceZone {
         let mut targets = Vec::new();
         let mut glue = Vec::new();
         for (owner, host, a, aaaa) in subset {
+            let Some(owner) = owner else { continue };
             let mut numbers: Vec<u16> = host.ports.iter().map(|p| p.port).collect();
             numbers.sort_unstable();
             numbers.dedup();
@@ -274,6 +297,7 @@ impl ServiceZone {
         // Named-port SRV: one record per endpoint exposing that port.
         let mut named: BTreeMap<String, (Vec<SrvTarget>, Vec<Record>)> = BTreeMap::new();
         for (owner, host, a, aaaa) in subset {
+            let Some(owner) = owner else { continue };
             for port in &host.ports {
                 let Some(name) = &port.name else { continue };
                 let entry = named
@@ -285,7 +309,10 @@ impl ServiceZone {
         }
         for (relative, (mut targets, glue)) in named {
             targets.truncate(settings.max_records);
-            let owner = settings.relative_name(&relative, base);
+            let Some(owner) = settings.relative_name(&relative, base) else {
+                warn_name_too_long(&relative, base);
+                continue;
+            };
             let mut node = Node::default();
             node.push(
                 &owner,
@@ -315,6 +342,16 @@ impl ServiceZone {
     }
 }
 
+/// Names are built from validated labels, but labels of up to 63 bytes and
+/// cluster ids of up to 253 can still add up to more than a name's 255
+/// bytes: such a name is left out of the zone, and said so.
+fn warn_name_too_long(relative: &str, base: &Name) {
+    tracing::warn!(
+        name = %format_args!("{relative}.{base}"),
+        "name longer than 255 bytes left out of the zone"
+    );
+}
+
 /// An SRV target: port number and target name.
 type SrvTarget = (u16, Name);
 
@@ -332,12 +369,11 @@ fn address_records<'a>(
 ) -> (Vec<Record>, Vec<Record>) {
     let mut a = Vec::new();
     let mut aaaa = Vec::new();
-    let mut seen: Vec<IpAddr> = Vec::new();
+    let mut seen: HashSet<IpAddr, FastHash> = HashSet::default();
     for ip in ips {
-        if seen.contains(ip) {
+        if !seen.insert(*ip) {
             continue;
         }
-        seen.push(*ip);
         match ip {
             IpAddr::V4(v4) => a.push(Record::from_rdata(owner.clone(), ttl, RData::A(A(*v4)))),
             IpAddr::V6(v6) => aaaa.push(Record::from_rdata(
@@ -353,12 +389,8 @@ fn address_records<'a>(
 /// SRV records in RFC 2782 field order. All share priority 0, and the weight
 /// splits 100 evenly between them, as CoreDNS does.
 fn srv_records(owner: &Name, targets: &[(u16, Name)], ttl: u32) -> Vec<Record> {
-    let mut unique: Vec<&(u16, Name)> = Vec::with_capacity(targets.len());
-    for t in targets {
-        if !unique.contains(&t) {
-            unique.push(t);
-        }
-    }
+    let mut seen: HashSet<&(u16, Name), FastHash> = HashSet::default();
+    let unique: Vec<&(u16, Name)> = targets.iter().filter(|t| seen.insert(*t)).collect();
     let weight = (100 / unique.len().max(1)) as u16;
     unique
         .into_iter()

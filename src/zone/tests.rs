@@ -617,3 +617,129 @@ fn the_apex_ns_answer_carries_the_nameserver_addresses_when_configured() {
         ]
     );
 }
+
+/// A headless service at the default cap with dual-stack endpoints and two
+/// ports: the A and AAAA answers are whole, and the SRV answer, whose
+/// records and glue exceed one DNS message, is cut to fit instead of
+/// failing the build.
+#[test]
+fn answers_larger_than_one_dns_message_are_cut_to_fit() {
+    let settings = settings();
+    let count = settings.max_records;
+    let endpoints = |v6: bool| {
+        (0..count)
+            .map(|i| {
+                let ip = if v6 {
+                    format!("fd00::{i:x}")
+                } else {
+                    format!("10.0.{}.{}", i / 256, i % 256)
+                };
+                endpoint(Some(&format!("database-replica-{i}")), &[&ip], true)
+            })
+            .collect()
+    };
+    let v4 = slice("production", "database", "cluster-east", endpoints(false));
+    let v6 = slice("production", "database", "cluster-east", endpoints(true));
+    let ports = vec![tcp("postgres", 5432), tcp("metrics", 9187)];
+    let built = ServiceZone::build(
+        &headless("production", "database", ports),
+        &[&v4, &v6],
+        &settings,
+    );
+    let base = "database.production.svc.clusterset.local.";
+    let node = built.node("").unwrap();
+    let wire = |rtype| &node.get(rtype).unwrap().wire;
+    assert_eq!(usize::from(wire(RecordType::A).answer_count), count);
+    assert_eq!(usize::from(wire(RecordType::AAAA).answer_count), count);
+    let srv = wire(RecordType::SRV);
+    assert!(usize::from(srv.answer_count) < count, "{srv:?}");
+    assert!(srv.answer_count > 0);
+    assert_eq!(srv.additional_count, 0, "glue is all or nothing");
+    let name = Name::from_ascii(base).unwrap();
+    let question_len = wire_len(&name) + 4;
+    assert!(
+        srv.response_len(question_len, true, true)
+            <= wire::MAX_PRECOMPILED_LEN + wire::OPT_RECORD_LEN
+    );
+    // What was kept decodes, and is a prefix of the full answer.
+    let (answers, additionals) = node.get(RecordType::SRV).unwrap().decode(&name);
+    assert_eq!(answers.len(), usize::from(srv.answer_count));
+    assert!(additionals.is_empty());
+}
+
+/// A per-endpoint name longer than 255 bytes (a long dotted cluster id) is
+/// left out; the endpoint's address still answers for the service name and
+/// the other endpoints keep their names.
+#[test]
+fn endpoint_names_longer_than_255_bytes_are_left_out() {
+    // A valid cluster id (242 characters, at most 253) that leaves no room.
+    let long_cluster = [
+        "c".repeat(63),
+        "d".repeat(63),
+        "e".repeat(63),
+        "f".repeat(50),
+    ]
+    .join(".");
+    assert!(crate::model::is_dns_subdomain(&long_cluster));
+    let slices = vec![
+        slice(
+            "prod",
+            "db",
+            &long_cluster,
+            vec![endpoint(Some("db-0"), &["10.0.0.1"], true)],
+        ),
+        slice(
+            "prod",
+            "db",
+            "east",
+            vec![endpoint(Some("db-1"), &["10.0.0.2"], true)],
+        ),
+    ];
+    let zone = zone_of(&[(headless("prod", "db", vec![tcp("pg", 5432)]), slices)]);
+    assert_eq!(
+        answer(&zone, "db.prod.svc.clusterset.local.", RecordType::A),
+        Ok(vec!["10.0.0.1".into(), "10.0.0.2".into()])
+    );
+    assert_eq!(
+        answer(
+            &zone,
+            "db-1.east.db.prod.svc.clusterset.local.",
+            RecordType::A
+        ),
+        Ok(vec!["10.0.0.2".into()])
+    );
+    // Only the endpoint with a name is an SRV target.
+    assert_eq!(
+        answer(
+            &zone,
+            "_pg._tcp.db.prod.svc.clusterset.local.",
+            RecordType::SRV
+        ),
+        Ok(vec![
+            "0 100 5432 db-1.east.db.prod.svc.clusterset.local.".into()
+        ])
+    );
+}
+
+/// `db-0\.east.db...` has one label fewer than `db-0.east.db...`: it does
+/// not exist, although the dotted keys of the service maps would match it.
+#[test]
+fn a_label_with_an_escaped_dot_matches_no_name() {
+    let zone = zone_of(&[(headless("prod", "db", vec![tcp("pg", 1)]), db_slices())]);
+    for name in [
+        "db-0\\.east.db.prod.svc.clusterset.local.",
+        "_pg\\._tcp.db.prod.svc.clusterset.local.",
+        "db\\.prod.svc.clusterset.local.",
+    ] {
+        assert_eq!(
+            answer(&zone, name, RecordType::A),
+            Err("NXDOMAIN"),
+            "{name}"
+        );
+        assert_eq!(
+            answer(&zone, name, RecordType::SRV),
+            Err("NXDOMAIN"),
+            "{name}"
+        );
+    }
+}

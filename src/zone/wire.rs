@@ -20,6 +20,14 @@ pub const HEADER_LEN: usize = 12;
 /// (extended rcode, version, flags) and an empty RDATA.
 pub const OPT_RECORD_LEN: usize = 11;
 
+/// Largest precompiled response (header, question, answers, additionals):
+/// the 64 KiB DNS message limit, less the OPT record a response to an EDNS
+/// query adds, less room for the hickory path's re-encoding over TCP, which
+/// writes the first owner name in full instead of pointing into the
+/// question and writes each name's labels before compressing them (two
+/// names of at most 255 bytes).
+pub const MAX_PRECOMPILED_LEN: usize = u16::MAX as usize - OPT_RECORD_LEN - 2 * 255;
+
 /// The precompiled sections of one positive answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireAnswer {
@@ -43,27 +51,60 @@ pub struct WireAnswer {
 
 impl WireAnswer {
     /// Encodes `answers` and `additionals` as the response to `qname`/`qtype`.
+    ///
+    /// The response must fit one DNS message (64 KiB, see
+    /// [`MAX_PRECOMPILED_LEN`]): answer records that do not fit are left out
+    /// (a headless answer may be any subset of its endpoints), and the
+    /// additional records, which are optional, are kept all or none. The
+    /// counts say what was kept.
     pub fn encode(
         qname: &Name,
         qtype: RecordType,
         answers: &[Record],
         additionals: &[Record],
     ) -> Self {
-        let (full, question_end, answers_end) =
-            encode_once(qname, qtype, answers, additionals, NameEncoding::Compressed);
-        let (plain, plain_question_end, _) = encode_once(
-            qname,
-            qtype,
-            answers,
-            additionals,
-            NameEncoding::Uncompressed,
-        );
+        let mut bytes = Vec::with_capacity(512);
+        let mut encoder = BinEncoder::new(&mut bytes);
+        encoder.set_max_size(MAX_PRECOMPILED_LEN as u16);
+        encoder.emit_vec(&[0; HEADER_LEN]).expect("header fits");
+        Query::query(qname.clone(), qtype)
+            .emit(&mut encoder)
+            .expect("a valid name fits");
+        let question_end = encoder.offset();
+        // A failed emit may leave part of a record behind: keep only what
+        // ends at a record boundary.
+        let mut answer_count = 0;
+        let mut answers_end = question_end;
+        for record in answers {
+            if record.emit(&mut encoder).is_err() {
+                break;
+            }
+            answer_count += 1;
+            answers_end = encoder.offset();
+        }
+        let mut additional_count = 0;
+        let mut end = answers_end;
+        if answer_count == answers.len() {
+            for record in additionals {
+                if record.emit(&mut encoder).is_err() {
+                    additional_count = 0;
+                    end = answers_end;
+                    break;
+                }
+                additional_count += 1;
+                end = encoder.offset();
+            }
+        }
+        drop(encoder);
+        bytes.truncate(end);
+        let uncompressed_len =
+            uncompressed_len(&answers[..answer_count], &additionals[..additional_count]);
         Self {
-            tail: full[question_end..].into(),
+            tail: bytes[question_end..].into(),
             answers_end: answers_end - question_end,
-            answer_count: answers.len() as u16,
-            additional_count: additionals.len() as u16,
-            uncompressed_len: u16::try_from(plain.len() - plain_question_end).unwrap_or(u16::MAX),
+            answer_count: answer_count as u16,
+            additional_count: additional_count as u16,
+            uncompressed_len: u16::try_from(uncompressed_len).unwrap_or(u16::MAX),
         }
     }
 
@@ -108,36 +149,22 @@ impl WireAnswer {
     }
 }
 
-/// One encoding pass: a zeroed header, the question, the answers, the
-/// additionals; returns the bytes and where the question and the answers
-/// end.
-fn encode_once(
-    qname: &Name,
-    qtype: RecordType,
-    answers: &[Record],
-    additionals: &[Record],
-    names: NameEncoding,
-) -> (Vec<u8>, usize, usize) {
-    let mut bytes = Vec::with_capacity(512);
-    let mut encoder = BinEncoder::new(&mut bytes);
-    encoder.set_name_encoding(names);
-    encoder.emit_vec(&[0; HEADER_LEN]).expect("header encodes");
-    Query::query(qname.clone(), qtype)
-        .emit(&mut encoder)
-        .expect("a valid name encodes");
-    let question_end = encoder.offset();
-    for record in answers {
-        record
-            .emit(&mut encoder)
-            .expect("in-memory records always encode");
-    }
-    let answers_end = encoder.offset();
-    for record in additionals {
-        record
-            .emit(&mut encoder)
-            .expect("in-memory records always encode");
-    }
-    (bytes, question_end, answers_end)
+/// Length of `records` with no name compressed: each record encoded on
+/// its own, so that no total, however large, hits the encoder's limit.
+fn uncompressed_len<'a>(answers: &'a [Record], additionals: &'a [Record]) -> usize {
+    let mut scratch = Vec::new();
+    answers
+        .iter()
+        .chain(additionals)
+        .map(|record| {
+            scratch.clear();
+            let mut encoder = BinEncoder::new(&mut scratch);
+            encoder.set_name_encoding(NameEncoding::Uncompressed);
+            // One record is far below the 64 KiB limit.
+            record.emit(&mut encoder).expect("a record encodes");
+            scratch.len()
+        })
+        .sum()
 }
 
 /// Header and question only (the frame [`WireAnswer::decode`] puts the tail in).
