@@ -607,3 +607,96 @@ fn the_generated_fixture_parses() {
     assert_eq!(manifest.imports.len(), 3);
     assert_eq!(manifest.slices.len(), 3);
 }
+
+/// A headless service at the default cap (1000 dual-stack endpoints) is
+/// served over TCP whole for A and AAAA. Its SRV records (whose targets are
+/// never compressed, RFC 2782) and their glue exceed one DNS message
+/// (64 KiB): the answer is cut to the records that fit, a subset the spec
+/// allows, and the optional glue is left out; the same on both paths, with
+/// and without EDNS. Before, building this zone panicked.
+#[tokio::test(flavor = "multi_thread")]
+async fn answers_at_the_default_cap_fit_one_tcp_message() {
+    const N: usize = 1000;
+    let yaml = big_headless("shop", "huge", 30, N, true);
+    let servers = both_paths(&yaml, Options::fast_path(true)).await;
+    let name = "huge.shop.svc.clusterset.local.";
+    let mut srv_counts = BTreeSet::new();
+    for (path, server) in &servers {
+        for edns in [false, true] {
+            let ask = |rtype| {
+                if edns {
+                    query_edns(name, rtype, 1232, 0)
+                } else {
+                    query(name, rtype)
+                }
+            };
+            for rtype in [RecordType::A, RecordType::AAAA, RecordType::SRV] {
+                let (tcp, len) = exchange_sized(server.dns(), Transport::Tcp, &ask(rtype)).await;
+                let what = format!("{path} {rtype} edns={edns}");
+                assert_eq!(tcp.metadata.response_code, ResponseCode::NoError, "{what}");
+                assert!(!tcp.metadata.truncation, "{what}");
+                assert!(len <= usize::from(u16::MAX), "{what}: {len} bytes");
+                assert!(tcp.additionals.is_empty(), "{what}: glue all or nothing");
+                if rtype == RecordType::SRV {
+                    let targets: BTreeSet<String> = tcp
+                        .answers
+                        .iter()
+                        .map(|r| match &r.data {
+                            RData::SRV(srv) => srv.target.to_string(),
+                            other => panic!("{what}: {other:?}"),
+                        })
+                        .collect();
+                    assert_eq!(targets.len(), tcp.answers.len(), "{what}: distinct targets");
+                    assert!(
+                        (N / 2..N).contains(&tcp.answers.len()),
+                        "{what}: {} records",
+                        tcp.answers.len()
+                    );
+                    srv_counts.insert(tcp.answers.len());
+                } else {
+                    assert_eq!(tcp.answers.len(), N, "{what}");
+                }
+            }
+        }
+    }
+    assert_eq!(srv_counts.len(), 1, "both paths cut at the same record");
+    stop_all(servers).await;
+}
+
+/// The DO bit of a query is copied into the response (RFC 3225 §3), on
+/// both paths, for positive, negative and refused answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_do_bit_is_copied_into_the_response() {
+    let servers = [
+        (
+            "fast path",
+            TestServer::from_file(EXAMPLE, Options::fast_path(true)).await,
+        ),
+        (
+            "hickory path",
+            TestServer::from_file(EXAMPLE, Options::fast_path(false)).await,
+        ),
+    ];
+    for (path, server) in &servers {
+        for name in [
+            "web.shop.svc.clusterset.local.",
+            "nope.shop.svc.clusterset.local.",
+            "example.com.",
+        ] {
+            for dnssec_ok in [false, true] {
+                for transport in [Transport::Udp, Transport::Tcp] {
+                    let mut q = query_edns(name, RecordType::A, 1232, 0);
+                    q.edns.as_mut().unwrap().set_dnssec_ok(dnssec_ok);
+                    let response = exchange(server.dns(), transport, &q).await;
+                    let edns = response.edns.as_ref().expect("OPT in the response");
+                    assert_eq!(
+                        edns.flags().dnssec_ok,
+                        dnssec_ok,
+                        "{path} {transport:?} {name}"
+                    );
+                }
+            }
+        }
+    }
+    stop_all(servers).await;
+}

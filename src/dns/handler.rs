@@ -82,7 +82,12 @@ impl RequestHandler for Handler {
             Protocol::Udp => Transport::Udp,
             _ => Transport::Tcp,
         };
-        let mut edns = request.edns.as_ref().map(|_| response_edns());
+        // RFC 3225 §3: the DO bit of the query is copied into the response.
+        let mut edns = request.edns.as_ref().map(|asked| {
+            let mut edns = response_edns();
+            edns.set_dnssec_ok(asked.flags().dnssec_ok);
+            edns
+        });
         let mut metadata = Metadata::response_from_request(&request.metadata);
         let qtype = request
             .queries

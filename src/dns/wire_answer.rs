@@ -40,6 +40,8 @@ pub enum Fast {
 
 const TYPE_OPT: u16 = 41;
 const CLASS_IN: u16 = 1;
+/// The DO flag in the high byte of an OPT record's flags (RFC 3225).
+const DO_BIT: u8 = 0x80;
 
 /// Tries to answer `query` from `zone` into `out`.
 pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
@@ -105,6 +107,7 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
     // hickory handler ignores them.
     let mut limit = MIN_UDP_PAYLOAD;
     let edns = count(10) == 1;
+    let mut dnssec_ok = false;
     if edns {
         let opt = &query[question_end..];
         if opt.len() < OPT_RECORD_LEN
@@ -119,6 +122,7 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
             return Fast::Slow;
         }
         limit = udp_limit(Some(u16::from_be_bytes([opt[3], opt[4]])));
+        dnssec_ok = opt[7] & DO_BIT != 0;
     } else if query.len() != question_end {
         return Fast::Slow;
     }
@@ -144,7 +148,7 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
     };
     let finish = |out: &mut [u8; MAX_RESPONSE], mut len: usize| {
         if edns {
-            out[len..len + OPT_RECORD_LEN].copy_from_slice(&opt_record(MAX_UDP_PAYLOAD));
+            out[len..len + OPT_RECORD_LEN].copy_from_slice(&opt_record(MAX_UDP_PAYLOAD, dnssec_ok));
             len += OPT_RECORD_LEN;
         }
         len
@@ -203,10 +207,12 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
     }
 }
 
-/// Our OPT record: root owner, our payload size, extended rcode 0, version 0, no flags, no options.
-fn opt_record(payload: u16) -> [u8; OPT_RECORD_LEN] {
+/// Our OPT record: root owner, our payload size, extended rcode 0, version
+/// 0, the DO bit as asked (RFC 3225 §3), no options.
+fn opt_record(payload: u16, dnssec_ok: bool) -> [u8; OPT_RECORD_LEN] {
     let p = payload.to_be_bytes();
-    [0, 0, TYPE_OPT as u8, p[0], p[1], 0, 0, 0, 0, 0, 0]
+    let flags = if dnssec_ok { DO_BIT } else { 0 };
+    [0, 0, TYPE_OPT as u8, p[0], p[1], 0, 0, flags, 0, 0, 0]
 }
 
 /// Writes the zone's SOA record with names compressed against the apex at
