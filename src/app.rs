@@ -37,6 +37,24 @@ pub enum StartError {
     },
 }
 
+/// Why a running server has to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum FatalError {
+    /// The Kubernetes source cannot go on (missing permissions).
+    #[error(transparent)]
+    Kubernetes(#[from] KubeSourceError),
+    /// The source task died (a bug): without it the answers would go stale
+    /// while `/ready` still said ready, so the process stops instead and
+    /// its supervisor restarts it.
+    #[error("the {source_kind} source stopped unexpectedly: {reason}")]
+    SourceDied {
+        /// `file` or `kubernetes`.
+        source_kind: &'static str,
+        /// The panic message.
+        reason: String,
+    },
+}
+
 /// A running server.
 #[derive(Debug)]
 pub struct Running {
@@ -46,7 +64,7 @@ pub struct Running {
     metrics: Arc<Metrics>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
-    fatal: mpsc::Receiver<KubeSourceError>,
+    fatal: mpsc::Receiver<FatalError>,
 }
 
 impl Running {
@@ -71,8 +89,9 @@ impl Running {
     }
 
     /// Resolves when the source fails in a way retrying cannot fix (missing
-    /// permissions before the first sync); pending forever otherwise.
-    pub async fn fatal_error(&mut self) -> KubeSourceError {
+    /// permissions before the first sync, or a source task that died);
+    /// pending forever otherwise.
+    pub async fn fatal_error(&mut self) -> FatalError {
         match self.fatal.recv().await {
             Some(error) => error,
             None => std::future::pending().await,
@@ -104,18 +123,20 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
                 FileSource::new(path, config.zone.clone(), zone.clone(), metrics.clone());
             let stats = source.load()?;
             tracing::info!(file = %path.display(), services = stats.rebuilt, "manifest loaded");
-            tasks.push(tokio::spawn(source.watch(shutdown_rx.clone())));
+            let task = tokio::spawn(source.watch(shutdown_rx.clone()));
+            tasks.push(tokio::spawn(supervise("file", task, fatal_tx)));
         }
         None => {
             let client = kube_client(config).await?;
-            tasks.push(tokio::spawn(run_kubernetes(
+            let task = tokio::spawn(run_kubernetes(
                 client,
                 config.clone(),
                 zone.clone(),
                 metrics.clone(),
                 shutdown_rx.clone(),
-                fatal_tx,
-            )));
+                fatal_tx.clone(),
+            ));
+            tasks.push(tokio::spawn(supervise("kubernetes", task, fatal_tx)));
         }
     }
 
@@ -158,6 +179,31 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     })
 }
 
+/// Waits for the source task; if it panicked, reports it as fatal.
+async fn supervise(
+    source_kind: &'static str,
+    task: JoinHandle<()>,
+    fatal: mpsc::Sender<FatalError>,
+) {
+    if let Err(error) = task.await
+        && error.is_panic()
+    {
+        let panic = error.into_panic();
+        let reason = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".to_owned());
+        tracing::error!(source_kind, %reason, "source stopped unexpectedly; shutting down");
+        let _ = fatal
+            .send(FatalError::SourceDied {
+                source_kind,
+                reason,
+            })
+            .await;
+    }
+}
+
 async fn kube_client(config: &Config) -> Result<kube::Client, StartError> {
     let client_config = match &config.kubeconfig {
         Some(path) => {
@@ -185,7 +231,7 @@ async fn run_kubernetes(
     zone: ZoneHandle,
     metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
-    fatal: mpsc::Sender<KubeSourceError>,
+    fatal: mpsc::Sender<FatalError>,
 ) {
     let mut delay = std::time::Duration::from_millis(500);
     let resource = loop {
@@ -205,6 +251,30 @@ async fn run_kubernetes(
     let source = KubeSource::new(client, resource, config.zone.clone(), zone, metrics);
     if let Err(error) = source.run(shutdown).await {
         tracing::error!(%error, "Kubernetes source stopped");
-        let _ = fatal.send(error).await;
+        let _ = fatal.send(error.into()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_source_task_that_panics_is_reported_as_fatal() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let task = tokio::spawn(async { panic!("index invariant broken") });
+        supervise("file", task, tx).await;
+        let error = rx.recv().await.expect("a fatal error");
+        assert_eq!(
+            error.to_string(),
+            "the file source stopped unexpectedly: index invariant broken"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_source_task_that_returns_is_not_fatal() {
+        let (tx, mut rx) = mpsc::channel(1);
+        supervise("file", tokio::spawn(async {}), tx).await;
+        assert!(rx.recv().await.is_none());
     }
 }
