@@ -33,17 +33,10 @@ impl RrSet {
         records: Vec<Record>,
         additionals: Vec<Record>,
     ) -> Self {
-        let wire = WireAnswer::encode(owner, rtype, &records, &additionals);
-        if usize::from(wire.answer_count) < records.len() {
-            tracing::warn!(
-                name = %owner,
-                %rtype,
-                kept = wire.answer_count,
-                records = records.len(),
-                "answer cut to fit one DNS message (64 KiB); lower max_records to choose the subset size yourself"
-            );
+        Self {
+            rtype,
+            wire: WireAnswer::encode(owner, rtype, &records, &additionals),
         }
-        Self { rtype, wire }
     }
 
     /// The answer and additional records, for `owner` (the name asked, in
@@ -85,10 +78,21 @@ impl Node {
         records: Vec<Record>,
         additionals: Vec<Record>,
     ) {
-        if !records.is_empty() {
-            self.rrsets
-                .push(RrSet::new(owner, rtype, records, additionals));
+        if records.is_empty() {
+            return;
         }
+        let count = records.len();
+        let rrset = RrSet::new(owner, rtype, records, additionals);
+        if usize::from(rrset.wire.answer_count) < count {
+            tracing::warn!(
+                name = %owner,
+                %rtype,
+                kept = rrset.wire.answer_count,
+                records = count,
+                "answer cut to fit one DNS message (64 KiB); lower max_records to choose the subset size yourself"
+            );
+        }
+        self.rrsets.push(rrset);
     }
 }
 
@@ -264,15 +268,34 @@ impl ServiceZone {
 
         // The service name answers for a bounded subset of endpoints, the same
         // subset for A, AAAA and SRV.
-        let subset = &host_records[..host_records.len().min(settings.max_records)];
-        let (a, aaaa) = address_records(
-            base,
-            subset.iter().flat_map(|(_, h, _, _)| h.addresses.iter()),
-            ttl,
-        );
+        let mut take = host_records.len().min(settings.max_records);
         let mut apex = Node::default();
-        apex.push(base, RecordType::A, a, vec![]);
-        apex.push(base, RecordType::AAAA, aaaa, vec![]);
+        loop {
+            let hosts = host_records[..take].iter().map(|(_, h, _, _)| *h);
+            let (a, aaaa) = address_records(base, hosts.flat_map(|h| h.addresses.iter()), ttl);
+            let a = (!a.is_empty()).then(|| RrSet::new(base, RecordType::A, a, vec![]));
+            let aaaa = (!aaaa.is_empty()).then(|| RrSet::new(base, RecordType::AAAA, aaaa, vec![]));
+            // Endpoints whose addresses all made it into both answers: the
+            // subset shrinks to them if either answer was cut to fit one
+            // DNS message, so that A and AAAA still hold the same subset.
+            let hosts = host_records[..take].iter().map(|(_, h, _, _)| *h);
+            let fitting = whole_hosts(hosts, a.as_ref(), aaaa.as_ref())
+                .take_while(|whole| *whole)
+                .count();
+            if fitting == take {
+                apex.rrsets.extend(a);
+                apex.rrsets.extend(aaaa);
+                break;
+            }
+            tracing::warn!(
+                name = %base,
+                endpoints = take,
+                kept = fitting,
+                "headless answer cut to the endpoints that fit one DNS message (64 KiB) in both A and AAAA"
+            );
+            take = fitting;
+        }
+        let subset = &host_records[..take];
 
         // Bare-name SRV: one record per (endpoint, distinct port number).
         let mut targets = Vec::new();
@@ -350,6 +373,31 @@ fn warn_name_too_long(relative: &str, base: &Name) {
         name = %format_args!("{relative}.{base}"),
         "name longer than 255 bytes left out of the zone"
     );
+}
+
+/// For each host in order, whether all of its addresses are among the
+/// records `a` and `aaaa` kept (they are written in host order, each
+/// distinct address once, as [`address_records`] makes them).
+fn whole_hosts<'h>(
+    hosts: impl Iterator<Item = &'h Host> + 'h,
+    a: Option<&RrSet>,
+    aaaa: Option<&RrSet>,
+) -> impl Iterator<Item = bool> + 'h {
+    let kept = |rrset: Option<&RrSet>| rrset.map_or(0, |r| usize::from(r.wire.answer_count));
+    let (kept_a, kept_aaaa) = (kept(a), kept(aaaa));
+    let mut seen: HashSet<IpAddr, FastHash> = HashSet::default();
+    let (mut count_a, mut count_aaaa) = (0, 0);
+    hosts.map(move |host| {
+        for ip in &host.addresses {
+            if seen.insert(*ip) {
+                match ip {
+                    IpAddr::V4(_) => count_a += 1,
+                    IpAddr::V6(_) => count_aaaa += 1,
+                }
+            }
+        }
+        count_a <= kept_a && count_aaaa <= kept_aaaa
+    })
 }
 
 /// An SRV target: port number and target name.

@@ -743,3 +743,57 @@ fn a_label_with_an_escaped_dot_matches_no_name() {
         );
     }
 }
+
+/// With the longest service and namespace names, 1000 dual-stack endpoints
+/// exceed one DNS message in A and in AAAA (the owner name is written in
+/// full after hickory's first 120 compressed names), at different counts.
+/// The subset shrinks to the endpoints that fit both, so A and AAAA still
+/// hold the same endpoints.
+#[test]
+fn a_cut_headless_answer_keeps_the_same_subset_for_a_and_aaaa() {
+    let settings = settings();
+    let (svc, ns) = ("s".repeat(63), "n".repeat(63));
+    let count = settings.max_records;
+    let hosts = |v6: bool| {
+        (0..count)
+            .map(|i| {
+                let ip = if v6 {
+                    format!("fd00::{i:x}")
+                } else {
+                    format!("10.0.{}.{}", i / 256, i % 256)
+                };
+                endpoint(Some(&format!("h-{i}")), &[&ip], true)
+            })
+            .collect()
+    };
+    let v4 = slice(&ns, &svc, "east", hosts(false));
+    let v6 = slice(&ns, &svc, "east", hosts(true));
+    let built = ServiceZone::build(
+        &headless(&ns, &svc, vec![tcp("pg", 1)]),
+        &[&v4, &v6],
+        &settings,
+    );
+    let mut zone = Zone::new(settings);
+    zone.set_service(&ns, &svc, Some(Arc::new(built)));
+    let name = format!("{svc}.{ns}.svc.clusterset.local.");
+    let index = |ip: &str| -> usize {
+        match ip.parse::<IpAddr>().unwrap() {
+            IpAddr::V4(v4) => {
+                let o = v4.octets();
+                usize::from(o[2]) * 256 + usize::from(o[3])
+            }
+            IpAddr::V6(v6) => usize::from(v6.segments()[7]),
+        }
+    };
+    let endpoints = |rtype| -> std::collections::BTreeSet<usize> {
+        answer(&zone, &name, rtype)
+            .unwrap()
+            .iter()
+            .map(|ip| index(ip))
+            .collect()
+    };
+    let (a, aaaa) = (endpoints(RecordType::A), endpoints(RecordType::AAAA));
+    assert!(a.len() < count, "the A answer was cut: {}", a.len());
+    assert_eq!(a, aaaa);
+    assert!(answer(&zone, &name, RecordType::SRV).unwrap().len() <= a.len());
+}
