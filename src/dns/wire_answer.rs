@@ -4,9 +4,11 @@
 //!
 //! Anything unusual — another opcode, EDNS version above 0, compressed or
 //! malformed questions, no zone yet — returns
-//! [`Fast::Slow`] and goes through the hickory handler instead, so both
-//! paths give the same answers; the tests in `tests/fast_path.rs` compare
-//! them query by query.
+//! [`Fast::Slow`] and goes through the hickory handler instead. Both paths
+//! give the same answers except within about 40 bytes of the UDP limit,
+//! where hickory's encoder needs more room and so drops glue or sets TC
+//! sooner (`docs/dns.md`, "The two UDP paths"); the tests in
+//! `tests/fast_path.rs` compare them query by query.
 
 use hickory_proto::rr::RecordType;
 
