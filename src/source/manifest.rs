@@ -611,3 +611,88 @@ items:
         assert_eq!(parser.parse(GOOD).unwrap().imports.len(), 1);
     }
 }
+
+/// Mangled manifests, as an editor in mid-save or a bad merge leaves them,
+/// through the whole reload path (cached parser, index, zone): every one is
+/// accepted or rejected with an error, never a panic.
+#[cfg(test)]
+mod mangled {
+    use super::*;
+    use crate::index::Index;
+    use crate::zone::ZoneSettings;
+
+    const EXAMPLE: &str = include_str!("../../config/example-clusterset.yaml");
+    /// Bytes that mean something to YAML or to our fields.
+    const NASTY: &[u8] = b":-[]{}\"'&*!|>#%@,.?\n\t 0123456789abcdefxyz:-";
+
+    /// xorshift64: deterministic, so a failure reproduces.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n.max(1) as u64) as usize
+        }
+    }
+
+    fn mangle(text: &str, rng: &mut Rng) -> String {
+        let mut bytes = text.as_bytes().to_vec();
+        for _ in 0..1 + rng.below(4) {
+            let at = rng.below(bytes.len());
+            match rng.below(5) {
+                0 => bytes[at] = NASTY[rng.below(NASTY.len())],
+                1 => {
+                    let end = (at + rng.below(40)).min(bytes.len());
+                    bytes.drain(at..end);
+                }
+                2 => bytes.insert(at, NASTY[rng.below(NASTY.len())]),
+                3 => {
+                    // Repeat a stretch: duplicated keys, documents, items.
+                    let end = (at + rng.below(200)).min(bytes.len());
+                    let stretch = bytes[at..end].to_vec();
+                    bytes.splice(at..at, stretch);
+                }
+                _ => bytes.truncate(at),
+            }
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    #[test]
+    fn mangled_manifests_are_accepted_or_rejected_never_a_panic() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut parser = Parser::default();
+        let mut index = Index::new(ZoneSettings::new(
+            hickory_proto::rr::Name::from_ascii("clusterset.local.").unwrap(),
+        ));
+        let (mut accepted, mut rejected) = (0, 0);
+        for _ in 0..800 {
+            let text = mangle(EXAMPLE, &mut rng);
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                match parser.parse(&text) {
+                    Ok(manifest) => {
+                        index.reset_imports(manifest.imports);
+                        index.reset_slices(manifest.slices);
+                        index.publish();
+                        true
+                    }
+                    Err(_) => false,
+                }
+            }));
+            match result {
+                Ok(true) => accepted += 1,
+                Ok(false) => rejected += 1,
+                Err(_) => panic!("panicked on this manifest:\n{text}"),
+            }
+        }
+        // Both outcomes occur, or the mutations test nothing.
+        assert!(
+            accepted > 100 && rejected > 100,
+            "{accepted} accepted, {rejected} rejected"
+        );
+    }
+}
