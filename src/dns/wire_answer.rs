@@ -253,3 +253,87 @@ fn write_soa(zone: &Zone, apex: u16, out: &mut [u8]) -> usize {
     out[12..12 + n].copy_from_slice(&rdata[..n]);
     12 + n
 }
+
+#[cfg(test)]
+mod tests {
+    use hickory_proto::op::{Edns, Message, Query};
+    use hickory_proto::rr::Name;
+
+    use super::*;
+    use crate::index::Index;
+    use crate::zone::ZoneSettings;
+
+    fn example_zone() -> Zone {
+        let text = include_str!("../../config/example-clusterset.yaml");
+        let manifest = crate::source::manifest::parse(text).expect("the example parses");
+        let mut index = Index::new(ZoneSettings::new(
+            Name::from_ascii("clusterset.local.").unwrap(),
+        ));
+        index.reset_imports(manifest.imports);
+        index.reset_slices(manifest.slices);
+        index.publish().0
+    }
+
+    fn query_bytes(name: &str, rtype: RecordType, edns: bool) -> Vec<u8> {
+        let mut message = Message::query();
+        message.add_query(Query::query(Name::from_ascii(name).unwrap(), rtype));
+        if edns {
+            message.set_edns(Edns::new());
+        }
+        message.to_vec().unwrap()
+    }
+
+    /// Random damage to real queries (flipped, dropped, inserted and
+    /// truncated bytes): the decoder never panics or reads out of bounds, and
+    /// whatever it answers is a well-formed DNS message with the query's ID.
+    #[test]
+    fn damaged_queries_never_panic_and_replies_parse() {
+        let zone = example_zone();
+        let seeds = [
+            query_bytes("web.shop.svc.clusterset.local.", RecordType::A, false),
+            query_bytes(
+                "_http._tcp.web.shop.svc.clusterset.local.",
+                RecordType::SRV,
+                true,
+            ),
+            query_bytes(
+                "db-0.cluster-east.db.shop.svc.clusterset.local.",
+                RecordType::AAAA,
+                true,
+            ),
+            query_bytes("nope.shop.svc.clusterset.local.", RecordType::TXT, false),
+            query_bytes("example.com.", RecordType::A, true),
+        ];
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n.max(1) as u64) as usize
+        };
+        let mut out = [0u8; MAX_RESPONSE];
+        let mut replies = 0;
+        for round in 0..20_000 {
+            let mut bytes = seeds[round % seeds.len()].clone();
+            for _ in 0..1 + next(3) {
+                let at = next(bytes.len());
+                match next(4) {
+                    0 => bytes[at] ^= 1 << next(8),
+                    1 => bytes[at] = next(256) as u8,
+                    2 => bytes.insert(at, next(256) as u8),
+                    _ => bytes.truncate(at.max(1)),
+                }
+            }
+            if let Fast::Reply { len, .. } = answer(&zone, &bytes, &mut out) {
+                let reply = Message::from_vec(&out[..len])
+                    .unwrap_or_else(|e| panic!("reply to {bytes:?} does not parse: {e}"));
+                assert_eq!(reply.metadata.id, u16::from_be_bytes([bytes[0], bytes[1]]));
+                replies += 1;
+            }
+        }
+        assert!(
+            replies > 1000,
+            "only {replies} damaged queries were answered"
+        );
+    }
+}
