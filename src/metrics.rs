@@ -72,6 +72,8 @@ pub struct Metrics {
     pub watch_errors: IntCounterVec,
     /// Watches the apiserver ended with 410 Gone, by resource.
     pub watch_expired: IntCounterVec,
+    /// Watches restarted (relisted) because the apiserver answered again.
+    pub watch_restarts: IntCounter,
 }
 
 impl Default for Metrics {
@@ -169,6 +171,11 @@ impl Metrics {
                 &["resource"],
             )
             .expect("static metric is valid"),
+            watch_restarts: counter(
+                "watch_restarts_total",
+                "Times the watches were restarted with a full relist because the apiserver \
+                 answered again after watch failures.",
+            ),
             responses,
             registry,
         };
@@ -188,6 +195,7 @@ impl Metrics {
             Box::new(metrics.invalid_objects.clone()),
             Box::new(metrics.watch_errors.clone()),
             Box::new(metrics.watch_expired.clone()),
+            Box::new(metrics.watch_restarts.clone()),
         ];
         for c in collectors {
             for desc in c.desc() {

@@ -807,6 +807,7 @@ async fn a_relist_after_missed_changes_converges_without_wrong_answers() {
         ("stable", "10.96.0.1"),
         ("gone", "10.96.0.2"),
         ("moved", "10.96.0.3"),
+        ("broken", "10.96.0.5"),
     ] {
         imports
             .create(
@@ -825,6 +826,33 @@ async fn a_relist_after_missed_changes_converges_without_wrong_answers() {
         &["moved.shop.svc.clusterset.local. 5 IN A 10.96.0.3"],
     )
     .await;
+
+    // An object that turns invalid keeps its last valid version, through
+    // the update and through the relist below.
+    imports
+        .patch(
+            "broken",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"spec": {"ips": ["not-an-ip"]}})),
+        )
+        .await
+        .unwrap();
+    eventually("the invalid update to be seen", || async {
+        let metrics = http_get(running.admin_addr(), "/metrics").await;
+        common::metric(
+            &metrics,
+            "clusterset_dns_invalid_objects_total{kind=\"ServiceImport\"}",
+        ) == Some(1.0)
+    })
+    .await;
+    let broken = (
+        ResponseCode::NoError,
+        vec!["broken.shop.svc.clusterset.local. 5 IN A 10.96.0.5".to_string()],
+    );
+    assert_eq!(
+        ask(&running, "broken.shop.svc.clusterset.local.", RecordType::A).await,
+        broken
+    );
 
     // Query the unchanged name continuously through everything that follows.
     let stop = Arc::new(AtomicBool::new(false));
@@ -879,51 +907,67 @@ async fn a_relist_after_missed_changes_converges_without_wrong_answers() {
         )
         .await
         .unwrap();
-    // While disconnected, the last index keeps answering.
+    // While disconnected, the last index keeps answering, and says so.
     assert_eq!(
         ask(&running, "gone.shop.svc.clusterset.local.", RecordType::A)
             .await
             .0,
         ResponseCode::NoError
     );
+    let stale = || async {
+        let metrics = http_get(running.admin_addr(), "/metrics").await;
+        common::metric(&metrics, "clusterset_dns_source_stale")
+    };
+    eventually("source_stale to be 1", || async {
+        stale().await == Some(1.0)
+    })
+    .await;
+    // Long enough for the watches' backoff to grow past the probe interval.
+    tokio::time::sleep(Duration::from_secs(3)).await;
 
     plane.apiservers[0].start();
-    answers_become(
-        &running,
-        "gone.shop.svc.clusterset.local.",
-        RecordType::A,
-        ResponseCode::NXDomain,
-        &[],
-    )
+    // Not stale means caught up: the moment source_stale reads 0, every
+    // change made during the outage is served.
+    eventually("source_stale to be 0", || async {
+        stale().await == Some(0.0)
+    })
     .await;
-    answers_become(
-        &running,
-        "moved.shop.svc.clusterset.local.",
-        RecordType::A,
-        ResponseCode::NoError,
-        &["moved.shop.svc.clusterset.local. 5 IN A 10.96.0.33"],
-    )
-    .await;
-    answers_become(
-        &running,
-        "new.shop.svc.clusterset.local.",
-        RecordType::A,
-        ResponseCode::NoError,
-        &["new.shop.svc.clusterset.local. 5 IN A 10.96.0.4"],
-    )
-    .await;
+    for (name, want) in [
+        ("gone", (ResponseCode::NXDomain, vec![])),
+        (
+            "moved",
+            (
+                ResponseCode::NoError,
+                vec!["moved.shop.svc.clusterset.local. 5 IN A 10.96.0.33".to_string()],
+            ),
+        ),
+        (
+            "new",
+            (
+                ResponseCode::NoError,
+                vec!["new.shop.svc.clusterset.local. 5 IN A 10.96.0.4".to_string()],
+            ),
+        ),
+        ("broken", broken.clone()),
+    ] {
+        let qname = format!("{name}.shop.svc.clusterset.local.");
+        assert_eq!(ask(&running, &qname, RecordType::A).await, want, "{name}");
+    }
     stop.store(true, Ordering::Relaxed);
     checker.await.unwrap();
-    // The restarted apiserver's watch cache starts at the current revision,
-    // so our watches resumed from an older one end with 410 Gone: this test
-    // covers that relist, not only a reconnect.
+    // The relist came from restarting the watches once the apiserver
+    // answered (or from a 410 Gone, had a watch resumed first): either way
+    // not from a mere reconnect.
     let metrics = http_get(running.admin_addr(), "/metrics").await;
-    let expired: f64 = metrics
+    let relists: f64 = metrics
         .lines()
-        .filter(|l| l.starts_with("clusterset_dns_watch_expired_total{"))
+        .filter(|l| {
+            l.starts_with("clusterset_dns_watch_expired_total{")
+                || l.starts_with("clusterset_dns_watch_restarts_total ")
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
-    assert!(expired >= 1.0, "no 410 Gone relist seen:\n{metrics}");
+    assert!(relists >= 1.0, "no relist seen:\n{metrics}");
     assert!(asked.load(Ordering::Relaxed) > 20, "the checker ran");
     assert_eq!(
         wrong.load(Ordering::Relaxed),

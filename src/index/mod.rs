@@ -74,6 +74,16 @@ impl Index {
         self.slices.values().map(|s| s.endpoints.len()).sum()
     }
 
+    /// The indexed version of a ServiceImport, if any.
+    pub fn import(&self, service: &ServiceRef) -> Option<&ImportedService> {
+        self.imports.get(service)
+    }
+
+    /// The indexed version of an EndpointSlice, if any.
+    pub fn slice(&self, key: &SliceKey) -> Option<&SliceEndpoints> {
+        self.slices.get(key)
+    }
+
     /// True when changes are waiting for [`Index::publish`].
     pub fn has_changes(&self) -> bool {
         !self.dirty.is_empty()

@@ -18,7 +18,6 @@
 //! every kind has been listed once: until then the DNS server answers
 //! SERVFAIL and `/ready` says not ready.
 
-use std::pin::pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -158,6 +157,9 @@ pub struct KubeSource {
     namespace_relist: Option<Vec<String>>,
     synced: [bool; 3],
     failing: [bool; 3],
+    /// The watches were restarted since the last failure: wait for that
+    /// relist instead of starting another.
+    restarted: bool,
 }
 
 impl std::fmt::Debug for KubeSource {
@@ -198,6 +200,7 @@ impl KubeSource {
             namespace_relist: None,
             synced: [false; 3],
             failing: [false; 3],
+            restarted: false,
         }
     }
 
@@ -206,6 +209,38 @@ impl KubeSource {
     /// permissions), so that a misconfigured deployment fails loudly
     /// instead of serving empty answers.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), KubeSourceError> {
+        let mut updates = self.watches();
+        let mut probe = tokio::time::interval(PROBE_INTERVAL);
+        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let first = tokio::select! {
+                next = updates.next() => next,
+                _ = probe.tick(), if self.failing.iter().any(|f| *f) && !self.restarted => {
+                    if self.apiserver_serves_failing().await {
+                        // Back: relist everything now rather than wait out
+                        // the backoff the outage built up, and so that
+                        // "not stale" means "the index is current again".
+                        tracing::info!("apiserver reachable again; relisting");
+                        self.metrics.watch_restarts.inc();
+                        self.restarted = true;
+                        updates = self.watches();
+                    }
+                    continue;
+                }
+                _ = shutdown.changed() => return Ok(()),
+            };
+            let Some(first) = first else { return Ok(()) };
+            self.handle(first)?;
+            // Apply everything already waiting before publishing once.
+            while let Some(Some(update)) = updates.next().now_or_never() {
+                self.handle(update)?;
+            }
+            self.publish();
+        }
+    }
+
+    /// Fresh watches on the three resources, each starting with a list.
+    fn watches(&self) -> futures::stream::SelectAll<BoxStream<'static, Update>> {
         let config = watcher::Config::default().any_semantic();
         let imports = watcher::watcher(
             Api::<DynamicObject>::all_with(self.client.clone(), &self.import_resource),
@@ -225,36 +260,14 @@ impl KubeSource {
         )
         .backoff(WatchBackoff::default())
         .map(Update::Namespace);
-        let streams: Vec<BoxStream<'static, Update>> =
-            vec![imports.boxed(), slices.boxed(), namespaces.boxed()];
-        let mut updates = pin!(futures::stream::select_all(streams));
-        let mut probe = tokio::time::interval(PROBE_INTERVAL);
-        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            let first = tokio::select! {
-                next = updates.next() => next,
-                _ = probe.tick(), if self.failing.iter().any(|f| *f) => {
-                    self.probe_failing().await;
-                    continue;
-                }
-                _ = shutdown.changed() => return Ok(()),
-            };
-            let Some(first) = first else { return Ok(()) };
-            self.handle(first)?;
-            // Apply everything already waiting before publishing once.
-            while let Some(Some(update)) = updates.next().now_or_never() {
-                self.handle(update)?;
-            }
-            self.publish();
-        }
+        futures::stream::select_all([imports.boxed(), slices.boxed(), namespaces.boxed()])
     }
 
-    /// A watch that resumes after an outage without a relist emits nothing
-    /// until an object changes, so recovery cannot be read off the event
-    /// stream alone: while a resource is marked failing, list one object of
-    /// it; success means the apiserver serves it again (the watch resumes on
-    /// its own within its backoff, and a relist catches up anything missed).
-    async fn probe_failing(&mut self) {
+    /// Whether the apiserver lists every resource whose watch is failing
+    /// (one object each). A watch that resumes after an outage emits
+    /// nothing until an object changes, so recovery cannot be read off the
+    /// event stream alone.
+    async fn apiserver_serves_failing(&self) -> bool {
         let one = kube::api::ListParams::default().limit(1);
         for kind in 0..RESOURCE_NAMES.len() {
             if !self.failing[kind] {
@@ -276,25 +289,37 @@ impl KubeSource {
                     .await
                     .map(drop),
             };
-            if result.is_ok() {
-                self.recovered(kind);
+            if result.is_err() {
+                return false;
             }
         }
+        true
     }
 
     fn handle(&mut self, update: Update) -> Result<(), KubeSourceError> {
         match update {
+            // A resource is current again once its relist is complete or a
+            // resumed watch delivers a change, not when a list begins.
             Update::Import(Ok(event)) => {
-                self.recovered(IMPORTS);
+                let current = is_current(&event);
                 self.on_import(event);
+                if current {
+                    self.recovered(IMPORTS);
+                }
             }
             Update::Slice(Ok(event)) => {
-                self.recovered(SLICES);
+                let current = is_current(&event);
                 self.on_slice(event);
+                if current {
+                    self.recovered(SLICES);
+                }
             }
             Update::Namespace(Ok(event)) => {
-                self.recovered(NAMESPACES);
+                let current = is_current(&event);
                 self.on_namespace(event);
+                if current {
+                    self.recovered(NAMESPACES);
+                }
             }
             Update::Import(Err(e)) => self.failed(IMPORTS, e)?,
             Update::Slice(Err(e)) => self.failed(SLICES, e)?,
@@ -313,7 +338,12 @@ impl KubeSource {
             Event::Delete(object) => self.index.delete_import(&import_ref(&object)),
             Event::Init => self.import_relist = Some(Vec::new()),
             Event::InitApply(object) => {
-                let projected = self.project_import(&object);
+                // An object that is still there but invalid keeps its last
+                // valid version through the relist, as it does through an
+                // update: the relist replaces the index with what it holds.
+                let projected = self
+                    .project_import(&object)
+                    .or_else(|| self.index.import(&import_ref(&object)).cloned());
                 if let (Some(buffer), Some(import)) = (&mut self.import_relist, projected) {
                     buffer.push(import);
                 }
@@ -338,7 +368,15 @@ impl KubeSource {
             Event::Delete(slice) => self.index.delete_slice(&slice_key(&slice)),
             Event::Init => self.slice_relist = Some(Vec::new()),
             Event::InitApply(slice) => {
-                if let Some(Some(entry)) = self.project_slice(&slice)
+                let entry = match self.project_slice(&slice) {
+                    Some(projected) => projected,
+                    // Invalid: keep its last valid version (see on_import).
+                    None => {
+                        let key = slice_key(&slice);
+                        self.index.slice(&key).cloned().map(|kept| (key, kept))
+                    }
+                };
+                if let Some(entry) = entry
                     && let Some(buffer) = &mut self.slice_relist
                 {
                     buffer.push(entry);
@@ -450,6 +488,7 @@ impl KubeSource {
             .watch_errors
             .with_label_values(&[resource])
             .inc();
+        self.restarted = false;
         if let Some(status) = api_status(&error)
             && status.is_forbidden()
             && !self.synced[kind]
@@ -490,6 +529,12 @@ impl KubeSource {
         }
         self.zone.store(zone);
     }
+}
+
+/// Whether the index holds this resource's current state once `event` is
+/// applied: after a complete list, or a change on a running watch.
+fn is_current<K>(event: &Event<K>) -> bool {
+    !matches!(event, Event::Init | Event::InitApply(_))
 }
 
 fn api_status(error: &watcher::Error) -> Option<&kube::core::Status> {
