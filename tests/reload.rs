@@ -21,6 +21,7 @@ const RELOAD_LIMIT: Duration = Duration::from_secs(3);
 const STALE_HOLD: Duration = Duration::from_secs(1);
 const STALE: &str = "clusterset_dns_source_stale";
 const RELOADS_OK: &str = "clusterset_dns_source_reloads_total{result=\"ok\"}";
+const RELOADS_ERROR: &str = "clusterset_dns_source_reloads_total{result=\"error\"}";
 
 const WEB: &str = "web.prod.svc.clusterset.local.";
 
@@ -174,6 +175,46 @@ async fn broken_manifests_keep_the_last_good_zone_until_fixed() {
     server.write_manifest(&import("web", "10.96.0.3"));
     until_answers(&server, WEB, RecordType::A, &[a("web", "10.96.0.3")]).await;
     until_metric(&server, STALE, 0.0).await;
+    server.stop().await;
+}
+
+/// The served version moved away and back, a broken version renamed over it
+/// and the old one renamed back, a directory where the file was: each
+/// failure keeps the answers and sets source_stale, is counted when a load
+/// fails, and clears as soon as the served version is back in place.
+#[tokio::test(flavor = "multi_thread")]
+async fn source_stale_clears_when_the_served_version_is_put_back() {
+    let good = import("web", "10.96.0.1");
+    let server = TestServer::from_yaml(&good, Options::fast_path(true)).await;
+    let v1 = vec![a("web", "10.96.0.1")];
+    let path = server.manifest().to_path_buf();
+    let aside = path.with_extension("aside");
+
+    // Moved away (missing), then back.
+    std::fs::rename(&path, &aside).unwrap();
+    until_metric(&server, STALE, 1.0).await;
+    answers_stay(&server, &v1).await;
+    std::fs::rename(&aside, &path).unwrap();
+    until_metric(&server, STALE, 0.0).await;
+
+    // A broken version renamed over it, then the old one renamed back.
+    std::fs::rename(&path, &aside).unwrap();
+    std::fs::write(&path, "kind: [unclosed\n").unwrap();
+    until_metric(&server, STALE, 1.0).await;
+    std::fs::rename(&aside, &path).unwrap();
+    until_metric(&server, STALE, 0.0).await;
+    answers_stay(&server, &v1).await;
+
+    // Unreadable (a directory in its place): a failed load, and counted.
+    let errors = read_metric(server.admin(), RELOADS_ERROR).await;
+    std::fs::rename(&path, &aside).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    until_metric(&server, STALE, 1.0).await;
+    until_metric(&server, RELOADS_ERROR, errors + 1.0).await;
+    std::fs::remove_dir(&path).unwrap();
+    std::fs::rename(&aside, &path).unwrap();
+    until_metric(&server, STALE, 0.0).await;
+    answers_stay(&server, &v1).await;
     server.stop().await;
 }
 

@@ -42,10 +42,13 @@ pub enum FileSourceError {
 
 /// Identity of one version of the file: if none of these changed, the
 /// content did not either (a ConfigMap update swaps a symlink, which changes
-/// the inode; an in-place edit changes mtime or size).
+/// the inode; an in-place edit changes mtime or size). The inode change time
+/// also moves on `chmod` and rename, so a file made readable again, or put
+/// back under its name, is looked at again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stamp {
     modified: Option<SystemTime>,
+    changed: (i64, i64),
     len: u64,
     inode: u64,
 }
@@ -55,6 +58,7 @@ fn stamp(path: &Path) -> io::Result<Stamp> {
     let meta = std::fs::metadata(path)?;
     Ok(Stamp {
         modified: meta.modified().ok(),
+        changed: (meta.ctime(), meta.ctime_nsec()),
         len: meta.len(),
         inode: meta.ino(),
     })
@@ -91,23 +95,28 @@ impl FileSource {
         }
     }
 
-    /// Reads, parses and publishes the file. On error nothing changes.
+    /// Reads, parses and publishes the file. On error nothing changes but
+    /// the `reloads_total{result="error"}` count.
     pub fn load(&mut self) -> Result<PublishStats, FileSourceError> {
+        let result = self.read_and_load();
+        if result.is_err() {
+            self.metrics.reloads.with_label_values(&["error"]).inc();
+        }
+        result
+    }
+
+    fn read_and_load(&mut self) -> Result<PublishStats, FileSourceError> {
         let read_error = |source| FileSourceError::Read {
             path: self.path.clone(),
             source,
         };
         let before = stamp(&self.path).map_err(read_error)?;
-        let text = std::fs::read_to_string(&self.path).map_err(|source| FileSourceError::Read {
-            path: self.path.clone(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(&self.path).map_err(read_error)?;
         let result = self.load_text(&text);
         drop(text);
         release_parser_memory();
-        match &result {
-            Ok(_) => self.loaded = Some(before),
-            Err(_) => self.metrics.reloads.with_label_values(&["error"]).inc(),
+        if result.is_ok() {
+            self.loaded = Some(before);
         }
         result
     }
@@ -161,7 +170,18 @@ impl FileSource {
             };
             // Reload on change; after a failure, retry only once the file changes again.
             let Some(current) = current else { continue };
-            if Some(current) == self.loaded || Some(current) == failed_stamp {
+            if Some(current) == self.loaded {
+                // The version being served is back (a broken or missing
+                // file was replaced by the old one): nothing to load, but
+                // the source is no longer failing.
+                failed_stamp = None;
+                if last_error.take().is_some() {
+                    self.metrics.source_stale.set(0);
+                    tracing::info!(file = %self.path.display(), "manifest is the served version again");
+                }
+                continue;
+            }
+            if Some(current) == failed_stamp {
                 continue;
             }
             match self.load() {
