@@ -250,13 +250,20 @@ fn split_documents(text: &str) -> Option<Vec<Piece<'_>>> {
     let mut offset = 0;
     for (i, line) in text.split_inclusive('\n').enumerate() {
         let bare = line.trim_end_matches(['\n', '\r']);
+        // A byte order mark may precede a document (YAML 1.2 §5.2).
+        let bom = if bare.starts_with('\u{feff}') {
+            '\u{feff}'.len_utf8()
+        } else {
+            0
+        };
+        let bare = &bare[bom..];
         if bare.starts_with('%') {
             return None;
         }
         if marker(bare, "---") {
             spans.push((start, offset, first_line, opened));
             // The rest of the marker line (`--- |`, `--- {a: 1}`) opens the document.
-            (start, first_line, opened) = (offset + 3, i + 1, true);
+            (start, first_line, opened) = (offset + bom + 3, i + 1, true);
         } else if marker(bare, "...") {
             spans.push((start, offset, first_line, opened));
             (start, first_line, opened) = (offset + line.len(), i + 2, false);
@@ -533,6 +540,8 @@ items:
             [(1, 1, "a: 1\n"), (2, 4, "\nb: 2\n")]
         );
         assert!(split_documents("%YAML 1.2\n---\na: 1\n").is_none());
+        // Also behind a byte order mark.
+        assert!(split_documents("\u{feff}%YAML 1.2\n---\na: 1\n").is_none());
     }
 
     #[test]
@@ -549,6 +558,11 @@ items:
     fn directives_parse_whole() {
         let text = format!("%YAML 1.2\n---\n{}", GOOD.trim_start());
         let m = parse(&text).unwrap();
+        assert_eq!((m.imports.len(), m.slices.len()), (1, 1));
+        // A byte order mark (as some Windows editors save) changes nothing.
+        let m = parse(&format!("\u{feff}{text}")).unwrap();
+        assert_eq!((m.imports.len(), m.slices.len()), (1, 1));
+        let m = parse(&format!("\u{feff}---\n{}", GOOD.trim_start())).unwrap();
         assert_eq!((m.imports.len(), m.slices.len()), (1, 1));
     }
 
