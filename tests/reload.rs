@@ -179,7 +179,8 @@ async fn broken_manifests_keep_the_last_good_zone_until_fixed() {
 }
 
 /// The served version moved away and back, a broken version renamed over it
-/// and the old one renamed back, a directory where the file was: each
+/// and the old one renamed back, an emptied file, a directory where the
+/// file was: each
 /// failure keeps the answers and sets source_stale, is counted when a load
 /// fails, and clears as soon as the served version is back in place.
 #[tokio::test(flavor = "multi_thread")]
@@ -204,6 +205,20 @@ async fn source_stale_clears_when_the_served_version_is_put_back() {
     std::fs::rename(&aside, &path).unwrap();
     until_metric(&server, STALE, 0.0).await;
     answers_stay(&server, &v1).await;
+
+    // Truncated to nothing, as a writer does before it writes: not "no
+    // services", but a file not written yet.
+    std::fs::write(&path, "").unwrap();
+    until_metric(&server, STALE, 1.0).await;
+    answers_stay(&server, &v1).await;
+    // A comment only is a deliberate empty clusterset.
+    server.write_manifest("# nothing exported\n");
+    until_answers(&server, WEB, RecordType::A, &[]).await;
+    until_metric(&server, STALE, 0.0).await;
+    let r = exchange(server.dns(), Transport::Udp, &query(WEB, RecordType::A)).await;
+    assert_eq!(r.metadata.response_code, ResponseCode::NXDomain);
+    server.write_manifest(&good);
+    until_answers(&server, WEB, RecordType::A, &v1).await;
 
     // Unreadable (a directory in its place): a failed load, and counted.
     let errors = read_metric(server.admin(), RELOADS_ERROR).await;

@@ -30,6 +30,15 @@ pub enum FileSourceError {
         /// The I/O error.
         source: io::Error,
     },
+    /// The file is empty: a writer truncated it and has not written yet,
+    /// far more often than someone means "no services at all".
+    #[error(
+        "{path}: the file is empty (0 bytes); to serve no services, write a comment or `---` into it"
+    )]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
     /// The file is not a valid manifest.
     #[error("{path}: {source}")]
     Manifest {
@@ -112,6 +121,11 @@ impl FileSource {
         };
         let before = stamp(&self.path).map_err(read_error)?;
         let text = std::fs::read_to_string(&self.path).map_err(read_error)?;
+        if text.is_empty() {
+            return Err(FileSourceError::Empty {
+                path: self.path.clone(),
+            });
+        }
         let result = self.load_text(&text);
         drop(text);
         release_parser_memory();

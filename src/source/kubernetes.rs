@@ -160,6 +160,9 @@ pub struct KubeSource {
     /// The watches were restarted since the last failure: wait for that
     /// relist instead of starting another.
     restarted: bool,
+    /// Restarts back off while they keep failing (a role that may list but
+    /// not watch would otherwise relist everything every second).
+    restarts: RestartBackoff,
 }
 
 impl std::fmt::Debug for KubeSource {
@@ -201,6 +204,7 @@ impl KubeSource {
             synced: [false; 3],
             failing: [false; 3],
             restarted: false,
+            restarts: RestartBackoff::default(),
         }
     }
 
@@ -216,12 +220,15 @@ impl KubeSource {
             let first = tokio::select! {
                 next = updates.next() => next,
                 _ = probe.tick(), if self.failing.iter().any(|f| *f) && !self.restarted => {
-                    if self.apiserver_serves_failing().await {
+                    if self.restarts.due(tokio::time::Instant::now())
+                        && self.apiserver_serves_failing().await
+                    {
                         // Back: relist everything now rather than wait out
                         // the backoff the outage built up, and so that
                         // "not stale" means "the index is current again".
                         tracing::info!("apiserver reachable again; relisting");
                         self.metrics.watch_restarts.inc();
+                        self.restarts.record(tokio::time::Instant::now());
                         self.restarted = true;
                         updates = self.watches();
                     }
@@ -531,6 +538,41 @@ impl KubeSource {
     }
 }
 
+/// Spacing of watch restarts: 1 s after the previous one, doubling to 60 s
+/// while restarts keep being needed, back to 1 s after 5 minutes without one.
+#[derive(Debug)]
+struct RestartBackoff {
+    last: Option<tokio::time::Instant>,
+    delay: Duration,
+}
+
+impl RestartBackoff {
+    const FIRST: Duration = Duration::from_secs(1);
+    const MAX: Duration = Duration::from_secs(60);
+    const QUIET: Duration = Duration::from_secs(300);
+
+    fn due(&self, now: tokio::time::Instant) -> bool {
+        self.last.is_none_or(|last| now >= last + self.delay)
+    }
+
+    fn record(&mut self, now: tokio::time::Instant) {
+        self.delay = match self.last {
+            Some(last) if now < last + Self::QUIET => (self.delay * 2).min(Self::MAX),
+            _ => Self::FIRST,
+        };
+        self.last = Some(now);
+    }
+}
+
+impl Default for RestartBackoff {
+    fn default() -> Self {
+        Self {
+            last: None,
+            delay: Self::FIRST,
+        }
+    }
+}
+
 /// Whether the index holds this resource's current state once `event` is
 /// applied: after a complete list, or a change on a running watch.
 fn is_current<K>(event: &Event<K>) -> bool {
@@ -607,6 +649,31 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn restarts_back_off_to_a_minute_and_reset_after_five_quiet_minutes() {
+        let start = tokio::time::Instant::now();
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        let mut restarts = RestartBackoff::default();
+        assert!(restarts.due(at(0)));
+        restarts.record(at(0));
+        assert!(!restarts.due(at(0)) && restarts.due(at(1)));
+        // Restarts that keep coming: 1, 2, 4 ... 60 s apart.
+        let mut now = 0;
+        let mut gaps = Vec::new();
+        for _ in 0..8 {
+            let gap = (1..=60).find(|g| restarts.due(at(now + g))).unwrap();
+            gaps.push(gap);
+            now += gap;
+            restarts.record(at(now));
+        }
+        assert_eq!(gaps, [1, 2, 4, 8, 16, 32, 60, 60]);
+        // After five quiet minutes the next restart may come 1 s after that one.
+        now += 301;
+        assert!(restarts.due(at(now)));
+        restarts.record(at(now));
+        assert!(restarts.due(at(now + 1)));
+    }
 
     #[test]
     fn watch_backoff_doubles_to_five_seconds_with_jitter_and_resets() {

@@ -367,11 +367,12 @@ impl ServiceZone {
 
 /// Names are built from validated labels, but labels of up to 63 bytes and
 /// cluster ids of up to 253 can still add up to more than a name's 255
-/// bytes: such a name is left out of the zone, and said so.
+/// bytes, and a 63-character port name makes a 64-byte `_<port>` label:
+/// such a name cannot exist in DNS, so it is left out of the zone, and said so.
 fn warn_name_too_long(relative: &str, base: &Name) {
     tracing::warn!(
         name = %format_args!("{relative}.{base}"),
-        "name longer than 255 bytes left out of the zone"
+        "name left out of the zone: longer than 255 bytes, or a label longer than 63"
     );
 }
 
