@@ -122,7 +122,12 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             let mut source =
                 FileSource::new(path, config.zone.clone(), zone.clone(), metrics.clone());
             let stats = source.load()?;
-            tracing::info!(file = %path.display(), services = stats.rebuilt, "manifest loaded");
+            tracing::info!(
+                file = %path.display(),
+                services = stats.rebuilt,
+                build_ms = stats.elapsed.as_millis() as u64,
+                "manifest loaded"
+            );
             let task = tokio::spawn(source.watch(shutdown_rx.clone()));
             tasks.push(tokio::spawn(supervise("file", task, fatal_tx)));
         }

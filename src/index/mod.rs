@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::model::{ImportedService, ServiceRef, SliceEndpoints};
 use crate::zone::{ServiceZone, Zone, ZoneSettings};
@@ -29,7 +29,12 @@ pub struct SliceKey {
 pub struct PublishStats {
     /// Services whose names were rebuilt.
     pub rebuilt: usize,
+    /// How long the rebuild took.
+    pub elapsed: Duration,
 }
+
+/// Rebuilds of at least this many services are spread over the CPUs.
+const PARALLEL_REBUILD: usize = 512;
 
 /// The watch-fed index of imports and slices.
 #[derive(Debug)]
@@ -231,30 +236,72 @@ impl Index {
     }
 
     /// Rebuilds the changed services and returns the new zone snapshot.
+    ///
+    /// Services build independently, so a large rebuild (the first publish,
+    /// a relist) is spread over the CPUs; a few changed services are built
+    /// on the calling thread.
     pub fn publish(&mut self) -> (Zone, PublishStats) {
-        let rebuilt = self.dirty.len();
-        for service in std::mem::take(&mut self.dirty) {
-            let import = self
-                .imports
-                .get(&service)
-                .filter(|_| self.namespace_exists(&service.namespace));
-            let built = import.map(|import| {
-                let slices: Vec<&SliceEndpoints> = self
-                    .slices_by_service
-                    .get(&service)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|k| self.slices.get(k))
+        let started = Instant::now();
+        let dirty: Vec<ServiceRef> = std::mem::take(&mut self.dirty).into_iter().collect();
+        let rebuilt = dirty.len();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let index = &*self;
+        let built: Vec<Option<Arc<ServiceZone>>> = if rebuilt < PARALLEL_REBUILD || threads == 1 {
+            dirty.iter().map(|service| index.build(service)).collect()
+        } else {
+            let chunk = rebuilt.div_ceil(threads);
+            std::thread::scope(|scope| {
+                let workers: Vec<_> = dirty
+                    .chunks(chunk)
+                    .map(|services| {
+                        scope.spawn(move || {
+                            services.iter().map(|s| index.build(s)).collect::<Vec<_>>()
+                        })
+                    })
                     .collect();
-                Arc::new(ServiceZone::build(import, &slices, self.zone.settings()))
-            });
+                workers
+                    .into_iter()
+                    .flat_map(|worker| {
+                        worker
+                            .join()
+                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                    })
+                    .collect()
+            })
+        };
+        for (service, built) in dirty.iter().zip(built) {
             self.zone
                 .set_service(&service.namespace, &service.name, built);
         }
         if rebuilt > 0 {
             self.zone.set_serial(next_serial(self.zone.serial()));
         }
-        (self.zone.clone(), PublishStats { rebuilt })
+        let stats = PublishStats {
+            rebuilt,
+            elapsed: started.elapsed(),
+        };
+        (self.zone.clone(), stats)
+    }
+
+    /// The names of one service, or `None` when it has none (no import, or
+    /// its namespace is missing).
+    fn build(&self, service: &ServiceRef) -> Option<Arc<ServiceZone>> {
+        let import = self
+            .imports
+            .get(service)
+            .filter(|_| self.namespace_exists(&service.namespace))?;
+        let slices: Vec<&SliceEndpoints> = self
+            .slices_by_service
+            .get(service)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.slices.get(k))
+            .collect();
+        Some(Arc::new(ServiceZone::build(
+            import,
+            &slices,
+            self.zone.settings(),
+        )))
     }
 
     fn unlink_slice(&mut self, service: &ServiceRef, key: &SliceKey) {

@@ -229,3 +229,46 @@ fn with_namespaces_required_an_import_resolves_only_while_its_namespace_exists()
     assert_eq!(stats.rebuilt, 1);
     assert!(a_records(&zone, "web.prod.svc.clusterset.local.").is_some());
 }
+
+/// A rebuild large enough to be spread over threads gives every service
+/// exactly the names that rebuilding it alone gives.
+#[test]
+fn a_parallel_rebuild_matches_one_service_at_a_time() {
+    let services = 3 * PARALLEL_REBUILD;
+    let mut bulk = index();
+    let mut single = index();
+    for i in 0..services {
+        let name = format!("s{i}");
+        let (kind, slices) = if i % 3 == 0 {
+            let ips = [format!("10.1.{}.{}", i / 250, i % 250 + 1)];
+            let refs: Vec<&str> = ips.iter().map(String::as_str).collect();
+            (
+                ImportKind::Headless,
+                vec![slice("ns", &name, "east", &refs)],
+            )
+        } else {
+            (vip(&format!("10.96.{}.{}", i / 250, i % 250 + 1)), vec![])
+        };
+        for index in [&mut bulk, &mut single] {
+            index.apply_import(import("ns", &name, kind.clone()));
+            for (n, s) in slices.iter().enumerate() {
+                index.apply_slice(key("ns", &format!("{name}-{n}")), s.clone());
+            }
+        }
+        // One service per publish: never the parallel path.
+        assert_eq!(single.publish().1.rebuilt, 1);
+    }
+    let (zone, stats) = bulk.publish();
+    assert_eq!(stats.rebuilt, services);
+    let (reference, _) = single.publish();
+    for i in 0..services {
+        let qname = format!("s{i}.ns.svc.clusterset.local.");
+        let got = a_records(&zone, &qname);
+        assert!(
+            got.as_ref().is_some_and(|a| a.len() == 1),
+            "{qname}: {got:?}"
+        );
+        assert_eq!(got, a_records(&reference, &qname), "{qname}");
+    }
+    assert_eq!(zone.service_count(), services);
+}

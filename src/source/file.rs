@@ -207,6 +207,7 @@ impl FileSource {
                     tracing::info!(
                         file = %self.path.display(),
                         services_rebuilt = stats.rebuilt,
+                        build_ms = stats.elapsed.as_millis() as u64,
                         imports = self.index.import_count(),
                         slices = self.index.slice_count(),
                         "manifest reloaded"

@@ -531,6 +531,7 @@ impl KubeSource {
                 services = zone.service_count(),
                 imports = self.index.import_count(),
                 slices = self.index.slice_count(),
+                build_ms = stats.elapsed.as_millis() as u64,
                 "first zone published; ready"
             );
         }
