@@ -58,6 +58,20 @@ async fn both_paths(yaml: &str, options: Options) -> [(&'static str, TestServer)
     ]
 }
 
+/// The example clusterset served by a fast-path and a hickory-path server.
+async fn example_on_both_paths() -> [(&'static str, TestServer); 2] {
+    [
+        (
+            "fast path",
+            TestServer::from_file(EXAMPLE, Options::fast_path(true)).await,
+        ),
+        (
+            "hickory path",
+            TestServer::from_file(EXAMPLE, Options::fast_path(false)).await,
+        ),
+    ]
+}
+
 async fn stop_all(servers: [(&'static str, TestServer); 2]) {
     for (_, server) in servers {
         server.stop().await;
@@ -79,16 +93,7 @@ fn addresses(records: &[Record]) -> BTreeSet<IpAddr> {
 /// bytes, whatever size the query offered (RFC 6891 §6.2.3).
 #[tokio::test(flavor = "multi_thread")]
 async fn responses_to_edns_queries_carry_opt_advertising_1232() {
-    let servers = [
-        (
-            "fast path",
-            TestServer::from_file(EXAMPLE, Options::fast_path(true)).await,
-        ),
-        (
-            "hickory path",
-            TestServer::from_file(EXAMPLE, Options::fast_path(false)).await,
-        ),
-    ];
+    let servers = example_on_both_paths().await;
     for (path, server) in &servers {
         for payload in [0, 512, 1232, 1400, 4096, 65535] {
             for name in [
@@ -667,16 +672,7 @@ async fn answers_at_the_default_cap_fit_one_tcp_message() {
 /// both paths, for positive, negative and refused answers.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_do_bit_is_copied_into_the_response() {
-    let servers = [
-        (
-            "fast path",
-            TestServer::from_file(EXAMPLE, Options::fast_path(true)).await,
-        ),
-        (
-            "hickory path",
-            TestServer::from_file(EXAMPLE, Options::fast_path(false)).await,
-        ),
-    ];
+    let servers = example_on_both_paths().await;
     for (path, server) in &servers {
         for name in [
             "web.shop.svc.clusterset.local.",

@@ -308,25 +308,22 @@ impl KubeSource {
             // A resource is current again once its relist is complete or a
             // resumed watch delivers a change, not when a list begins.
             Update::Import(Ok(event)) => {
-                let current = is_current(&event);
-                self.on_import(event);
-                if current {
+                if is_current(&event) {
                     self.recovered(IMPORTS);
                 }
+                self.on_import(event);
             }
             Update::Slice(Ok(event)) => {
-                let current = is_current(&event);
-                self.on_slice(event);
-                if current {
+                if is_current(&event) {
                     self.recovered(SLICES);
                 }
+                self.on_slice(event);
             }
             Update::Namespace(Ok(event)) => {
-                let current = is_current(&event);
-                self.on_namespace(event);
-                if current {
+                if is_current(&event) {
                     self.recovered(NAMESPACES);
                 }
+                self.on_namespace(event);
             }
             Update::Import(Err(e)) => self.failed(IMPORTS, e)?,
             Update::Slice(Err(e)) => self.failed(SLICES, e)?,

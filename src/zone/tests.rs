@@ -618,6 +618,21 @@ fn the_apex_ns_answer_carries_the_nameserver_addresses_when_configured() {
     );
 }
 
+/// `count` ready endpoints `<prefix>-<i>` with one address each: endpoint
+/// `i` has `10.0.<i / 256>.<i % 256>`, or `fd00::<i>` when `v6`.
+fn numbered_endpoints(count: usize, prefix: &str, v6: bool) -> Vec<Endpoint> {
+    (0..count)
+        .map(|i| {
+            let ip = if v6 {
+                format!("fd00::{i:x}")
+            } else {
+                format!("10.0.{}.{}", i / 256, i % 256)
+            };
+            endpoint(Some(&format!("{prefix}-{i}")), &[&ip], true)
+        })
+        .collect()
+}
+
 /// A headless service at the default cap with dual-stack endpoints and two
 /// ports: the A and AAAA answers are whole, and the SRV answer, whose
 /// records and glue exceed one DNS message, is cut to fit instead of
@@ -626,18 +641,7 @@ fn the_apex_ns_answer_carries_the_nameserver_addresses_when_configured() {
 fn answers_larger_than_one_dns_message_are_cut_to_fit() {
     let settings = settings();
     let count = settings.max_records;
-    let endpoints = |v6: bool| {
-        (0..count)
-            .map(|i| {
-                let ip = if v6 {
-                    format!("fd00::{i:x}")
-                } else {
-                    format!("10.0.{}.{}", i / 256, i % 256)
-                };
-                endpoint(Some(&format!("database-replica-{i}")), &[&ip], true)
-            })
-            .collect()
-    };
+    let endpoints = |v6| numbered_endpoints(count, "database-replica", v6);
     let v4 = slice("production", "database", "cluster-east", endpoints(false));
     let v6 = slice("production", "database", "cluster-east", endpoints(true));
     let ports = vec![tcp("postgres", 5432), tcp("metrics", 9187)];
@@ -754,18 +758,7 @@ fn a_cut_headless_answer_keeps_the_same_subset_for_a_and_aaaa() {
     let settings = settings();
     let (svc, ns) = ("s".repeat(63), "n".repeat(63));
     let count = settings.max_records;
-    let hosts = |v6: bool| {
-        (0..count)
-            .map(|i| {
-                let ip = if v6 {
-                    format!("fd00::{i:x}")
-                } else {
-                    format!("10.0.{}.{}", i / 256, i % 256)
-                };
-                endpoint(Some(&format!("h-{i}")), &[&ip], true)
-            })
-            .collect()
-    };
+    let hosts = |v6| numbered_endpoints(count, "h", v6);
     let v4 = slice(&ns, &svc, "east", hosts(false));
     let v6 = slice(&ns, &svc, "east", hosts(true));
     let built = ServiceZone::build(

@@ -151,7 +151,7 @@ impl WireAnswer {
 
 /// Length of `records` with no name compressed: each record encoded on
 /// its own, so that no total, however large, hits the encoder's limit.
-fn uncompressed_len<'a>(answers: &'a [Record], additionals: &'a [Record]) -> usize {
+fn uncompressed_len(answers: &[Record], additionals: &[Record]) -> usize {
     let mut scratch = Vec::new();
     answers
         .iter()
