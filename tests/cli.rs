@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{
     POLL_INTERVAL, QUERY_TIMEOUT, Transport, exchange, query, repo_path, tcp_raw, udp_raw, within,
 };
-use hickory_proto::op::{Message, ResponseCode};
+use hickory_proto::op::{Message, MessageType, ResponseCode};
 use hickory_proto::rr::RecordType;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
@@ -68,10 +68,10 @@ async fn start_serve() -> (Child, SocketAddr) {
                 break;
             }
             let bytes = common::encode(&probe);
-            if let Some(reply) = udp_raw(dns, &bytes, POLL_INTERVAL * 5).await
-                && Message::from_vec(&reply).is_ok()
-            {
-                return (child, dns);
+            match udp_raw(dns, &bytes, POLL_INTERVAL * 5).await {
+                Some(reply) if is_response_to(&reply, &probe) => return (child, dns),
+                // Not bound yet (refused at once) or not answering yet.
+                _ => tokio::time::sleep(POLL_INTERVAL).await,
             }
             assert!(
                 Instant::now() < deadline,
@@ -80,6 +80,13 @@ async fn start_serve() -> (Child, SocketAddr) {
         }
     }
     panic!("serve failed to start three times");
+}
+
+/// Whether `reply` is a DNS response (QR set) to `query` (same ID).
+fn is_response_to(reply: &[u8], query: &Message) -> bool {
+    Message::from_vec(reply).is_ok_and(|m| {
+        m.metadata.message_type == MessageType::Response && m.metadata.id == query.metadata.id
+    })
 }
 
 /// `serve` answers over UDP and TCP and exits 0 within 5 s of SIGTERM.

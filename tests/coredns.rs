@@ -60,8 +60,7 @@ async fn wait_answering(
 
 /// One UDP exchange that tolerates a server that is not listening yet.
 async fn probe(server: std::net::SocketAddr, bytes: &[u8]) -> Option<Vec<u8>> {
-    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.ok()?;
-    socket.connect(server).await.ok()?;
+    let socket = common::client_udp_socket(server).await;
     socket.send(bytes).await.ok()?;
     let mut buf = vec![0u8; 65535];
     let n = tokio::time::timeout(Duration::from_millis(500), socket.recv(&mut buf))

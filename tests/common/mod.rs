@@ -219,13 +219,32 @@ pub async fn exchange_sized(
     (response, reply.len())
 }
 
+/// A loopback UDP socket connected to `server`, never to itself.
+///
+/// While nothing is bound to `server` yet (a server still starting on a
+/// port chosen up front), the kernel may hand that very port to the client
+/// as its ephemeral port: the socket is then connected to itself and
+/// "receives" its own query, which parses as a DNS message. Such a socket
+/// is kept until another is bound, so the next one gets a different port.
+pub async fn client_udp_socket(server: SocketAddr) -> UdpSocket {
+    let mut self_connected = Vec::new();
+    loop {
+        let socket = UdpSocket::bind("127.0.0.1:0")
+            .await
+            .expect("bind client UDP socket");
+        if socket.local_addr().expect("client address") == server {
+            self_connected.push(socket);
+            continue;
+        }
+        socket.connect(server).await.expect("connect UDP socket");
+        return socket;
+    }
+}
+
 /// Sends raw bytes in one datagram from a fresh socket and returns the
 /// first reply within `wait`, or `None`.
 pub async fn udp_raw(server: SocketAddr, bytes: &[u8], wait: Duration) -> Option<Vec<u8>> {
-    let socket = UdpSocket::bind("127.0.0.1:0")
-        .await
-        .expect("bind client UDP socket");
-    socket.connect(server).await.expect("connect UDP socket");
+    let socket = client_udp_socket(server).await;
     socket.send(bytes).await.expect("send UDP query");
     let mut buf = vec![0u8; 65535];
     match timeout(wait, socket.recv(&mut buf)).await {
@@ -244,11 +263,9 @@ pub struct UdpClient {
 impl UdpClient {
     /// A client socket connected to `server`.
     pub async fn connect(server: SocketAddr) -> Self {
-        let socket = UdpSocket::bind("127.0.0.1:0")
-            .await
-            .expect("bind client UDP socket");
-        socket.connect(server).await.expect("connect UDP socket");
-        Self { socket }
+        Self {
+            socket: client_udp_socket(server).await,
+        }
     }
 
     /// Sends `bytes` (a query with an ID) and returns the reply with the
@@ -274,6 +291,11 @@ impl UdpClient {
 pub async fn tcp_raw(server: SocketAddr, bytes: &[u8], wait: Duration) -> Option<Vec<u8>> {
     let exchange = async {
         let mut stream = TcpStream::connect(server).await.ok()?;
+        // With no listener on `server`, a connect from the same ephemeral
+        // port completes as a TCP simultaneous open with itself.
+        if stream.local_addr().ok()? == server {
+            return None;
+        }
         let mut framed = Vec::with_capacity(bytes.len() + 2);
         framed.extend_from_slice(&(bytes.len() as u16).to_be_bytes());
         framed.extend_from_slice(bytes);
