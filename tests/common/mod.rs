@@ -145,6 +145,11 @@ impl TestServer {
     /// Replaces the manifest atomically (write + rename), as a ConfigMap
     /// update does, so the watcher never sees a half-written file.
     pub fn write_manifest(&self, yaml: &str) {
+        assert!(
+            self._dir.is_some(),
+            "write_manifest on a repository file ({}): start the server with from_yaml",
+            self.manifest.display()
+        );
         let tmp = self.manifest.with_extension("tmp");
         std::fs::write(&tmp, yaml).expect("write manifest");
         std::fs::rename(&tmp, &self.manifest).expect("replace manifest");
@@ -431,6 +436,13 @@ fn rand_id() -> u16 {
 
 /// GETs `path` from the admin endpoint and returns the body.
 pub async fn http_get(admin: SocketAddr, path: &str) -> String {
+    let (status, body) = http_get_status(admin, path).await;
+    assert_eq!(status, 200, "GET {path}: {body}");
+    body
+}
+
+/// GET `path` from the admin endpoint: the status code and the body.
+pub async fn http_get_status(admin: SocketAddr, path: &str) -> (u16, String) {
     let get = async {
         let mut stream = TcpStream::connect(admin).await.expect("connect admin");
         let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
@@ -451,8 +463,29 @@ pub async fn http_get(admin: SocketAddr, path: &str) -> String {
     let (head, body) = response
         .split_once("\r\n\r\n")
         .unwrap_or_else(|| panic!("malformed HTTP response: {response:?}"));
-    assert!(head.starts_with("HTTP/1.1 200"), "GET {path}: {head}");
-    body.to_string()
+    let status = head
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("GET {path}: no status in {head:?}"));
+    (status, body.to_string())
+}
+
+/// `/explain` for `name` and `rtype`, parsed.
+pub async fn explain(admin: SocketAddr, name: &str, rtype: &str) -> serde_json::Value {
+    let body = http_get(admin, &format!("/explain?name={name}&type={rtype}")).await;
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("/explain {name} {rtype}: {e}: {body}"))
+}
+
+/// The notes of an `/explain` answer, joined by newlines.
+pub fn explain_notes(explanation: &serde_json::Value) -> String {
+    explanation["notes"]
+        .as_array()
+        .expect("notes")
+        .iter()
+        .map(|n| n.as_str().expect("a note is a string"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The value of an unlabelled metric in a Prometheus text exposition.
