@@ -1,11 +1,16 @@
 //! The admin HTTP endpoint: `/metrics` (Prometheus), `/ready` (200 once a
-//! zone is published, 503 before) and `/live`.
+//! zone is published, 503 before), `/live`, and
+//! `/explain?name=<name>&type=<type>` (JSON: why a name answers the way it
+//! does, see [`crate::explain`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
+use hickory_proto::rr::{Name, RecordType};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
@@ -13,16 +18,29 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::explain::{Context, Explainer, Explanation, NameReading};
 use crate::metrics::Metrics;
 use crate::publish::ZoneHandle;
 
+/// How long `/explain` waits for the source task to describe a service.
+const EXPLAIN_WAIT: Duration = Duration::from_secs(2);
+
+/// What the admin endpoint reads.
+#[derive(Debug, Clone)]
+pub struct State {
+    /// The published zone.
+    pub zone: ZoneHandle,
+    /// The process metrics.
+    pub metrics: Arc<Metrics>,
+    /// The channel to the source task, for `/explain`.
+    pub explainer: Explainer,
+    /// The configured zone apex.
+    pub origin: Name,
+}
+
 /// Serves the admin endpoint until `shutdown` turns true.
-pub async fn serve(
-    listener: TcpListener,
-    zone: ZoneHandle,
-    metrics: Arc<Metrics>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+pub async fn serve(listener: TcpListener, state: State, mut shutdown: watch::Receiver<bool>) {
+    let state = Arc::new(state);
     loop {
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -31,12 +49,11 @@ pub async fn serve(
             },
             _ = shutdown.changed() => return,
         };
-        let zone = zone.clone();
-        let metrics = metrics.clone();
+        let state = state.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
-                let response = respond(&req, &zone, &metrics);
-                async move { Ok::<_, Infallible>(response) }
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(respond(&req, &state).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
@@ -50,20 +67,101 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
-fn respond(req: &Request<Incoming>, zone: &ZoneHandle, metrics: &Metrics) -> Response<Full<Bytes>> {
-    let (status, body) = match req.uri().path() {
-        "/metrics" => (StatusCode::OK, metrics.render()),
-        "/ready" | "/readyz" if zone.is_ready() => (StatusCode::OK, "ready\n".into()),
+const TEXT: &str = "text/plain; version=0.0.4";
+const JSON: &str = "application/json";
+
+async fn respond(req: &Request<Incoming>, state: &State) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = match req.uri().path() {
+        "/metrics" => (StatusCode::OK, TEXT, state.metrics.render()),
+        "/ready" | "/readyz" if state.zone.is_ready() => (StatusCode::OK, TEXT, "ready\n".into()),
         "/ready" | "/readyz" => (
             StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
             "not ready: no zone loaded yet\n".into(),
         ),
-        "/live" | "/livez" | "/healthz" => (StatusCode::OK, "ok\n".into()),
-        _ => (StatusCode::NOT_FOUND, "not found\n".into()),
+        "/live" | "/livez" | "/healthz" => (StatusCode::OK, TEXT, "ok\n".into()),
+        "/explain" => match explain(req.uri().query().unwrap_or(""), state).await {
+            Ok(json) => (StatusCode::OK, JSON, json),
+            Err(message) => (StatusCode::BAD_REQUEST, TEXT, message),
+        },
+        _ => (StatusCode::NOT_FOUND, TEXT, "not found\n".into()),
     };
     Response::builder()
         .status(status)
-        .header("content-type", "text/plain; version=0.0.4")
+        .header("content-type", content_type)
         .body(Full::new(Bytes::from(body)))
         .expect("static response parts are valid")
+}
+
+/// `/explain?name=<name>&type=<type>` (type defaults to A).
+async fn explain(query: &str, state: &State) -> Result<String, String> {
+    let usage = "usage: /explain?name=<name>[&type=<A|AAAA|SRV|TXT|...>]\n";
+    let mut name = None;
+    let mut rtype = RecordType::A;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(value).ok_or_else(|| format!("bad escape in {key}\n{usage}"))?;
+        match key {
+            "name" => {
+                let mut parsed = Name::from_ascii(&value)
+                    .map_err(|e| format!("name {value:?}: {e}\n{usage}"))?;
+                parsed.set_fqdn(true);
+                name = Some(parsed);
+            }
+            "type" => {
+                rtype = RecordType::from_str(&value.to_ascii_uppercase())
+                    .map_err(|_| format!("type {value:?} is not a record type\n{usage}"))?;
+            }
+            other => return Err(format!("unknown parameter {other:?}\n{usage}")),
+        }
+    }
+    let name = name.ok_or_else(|| format!("missing name\n{usage}"))?;
+    let service = NameReading::of(&name, &state.origin).service();
+    let asked = service.is_some();
+    let report = match service {
+        Some(service) => state.explainer.ask(service, EXPLAIN_WAIT).await,
+        None => None,
+    };
+    let context = Context {
+        origin: &state.origin,
+        stale: state.metrics.source_stale.get() != 0,
+        source_silent: asked && report.is_none(),
+    };
+    let zone = state.zone.load_full();
+    let explanation = Explanation::new(zone.as_deref(), &name, rtype, report, context);
+    let mut json = serde_json::to_string_pretty(&explanation).expect("plain data serialises");
+    json.push('\n');
+    Ok(json)
+}
+
+/// Decodes `%XX` escapes and `+` (a space in query strings); `None` on a
+/// broken escape or bytes that are not UTF-8.
+fn percent_decode(text: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.bytes();
+    while let Some(b) = rest.next() {
+        match b {
+            b'%' => {
+                let hex = [rest.next()?, rest.next()?];
+                bytes.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+            }
+            b'+' => bytes.push(b' '),
+            other => bytes.push(other),
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        assert_eq!(percent_decode("web.shop").as_deref(), Some("web.shop"));
+        assert_eq!(percent_decode("a%2Eb%2e").as_deref(), Some("a.b."));
+        assert_eq!(percent_decode("a+b").as_deref(), Some("a b"));
+        assert_eq!(percent_decode("bad%2"), None);
+        assert_eq!(percent_decode("bad%zz"), None);
+    }
 }

@@ -117,6 +117,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let mut tasks = Vec::new();
 
     let (fatal_tx, fatal) = mpsc::channel(1);
+    let (explainer, inquiries) = crate::explain::channel();
     match &config.file {
         Some(path) => {
             let mut source =
@@ -128,7 +129,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
                 build_ms = stats.elapsed.as_millis() as u64,
                 "manifest loaded"
             );
-            let task = tokio::spawn(source.watch(shutdown_rx.clone()));
+            let task = tokio::spawn(source.watch(shutdown_rx.clone(), inquiries));
             tasks.push(tokio::spawn(supervise("file", task, fatal_tx)));
         }
         None => {
@@ -139,6 +140,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
                 zone.clone(),
                 metrics.clone(),
                 shutdown_rx.clone(),
+                inquiries,
                 fatal_tx.clone(),
             ));
             tasks.push(tokio::spawn(supervise("kubernetes", task, fatal_tx)));
@@ -159,11 +161,15 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     })?;
     tasks.push(tokio::spawn(crate::admin::serve(
         admin,
-        zone.clone(),
-        metrics.clone(),
+        crate::admin::State {
+            zone: zone.clone(),
+            metrics: metrics.clone(),
+            explainer,
+            origin: config.zone.origin.clone(),
+        },
         shutdown_rx,
     )));
-    tracing::info!(%admin_addr, "admin endpoint listening (/metrics, /ready, /live)");
+    tracing::info!(%admin_addr, "admin endpoint listening (/metrics, /ready, /live, /explain)");
 
     let handler = Handler::new(zone.clone(), metrics.clone());
     let dns = DnsServer::start(&config.dns, zone.clone(), handler).map_err(|source| {
@@ -236,6 +242,7 @@ async fn run_kubernetes(
     zone: ZoneHandle,
     metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
+    inquiries: crate::explain::Inquiries,
     fatal: mpsc::Sender<FatalError>,
 ) {
     let mut delay = std::time::Duration::from_millis(500);
@@ -254,7 +261,7 @@ async fn run_kubernetes(
     };
     tracing::info!(api_version = %resource.api_version, kind = %resource.kind, "watching ServiceImports, EndpointSlices and Namespaces");
     let source = KubeSource::new(client, resource, config.zone.clone(), zone, metrics);
-    if let Err(error) = source.run(shutdown).await {
+    if let Err(error) = source.run(shutdown, inquiries).await {
         tracing::error!(%error, "Kubernetes source stopped");
         let _ = fatal.send(error.into()).await;
     }

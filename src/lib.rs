@@ -18,13 +18,14 @@
 //! - [`dns`]: the request handler, the UDP fast path and the sockets.
 //! - [`source`]: where objects come from (manifest files).
 //! - [`config`]: command line, environment and TOML configuration.
-//! - [`metrics`], [`admin`], [`telemetry`]: operations.
+//! - [`metrics`], [`admin`], [`explain`], [`telemetry`]: operations.
 
 pub mod admin;
 pub mod api;
 pub mod app;
 pub mod config;
 pub mod dns;
+pub mod explain;
 pub mod index;
 pub mod metrics;
 pub mod model;

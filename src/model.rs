@@ -157,8 +157,10 @@ pub struct SliceEndpoints {
     pub cluster: String,
     /// Slice ports (used for headless SRV; the import's ports are the fallback).
     pub ports: Vec<Port>,
-    /// Endpoints.
+    /// The ready endpoints (not-ready ones are in no answer and not kept).
     pub endpoints: Vec<Endpoint>,
+    /// How many not-ready endpoints the slice had (for `/explain`).
+    pub not_ready: u32,
 }
 
 /// Why an object could not be projected.
@@ -405,6 +407,7 @@ impl SliceEndpoints {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let mut endpoints = Vec::with_capacity(slice.endpoints.len());
+        let mut not_ready = 0;
         for (i, e) in slice.endpoints.iter().enumerate() {
             let mut addresses = Vec::with_capacity(e.addresses.len());
             for (j, a) in e.addresses.iter().enumerate() {
@@ -443,6 +446,8 @@ impl SliceEndpoints {
                     addresses: addresses.into_boxed_slice(),
                     ready,
                 });
+            } else {
+                not_ready += 1;
             }
         }
         endpoints.shrink_to_fit();
@@ -451,6 +456,7 @@ impl SliceEndpoints {
             cluster: cluster.to_ascii_lowercase(),
             ports,
             endpoints,
+            not_ready,
         }))
     }
 }

@@ -596,6 +596,14 @@ async fn an_import_resolves_only_while_its_namespace_exists() {
         &[],
     )
     .await;
+    // /explain says why: the import is there, its namespace is not.
+    let web = common::explain(running.admin_addr(), "web.shop.svc.clusterset.local", "A").await;
+    assert_eq!(web["service"]["import"]["type"], "ClusterSetIP", "{web:#}");
+    assert_eq!(web["service"]["namespace_exists"], false, "{web:#}");
+    assert!(
+        common::explain_notes(&web).contains("namespace shop does not exist in this cluster"),
+        "{web:#}"
+    );
     running.stop().await;
 }
 
@@ -853,6 +861,23 @@ async fn a_relist_after_missed_changes_converges_without_wrong_answers() {
         ask(&running, "broken.shop.svc.clusterset.local.", RecordType::A).await,
         broken
     );
+    // /explain names the rejected update and what is served instead.
+    let explained = common::explain(
+        running.admin_addr(),
+        "broken.shop.svc.clusterset.local",
+        "A",
+    )
+    .await;
+    assert_eq!(explained["service"]["import"]["ips"][0], "10.96.0.5");
+    assert_eq!(
+        explained["service"]["rejected"][0]["kind"], "ServiceImport",
+        "{explained:#}"
+    );
+    assert_eq!(explained["service"]["rejected"][0]["name"], "broken");
+    assert!(
+        common::explain_notes(&explained).contains("not-an-ip"),
+        "{explained:#}"
+    );
 
     // Query the unchanged name continuously through everything that follows.
     let stop = Arc::new(AtomicBool::new(false));
@@ -922,6 +947,14 @@ async fn a_relist_after_missed_changes_converges_without_wrong_answers() {
         stale().await == Some(1.0)
     })
     .await;
+    let explained =
+        common::explain(running.admin_addr(), "gone.shop.svc.clusterset.local", "A").await;
+    let notes = common::explain_notes(&explained);
+    assert!(
+        notes.contains("the source is failing (watch of "),
+        "{notes}"
+    );
+    assert_eq!(explained["rcode"], "NOERROR", "{explained:#}");
     // Long enough for the watches' backoff to grow past the probe interval.
     tokio::time::sleep(Duration::from_secs(3)).await;
 

@@ -89,6 +89,26 @@ impl Index {
         self.slices.get(key)
     }
 
+    /// The slices joined to `service`, with their keys.
+    pub fn slices_of<'a>(
+        &'a self,
+        service: &ServiceRef,
+    ) -> impl Iterator<Item = (&'a SliceKey, &'a SliceEndpoints)> + 'a {
+        self.slices_by_service
+            .get(service)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| self.slices.get_key_value(key))
+    }
+
+    /// Whether `namespace` exists locally; `None` when namespaces are not
+    /// tracked (see [`Index::require_namespaces`]) and every one counts.
+    pub fn namespace_known(&self, namespace: &str) -> Option<bool> {
+        self.namespaces
+            .as_ref()
+            .map(|set| set.contains(&namespace.to_ascii_lowercase()))
+    }
+
     /// True when changes are waiting for [`Index::publish`].
     pub fn has_changes(&self) -> bool {
         !self.dirty.is_empty()

@@ -44,6 +44,7 @@ fn slice(ns: &str, service: &str, cluster: &str, ips: &[&str]) -> SliceEndpoints
                 ready: true,
             })
             .collect(),
+        not_ready: 0,
     }
 }
 

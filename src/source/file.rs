@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 
 use super::manifest::{self, ManifestError};
+use crate::explain::{Inquiries, SourceReport};
 use crate::index::{Index, PublishStats};
 use crate::metrics::Metrics;
 use crate::publish::ZoneHandle;
@@ -158,8 +159,9 @@ impl FileSource {
         Ok(stats)
     }
 
-    /// Polls the file until `shutdown` turns true, reloading on change.
-    pub async fn watch(mut self, mut shutdown: watch::Receiver<bool>) {
+    /// Polls the file until `shutdown` turns true, reloading on change and
+    /// answering `/explain` inquiries in between.
+    pub async fn watch(mut self, mut shutdown: watch::Receiver<bool>, mut inquiries: Inquiries) {
         let mut ticker = tokio::time::interval(POLL_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_error: Option<String> = None;
@@ -167,6 +169,12 @@ impl FileSource {
         loop {
             tokio::select! {
                 _ = ticker.tick() => {}
+                Some(inquiry) = inquiries.recv() => {
+                    let mut report = SourceReport::from_index(&self.index, inquiry.service());
+                    report.source_problem = last_error.clone();
+                    inquiry.answer(report);
+                    continue;
+                }
                 _ = shutdown.changed() => return,
             }
             let current = match stamp(&self.path) {

@@ -18,6 +18,7 @@
 //! every kind has been listed once: until then the DNS server answers
 //! SERVFAIL and `/ready` says not ready.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -33,6 +34,7 @@ use tokio::sync::watch;
 
 use crate::api::ServiceImport;
 use crate::api::well_known::LABEL_SERVICE_NAME;
+use crate::explain::{Inquiries, Rejection, SourceReport};
 use crate::index::{Index, SliceKey};
 use crate::metrics::Metrics;
 use crate::model::{ImportedService, ServiceRef, SliceEndpoints};
@@ -163,6 +165,11 @@ pub struct KubeSource {
     /// Restarts back off while they keep failing (a role that may list but
     /// not watch would otherwise relist everything every second).
     restarts: RestartBackoff,
+    /// Objects whose latest version was rejected as invalid, for
+    /// `/explain`: by kind and object, with the service they name.
+    rejected: HashMap<ObjectKey, (ServiceRef, String)>,
+    /// The last watch error of each failing resource, for `/explain`.
+    watch_errors: [Option<String>; 3],
 }
 
 impl std::fmt::Debug for KubeSource {
@@ -180,6 +187,8 @@ const IMPORTS: usize = 0;
 const SLICES: usize = 1;
 const NAMESPACES: usize = 2;
 const RESOURCE_NAMES: [&str; 3] = ["serviceimports", "endpointslices", "namespaces"];
+const IMPORT_KIND: &str = "ServiceImport";
+const SLICE_KIND: &str = "EndpointSlice";
 
 impl KubeSource {
     /// A source over `client`, watching `import_resource` for ServiceImports.
@@ -205,14 +214,21 @@ impl KubeSource {
             failing: [false; 3],
             restarted: false,
             restarts: RestartBackoff::default(),
+            rejected: HashMap::new(),
+            watch_errors: [None, None, None],
         }
     }
 
-    /// Watches until `shutdown` turns true. Returns an error only for
-    /// problems that retrying cannot fix before the first sync (missing
-    /// permissions), so that a misconfigured deployment fails loudly
-    /// instead of serving empty answers.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), KubeSourceError> {
+    /// Watches until `shutdown` turns true, answering `/explain` inquiries
+    /// between events. Returns an error only for problems that retrying
+    /// cannot fix before the first sync (missing permissions), so that a
+    /// misconfigured deployment fails loudly instead of serving empty
+    /// answers.
+    pub async fn run(
+        mut self,
+        mut shutdown: watch::Receiver<bool>,
+        mut inquiries: Inquiries,
+    ) -> Result<(), KubeSourceError> {
         let mut updates = self.watches();
         let mut probe = tokio::time::interval(PROBE_INTERVAL);
         probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -232,6 +248,11 @@ impl KubeSource {
                         self.restarted = true;
                         updates = self.watches();
                     }
+                    continue;
+                }
+                Some(inquiry) = inquiries.recv() => {
+                    let report = self.report(inquiry.service());
+                    inquiry.answer(report);
                     continue;
                 }
                 _ = shutdown.changed() => return Ok(()),
@@ -339,8 +360,16 @@ impl KubeSource {
                     self.index.apply_import(import);
                 }
             }
-            Event::Delete(object) => self.index.delete_import(&import_ref(&object)),
-            Event::Init => self.import_relist = Some(Vec::new()),
+            Event::Delete(object) => {
+                let service = import_ref(&object);
+                self.rejected
+                    .remove(&object_key(IMPORT_KIND, &service.namespace, &service.name));
+                self.index.delete_import(&service);
+            }
+            Event::Init => {
+                self.rejected.retain(|(kind, ..), _| *kind != IMPORT_KIND);
+                self.import_relist = Some(Vec::new());
+            }
             Event::InitApply(object) => {
                 // An object that is still there but invalid keeps its last
                 // valid version through the relist, as it does through an
@@ -369,8 +398,16 @@ impl KubeSource {
                 Some(None) => self.index.delete_slice(&slice_key(&slice)),
                 None => {}
             },
-            Event::Delete(slice) => self.index.delete_slice(&slice_key(&slice)),
-            Event::Init => self.slice_relist = Some(Vec::new()),
+            Event::Delete(slice) => {
+                let key = slice_key(&slice);
+                self.rejected
+                    .remove(&object_key(SLICE_KIND, &key.namespace, &key.name));
+                self.index.delete_slice(&key);
+            }
+            Event::Init => {
+                self.rejected.retain(|(kind, ..), _| *kind != SLICE_KIND);
+                self.slice_relist = Some(Vec::new());
+            }
             Event::InitApply(slice) => {
                 let entry = match self.project_slice(&slice) {
                     Some(projected) => projected,
@@ -420,40 +457,92 @@ impl KubeSource {
 
     /// Projects a ServiceImport. An invalid object is logged and skipped;
     /// the last good version of it, if any, stays in the index.
-    fn project_import(&self, object: &DynamicObject) -> Option<ImportedService> {
+    fn project_import(&mut self, object: &DynamicObject) -> Option<ImportedService> {
         let value =
             serde_json::json!({ "metadata": object.metadata, "spec": object.data.get("spec") });
         let result = serde_path_to_error::deserialize::<_, ServiceImport>(&value)
             .map_err(|e| e.to_string())
             .and_then(|import| ImportedService::from_api(&import).map_err(|e| e.to_string()));
+        let service = import_ref(object);
+        let key = object_key(IMPORT_KIND, &service.namespace, &service.name);
         match result {
-            Ok(import) => Some(import),
+            Ok(import) => {
+                self.rejected.remove(&key);
+                Some(import)
+            }
             Err(error) => {
-                let service = import_ref(object);
                 tracing::warn!(ns = %service.namespace, name = %service.name, %error, "ignoring invalid ServiceImport; keeping its last valid version");
                 self.metrics
                     .invalid_objects
-                    .with_label_values(&["ServiceImport"])
+                    .with_label_values(&[IMPORT_KIND])
                     .inc();
+                self.rejected.insert(key, (service, error));
                 None
             }
         }
     }
 
     /// `None`: invalid (logged); `Some(None)`: not an MCS slice.
-    fn project_slice(&self, slice: &EndpointSlice) -> Option<Option<(SliceKey, SliceEndpoints)>> {
+    fn project_slice(
+        &mut self,
+        slice: &EndpointSlice,
+    ) -> Option<Option<(SliceKey, SliceEndpoints)>> {
+        let key = slice_key(slice);
         match SliceEndpoints::from_api(slice) {
-            Ok(projected) => Some(projected.map(|p| (slice_key(slice), p))),
+            Ok(projected) => {
+                self.rejected
+                    .remove(&object_key(SLICE_KIND, &key.namespace, &key.name));
+                Some(projected.map(|p| (key, p)))
+            }
             Err(error) => {
-                let key = slice_key(slice);
                 tracing::warn!(ns = %key.namespace, name = %key.name, %error, "ignoring invalid EndpointSlice; keeping its last valid version");
                 self.metrics
                     .invalid_objects
-                    .with_label_values(&["EndpointSlice"])
+                    .with_label_values(&[SLICE_KIND])
                     .inc();
+                // The watch selects on the service-name label, so it is set.
+                let service_name = slice
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|labels| labels.get(LABEL_SERVICE_NAME))
+                    .map_or("", String::as_str);
+                let service = ServiceRef::new(&key.namespace, service_name);
+                self.rejected.insert(
+                    object_key(SLICE_KIND, &key.namespace, &key.name),
+                    (service, error.to_string()),
+                );
                 None
             }
         }
+    }
+
+    /// What the index and this source hold for `service`, for `/explain`.
+    fn report(&self, service: &ServiceRef) -> SourceReport {
+        let mut report = SourceReport::from_index(&self.index, service);
+        let mut rejected: Vec<Rejection> = self
+            .rejected
+            .iter()
+            .filter(|(_, (of, _))| of == service)
+            .map(|((kind, _, name), (_, error))| Rejection {
+                kind,
+                name: name.clone(),
+                error: error.clone(),
+            })
+            .collect();
+        rejected.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+        report.rejected = rejected;
+        let problems: Vec<String> = RESOURCE_NAMES
+            .iter()
+            .zip(&self.watch_errors)
+            .filter_map(|(resource, error)| {
+                Some(format!("watch of {resource}: {}", error.as_ref()?))
+            })
+            .collect();
+        if !problems.is_empty() {
+            report.source_problem = Some(problems.join("; "));
+        }
+        report
     }
 
     fn mark_synced(&mut self, kind: usize) {
@@ -465,6 +554,7 @@ impl KubeSource {
 
     fn recovered(&mut self, kind: usize) {
         if std::mem::take(&mut self.failing[kind]) {
+            self.watch_errors[kind] = None;
             tracing::info!(resource = RESOURCE_NAMES[kind], "watch recovered");
             if !self.failing.iter().any(|f| *f) {
                 self.metrics.source_stale.set(0);
@@ -502,6 +592,7 @@ impl KubeSource {
                 message: status.message.clone(),
             });
         }
+        self.watch_errors[kind] = Some(error.to_string());
         if !self.failing[kind] {
             self.failing[kind] = true;
             self.metrics.source_stale.set(1);
@@ -592,6 +683,13 @@ fn import_ref(object: &DynamicObject) -> ServiceRef {
         object.metadata.namespace.as_deref().unwrap_or("default"),
         object.metadata.name.as_deref().unwrap_or_default(),
     )
+}
+
+/// Kind, namespace and name of an API object.
+type ObjectKey = (&'static str, String, String);
+
+fn object_key(kind: &'static str, namespace: &str, name: &str) -> ObjectKey {
+    (kind, namespace.to_owned(), name.to_owned())
 }
 
 fn slice_key(slice: &EndpointSlice) -> SliceKey {

@@ -53,6 +53,7 @@ fn slice(ns: &str, service: &str, cluster: &str, endpoints: Vec<Endpoint>) -> Sl
         cluster: cluster.into(),
         ports: vec![],
         endpoints,
+        not_ready: 0,
     }
 }
 
