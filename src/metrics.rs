@@ -62,6 +62,8 @@ pub struct Metrics {
     pub last_publish: IntGauge,
     /// Services rebuilt per publish.
     pub rebuilt: Histogram,
+    /// Seconds from a change reaching the source to its zone being published.
+    pub publish_latency: Histogram,
     /// Source reloads, by result (`ok`, `error`).
     pub reloads: IntCounterVec,
     /// 1 when the current source is failing and answers come from the last good index.
@@ -140,6 +142,19 @@ impl Metrics {
                 .buckets(vec![1.0, 2.0, 5.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0]),
             )
             .expect("static metric is valid"),
+            publish_latency: Histogram::with_opts(
+                HistogramOpts::new(
+                    "zone_publish_latency_seconds",
+                    "Seconds from a change reaching the source (a watch event received, a \
+                     changed manifest seen) to the zone holding it being published; the first \
+                     publish is not counted.",
+                )
+                .buckets(vec![
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                    10.0,
+                ]),
+            )
+            .expect("static metric is valid"),
             reloads: IntCounterVec::new(
                 Opts::new("source_reloads_total", "Source loads, by result."),
                 &["result"],
@@ -190,6 +205,7 @@ impl Metrics {
             Box::new(metrics.services_served.clone()),
             Box::new(metrics.last_publish.clone()),
             Box::new(metrics.rebuilt.clone()),
+            Box::new(metrics.publish_latency.clone()),
             Box::new(metrics.reloads.clone()),
             Box::new(metrics.source_stale.clone()),
             Box::new(metrics.invalid_objects.clone()),

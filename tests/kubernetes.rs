@@ -454,6 +454,14 @@ async fn answers_follow_api_writes() {
         &[],
     )
     .await;
+    // Every answer change above came from a timed publish.
+    let metrics = http_get(running.admin_addr(), "/metrics").await;
+    let publishes = common::metric(
+        &metrics,
+        "clusterset_dns_zone_publish_latency_seconds_count",
+    )
+    .unwrap();
+    assert!(publishes >= 5.0, "{publishes} timed publishes");
     running.stop().await;
 }
 

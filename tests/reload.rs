@@ -116,6 +116,15 @@ async fn manifest_edits_are_served_within_three_seconds() {
     let r = exchange(server.dns(), Transport::Tcp, &query(old, RecordType::A)).await;
     assert_eq!(r.metadata.response_code, ResponseCode::NXDomain, "over TCP");
     assert_eq!(sorted(&r.authorities), [SOA.to_string()]);
+    // One publish per edit, each timed; the start-up load is not.
+    assert_eq!(
+        read_metric(
+            server.admin(),
+            "clusterset_dns_zone_publish_latency_seconds_count"
+        )
+        .await,
+        3.0
+    );
     server.stop().await;
 }
 

@@ -273,3 +273,32 @@ fn a_parallel_rebuild_matches_one_service_at_a_time() {
     }
     assert_eq!(zone.service_count(), services);
 }
+
+#[test]
+fn the_endpoint_count_follows_applies_replacements_deletes_and_relists() {
+    let mut index = index();
+    let count = |index: &Index| {
+        let counted: usize = index
+            .slices_of(&ServiceRef::new("prod", "db"))
+            .map(|(_, s)| s.endpoints.len())
+            .sum();
+        assert_eq!(index.endpoint_count(), counted);
+        counted
+    };
+    index.apply_slice(
+        key("prod", "db-a"),
+        slice("prod", "db", "a", &["10.0.0.1", "10.0.0.2"]),
+    );
+    index.apply_slice(key("prod", "db-b"), slice("prod", "db", "b", &["10.0.1.1"]));
+    assert_eq!(count(&index), 3);
+    index.apply_slice(key("prod", "db-a"), slice("prod", "db", "a", &["10.0.0.1"]));
+    assert_eq!(count(&index), 2);
+    index.delete_slice(&key("prod", "db-b"));
+    index.delete_slice(&key("prod", "db-b"));
+    assert_eq!(count(&index), 1);
+    index.reset_slices([(
+        key("prod", "db-c"),
+        slice("prod", "db", "c", &["10.0.2.1", "10.0.2.2", "10.0.2.3"]),
+    )]);
+    assert_eq!(count(&index), 3);
+}

@@ -206,8 +206,12 @@ impl FileSource {
             if Some(current) == failed_stamp {
                 continue;
             }
+            let seen = std::time::Instant::now();
             match self.load() {
                 Ok(stats) => {
+                    self.metrics
+                        .publish_latency
+                        .observe(seen.elapsed().as_secs_f64());
                     failed_stamp = None;
                     if last_error.take().is_some() {
                         tracing::info!(file = %self.path.display(), "manifest is valid again");

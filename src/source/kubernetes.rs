@@ -258,12 +258,13 @@ impl KubeSource {
                 _ = shutdown.changed() => return Ok(()),
             };
             let Some(first) = first else { return Ok(()) };
+            let received = std::time::Instant::now();
             self.handle(first)?;
             // Apply everything already waiting before publishing once.
             while let Some(Some(update)) = updates.next().now_or_never() {
                 self.handle(update)?;
             }
-            self.publish();
+            self.publish(received);
         }
     }
 
@@ -607,7 +608,9 @@ impl KubeSource {
         Ok(())
     }
 
-    fn publish(&mut self) {
+    /// Publishes what changed since the last zone; `received` is when the
+    /// first of the changes arrived.
+    fn publish(&mut self, received: std::time::Instant) {
         if !self.synced.iter().all(|s| *s) || (self.zone.is_ready() && !self.index.has_changes()) {
             return;
         }
@@ -622,8 +625,13 @@ impl KubeSource {
                 build_ms = stats.elapsed.as_millis() as u64,
                 "first zone published; ready"
             );
+            self.zone.store(zone);
+            return;
         }
         self.zone.store(zone);
+        self.metrics
+            .publish_latency
+            .observe(received.elapsed().as_secs_f64());
     }
 }
 
