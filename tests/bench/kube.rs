@@ -1395,6 +1395,17 @@ fn rebuilt(server: &Server) -> (f64, f64) {
     )
 }
 
+/// `clusterset_dns_zone_publish_latency_seconds` (sum, count) of our server.
+fn publish_latency(server: &Server) -> (f64, f64) {
+    let body = http_get(server.http, "/metrics")
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    (
+        metric(&body, "clusterset_dns_zone_publish_latency_seconds_sum").unwrap_or(f64::NAN),
+        metric(&body, "clusterset_dns_zone_publish_latency_seconds_count").unwrap_or(f64::NAN),
+    )
+}
+
 // ---------------------------------------------------------------- report
 
 fn command_output(program: &str, args: &[&str]) -> String {
@@ -1597,8 +1608,10 @@ fn main() {
         .collect();
     let n = settings.changes.min(headless.len() / 2);
     let rebuilt_before = rebuilt(&ours);
+    let latency_before = publish_latency(&ours);
     let ours_prop = propagation(&rt, &client, &ours, &headless[..n], 200);
     let rebuilt_after = rebuilt(&ours);
+    let latency_after = publish_latency(&ours);
     let coredns_prop = settings
         .coredns_propagation
         .then(|| propagation(&rt, &client, &coredns, &headless[n..2 * n], 201));
@@ -1797,6 +1810,13 @@ fn main() {
         d_count,
         d_sum / (ours_prop.after_ack.len() + ours_prop.timeouts).max(1) as f64,
         d_sum / d_count.max(1.0)
+    );
+    let _ = writeln!(
+        r,
+        "`clusterset_dns_zone_publish_latency_seconds` over the same changes (watch event received → zone published, the server's own share of propagation): {} publishes, **mean {:.3} ms**.",
+        latency_after.1 - latency_before.1,
+        (latency_after.0 - latency_before.0) * 1000.0
+            / (latency_after.1 - latency_before.1).max(1.0)
     );
 
     let (_, _, ours_p99, _) = dist(&ours_prop.after_ack);
