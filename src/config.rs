@@ -45,7 +45,7 @@ pub struct ServeArgs {
     /// Most endpoints in a headless answer at the service name.
     #[arg(long, env = "CLUSTERSET_DNS_MAX_RECORDS")]
     pub max_records: Option<usize>,
-    /// Addresses of ns.dns.<zone> (comma-separated), e.g. the pod IP.
+    /// Addresses of `ns.dns.<zone>` (comma-separated), e.g. the pod IP.
     #[arg(
         long,
         env = "CLUSTERSET_DNS_NAMESERVER_ADDRESSES",
