@@ -98,11 +98,21 @@ pub struct SourceReport {
 pub struct ImportReport {
     /// `ClusterSetIP` or `Headless`.
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub kind: ImportType,
     /// `spec.ips`.
     pub ips: Vec<IpAddr>,
     /// `spec.ports`, as `name/port/PROTOCOL` (`port/PROTOCOL` when unnamed).
     pub ports: Vec<String>,
+}
+
+/// `spec.type` of a ServiceImport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum ImportType {
+    /// A virtual IP per family.
+    #[serde(rename = "ClusterSetIP")]
+    ClusterSetIp,
+    /// Endpoint addresses.
+    Headless,
 }
 
 /// What the index keeps of an EndpointSlice.
@@ -144,12 +154,12 @@ impl SourceReport {
     pub fn from_index(index: &Index, service: &ServiceRef) -> Self {
         let import = index.import(service).map(|import| match &import.kind {
             ImportKind::ClusterSetIp { ips } => ImportReport {
-                kind: "ClusterSetIP",
+                kind: ImportType::ClusterSetIp,
                 ips: ips.clone(),
                 ports: import.ports.iter().map(port_text).collect(),
             },
             ImportKind::Headless => ImportReport {
-                kind: "Headless",
+                kind: ImportType::Headless,
                 ips: Vec::new(),
                 ports: import.ports.iter().map(port_text).collect(),
             },
@@ -572,11 +582,11 @@ fn service_notes(
     let ready = report.ready_hosts();
     let not_ready = report.not_ready();
     match import.kind {
-        "Headless" if ready.is_empty() => notes.push(format!(
+        ImportType::Headless if ready.is_empty() => notes.push(format!(
             "headless import without ready endpoints ({not_ready} not ready): its names are \
              NXDOMAIN (MCS DNS specification §2.4.1)"
         )),
-        "Headless" => notes.push(format!(
+        ImportType::Headless => notes.push(format!(
             "headless import: {} ready endpoint(s) in {} cluster(s); {not_ready} not ready \
              (in no answer)",
             ready.len(),
@@ -602,7 +612,7 @@ fn service_notes(
             "no port named {port} with protocol {protocol} (unnamed ports have no SRV name)"
         )),
         NameReading::Endpoint { .. } | NameReading::Cluster { .. }
-            if import.kind == "ClusterSetIP" =>
+            if import.kind == ImportType::ClusterSetIp =>
         {
             notes.push(
                 "per-endpoint names exist for headless imports only (MCS DNS specification §2.4)"
@@ -717,10 +727,8 @@ mod tests {
         index.apply_slice(key("east-1"), slice("east", "fd00::1", 2));
         let report = SourceReport::from_index(&index, &db);
         let import = report.import.as_ref().unwrap();
-        assert_eq!(
-            (import.kind, import.ports.as_slice()),
-            ("Headless", &["pg/5432/TCP".to_owned()][..])
-        );
+        assert_eq!(import.kind, ImportType::Headless);
+        assert_eq!(import.ports, ["pg/5432/TCP"]);
         let slices: Vec<(&str, &str, u32)> = report
             .slices
             .iter()
