@@ -129,7 +129,7 @@ impl FileSource {
         }
         let result = self.load_text(&text);
         drop(text);
-        release_parser_memory();
+        super::release_freed_memory();
         if result.is_ok() {
             self.loaded = Some(before);
         }
@@ -240,17 +240,5 @@ impl FileSource {
             tracing::error!(error = %message, "manifest not loaded; still serving the last good index");
             *last_error = Some(message);
         }
-    }
-}
-
-/// Hands the memory the YAML parser freed back to the kernel. A manifest of
-/// 10,000 services parses through ~150 MB of transient values; glibc keeps
-/// freed heap mapped, so without this the process would stay that large.
-#[allow(unsafe_code)]
-fn release_parser_memory() {
-    // SAFETY: malloc_trim only releases free heap pages; it touches no live
-    // allocation and is safe to call at any time from any thread.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }

@@ -12,6 +12,8 @@
 //!   imports only "where the namespace exists").
 //!
 //! Objects are projected at ingest; nothing but the projections is kept.
+//! EndpointSlices are even decoded stripped ([`super::stripped`]): the
+//! parser skips the fields the index does not read.
 //! A relist (watch restart, 410 Gone, apiserver restart) is buffered until it
 //! is complete and then replaces the old state in one step, so there is no
 //! window in which a half-listed index is served. Nothing is published until
@@ -32,6 +34,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
+use super::stripped::StrippedSlice;
 use crate::api::ServiceImport;
 use crate::api::well_known::LABEL_SERVICE_NAME;
 use crate::explain::{Inquiries, Rejection, SourceReport};
@@ -170,6 +173,8 @@ pub struct KubeSource {
     rejected: HashMap<ObjectKey, (ServiceRef, String)>,
     /// The last watch error of each failing resource, for `/explain`.
     watch_errors: [Option<String>; 3],
+    /// A list was applied since the last publish: its pages are garbage.
+    listed: bool,
 }
 
 impl std::fmt::Debug for KubeSource {
@@ -179,6 +184,11 @@ impl std::fmt::Debug for KubeSource {
             .finish_non_exhaustive()
     }
 }
+
+/// Objects per page of a list. client-go's 500 costs 50 round trips for
+/// 25,000 slices; lists are served from the apiserver's watch cache
+/// (`resourceVersion=0`), where a larger page costs no etcd range read.
+const LIST_PAGE_SIZE: u32 = 5000;
 
 /// How often resources whose watch failed are probed for recovery.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -216,6 +226,7 @@ impl KubeSource {
             restarts: RestartBackoff::default(),
             rejected: HashMap::new(),
             watch_errors: [None, None, None],
+            listed: false,
         }
     }
 
@@ -270,7 +281,9 @@ impl KubeSource {
 
     /// Fresh watches on the three resources, each starting with a list.
     fn watches(&self) -> futures::stream::SelectAll<BoxStream<'static, Update>> {
-        let config = watcher::Config::default().any_semantic();
+        let config = watcher::Config::default()
+            .any_semantic()
+            .page_size(LIST_PAGE_SIZE);
         let imports = watcher::watcher(
             Api::<DynamicObject>::all_with(self.client.clone(), &self.import_resource),
             config.clone(),
@@ -278,11 +291,11 @@ impl KubeSource {
         .backoff(WatchBackoff::default())
         .map(Update::Import);
         let slices = watcher::watcher(
-            Api::<EndpointSlice>::all(self.client.clone()),
+            Api::<StrippedSlice>::all(self.client.clone()),
             config.clone().labels(LABEL_SERVICE_NAME),
         )
         .backoff(WatchBackoff::default())
-        .map(Update::Slice);
+        .map(|result| Update::Slice(result.map(unwrap_slice)));
         let namespaces = watcher::watcher(
             Api::<PartialObjectMeta<Namespace>>::all(self.client.clone()),
             config,
@@ -547,6 +560,7 @@ impl KubeSource {
     }
 
     fn mark_synced(&mut self, kind: usize) {
+        self.listed = true;
         if !self.synced[kind] {
             self.synced[kind] = true;
             tracing::info!(resource = RESOURCE_NAMES[kind], "initial list indexed");
@@ -615,6 +629,9 @@ impl KubeSource {
             return;
         }
         let (zone, stats) = self.index.publish();
+        if std::mem::take(&mut self.listed) {
+            super::release_freed_memory();
+        }
         self.metrics
             .record_publish(&self.index, &zone, stats.rebuilt);
         if !self.zone.is_ready() {
@@ -698,6 +715,17 @@ type ObjectKey = (&'static str, String, String);
 
 fn object_key(kind: &'static str, namespace: &str, name: &str) -> ObjectKey {
     (kind, namespace.to_owned(), name.to_owned())
+}
+
+/// The slice inside each event of the stripped-slice watch.
+fn unwrap_slice(event: Event<StrippedSlice>) -> Event<EndpointSlice> {
+    match event {
+        Event::Apply(slice) => Event::Apply(slice.0),
+        Event::Delete(slice) => Event::Delete(slice.0),
+        Event::Init => Event::Init,
+        Event::InitApply(slice) => Event::InitApply(slice.0),
+        Event::InitDone => Event::InitDone,
+    }
 }
 
 fn slice_key(slice: &EndpointSlice) -> SliceKey {
