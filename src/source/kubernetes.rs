@@ -629,12 +629,10 @@ impl KubeSource {
             return;
         }
         let (zone, stats) = self.index.publish();
-        if std::mem::take(&mut self.listed) {
-            super::release_freed_memory();
-        }
         self.metrics
             .record_publish(&self.index, &zone, stats.rebuilt);
-        if !self.zone.is_ready() {
+        let first = !self.zone.is_ready();
+        if first {
             tracing::info!(
                 services = zone.service_count(),
                 imports = self.index.import_count(),
@@ -642,13 +640,17 @@ impl KubeSource {
                 build_ms = stats.elapsed.as_millis() as u64,
                 "first zone published; ready"
             );
-            self.zone.store(zone);
-            return;
         }
         self.zone.store(zone);
-        self.metrics
-            .publish_latency
-            .observe(received.elapsed().as_secs_f64());
+        if !first {
+            self.metrics
+                .publish_latency
+                .observe(received.elapsed().as_secs_f64());
+        }
+        // Housekeeping once the new zone is served.
+        if std::mem::take(&mut self.listed) {
+            super::release_freed_memory();
+        }
     }
 }
 
