@@ -380,10 +380,7 @@ impl ResponseReport {
         };
         let lower = name.to_lowercase();
         let labels: Vec<&[u8]> = lower.iter().take(MAX_LABELS).collect();
-        let lookup = match rtype {
-            RecordType::AXFR | RecordType::IXFR => Lookup::NotInZone,
-            _ => zone.lookup(&labels, rtype),
-        };
+        let lookup = zone.lookup(&labels, rtype);
         let soa = || vec![render(zone.soa())];
         match lookup {
             Lookup::NotInZone => respond(ResponseCode::Refused, &[], Vec::new(), &[]),

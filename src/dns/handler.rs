@@ -136,9 +136,8 @@ impl RequestHandler for Handler {
             labels[count] = label;
             count += 1;
         }
-        let lookup = match (query.query_class(), qtype) {
-            (_, RecordType::AXFR | RecordType::IXFR) => Lookup::NotInZone,
-            (DNSClass::IN, _) => zone.lookup(&labels[..count], qtype),
+        let lookup = match query.query_class() {
+            DNSClass::IN => zone.lookup(&labels[..count], qtype),
             _ => Lookup::NotInZone,
         };
         let no_records: [Record; 0] = [];

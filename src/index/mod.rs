@@ -105,12 +105,11 @@ impl Index {
             .filter_map(|key| self.slices.get_key_value(key))
     }
 
-    /// Whether `namespace` exists locally; `None` when namespaces are not
-    /// tracked (see [`Index::require_namespaces`]) and every one counts.
+    /// Whether the lower-case `namespace` exists locally; `None` when
+    /// namespaces are not tracked (see [`Index::require_namespaces`]) and
+    /// every one counts.
     pub fn namespace_known(&self, namespace: &str) -> Option<bool> {
-        self.namespaces
-            .as_ref()
-            .map(|set| set.contains(&namespace.to_ascii_lowercase()))
+        self.namespaces.as_ref().map(|set| set.contains(namespace))
     }
 
     /// True when changes are waiting for [`Index::publish`].
@@ -258,9 +257,7 @@ impl Index {
     }
 
     fn namespace_exists(&self, namespace: &str) -> bool {
-        self.namespaces
-            .as_ref()
-            .is_none_or(|set| set.contains(namespace))
+        self.namespace_known(namespace).unwrap_or(true)
     }
 
     /// Rebuilds the changed services and returns the new zone snapshot.

@@ -376,8 +376,7 @@ impl KubeSource {
             }
             Event::Delete(object) => {
                 let service = import_ref(&object);
-                self.rejected
-                    .remove(&object_key(IMPORT_KIND, &service.namespace, &service.name));
+                self.forget_rejected(IMPORT_KIND, &service.namespace, &service.name);
                 self.index.delete_import(&service);
             }
             Event::Init => {
@@ -414,8 +413,7 @@ impl KubeSource {
             },
             Event::Delete(slice) => {
                 let key = slice_key(&slice);
-                self.rejected
-                    .remove(&object_key(SLICE_KIND, &key.namespace, &key.name));
+                self.forget_rejected(SLICE_KIND, &key.namespace, &key.name);
                 self.index.delete_slice(&key);
             }
             Event::Init => {
@@ -477,14 +475,15 @@ impl KubeSource {
         let result = serde_path_to_error::deserialize::<_, ServiceImport>(&value)
             .map_err(|e| e.to_string())
             .and_then(|import| ImportedService::from_api(&import).map_err(|e| e.to_string()));
-        let service = import_ref(object);
-        let key = object_key(IMPORT_KIND, &service.namespace, &service.name);
         match result {
             Ok(import) => {
-                self.rejected.remove(&key);
+                let service = &import.service;
+                self.forget_rejected(IMPORT_KIND, &service.namespace, &service.name);
                 Some(import)
             }
             Err(error) => {
+                let service = import_ref(object);
+                let key = object_key(IMPORT_KIND, &service.namespace, &service.name);
                 tracing::warn!(ns = %service.namespace, name = %service.name, %error, "ignoring invalid ServiceImport; keeping its last valid version");
                 self.metrics
                     .invalid_objects
@@ -504,8 +503,7 @@ impl KubeSource {
         let key = slice_key(slice);
         match SliceEndpoints::from_api(slice) {
             Ok(projected) => {
-                self.rejected
-                    .remove(&object_key(SLICE_KIND, &key.namespace, &key.name));
+                self.forget_rejected(SLICE_KIND, &key.namespace, &key.name);
                 Some(projected.map(|p| (key, p)))
             }
             Err(error) => {
@@ -528,6 +526,14 @@ impl KubeSource {
                 );
                 None
             }
+        }
+    }
+
+    /// Clears a rejection once its object is valid again or gone. Nearly
+    /// always there is none: no key is built for an empty map.
+    fn forget_rejected(&mut self, kind: &'static str, namespace: &str, name: &str) {
+        if !self.rejected.is_empty() {
+            self.rejected.remove(&object_key(kind, namespace, name));
         }
     }
 

@@ -204,8 +204,12 @@ impl Zone {
         }
     }
 
-    /// Looks up lower-case `labels` (leftmost first, no root label).
+    /// Looks up lower-case `labels` (leftmost first, no root label). Zone
+    /// transfers (AXFR, IXFR) are not served: [`Lookup::NotInZone`].
     pub fn lookup(&self, labels: &[&[u8]], rtype: RecordType) -> Lookup<'_> {
+        if matches!(rtype, RecordType::AXFR | RecordType::IXFR) {
+            return Lookup::NotInZone;
+        }
         let zone_len = self.origin_labels.len();
         if labels.len() < zone_len {
             return Lookup::NotInZone;

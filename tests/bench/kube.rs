@@ -1385,25 +1385,23 @@ fn dist(values: &[Duration]) -> (Duration, Duration, Duration, Duration) {
     )
 }
 
-fn rebuilt(server: &Server) -> (f64, f64) {
+/// (sum, count) of one of our server's histograms.
+fn histogram(server: &Server, name: &str) -> (f64, f64) {
     let body = http_get(server.http, "/metrics")
         .map(|(_, b)| b)
         .unwrap_or_default();
     (
-        metric(&body, "clusterset_dns_zone_services_rebuilt_sum").unwrap_or(f64::NAN),
-        metric(&body, "clusterset_dns_zone_services_rebuilt_count").unwrap_or(f64::NAN),
+        metric(&body, &format!("{name}_sum")).unwrap_or(f64::NAN),
+        metric(&body, &format!("{name}_count")).unwrap_or(f64::NAN),
     )
 }
 
-/// `clusterset_dns_zone_publish_latency_seconds` (sum, count) of our server.
+fn rebuilt(server: &Server) -> (f64, f64) {
+    histogram(server, "clusterset_dns_zone_services_rebuilt")
+}
+
 fn publish_latency(server: &Server) -> (f64, f64) {
-    let body = http_get(server.http, "/metrics")
-        .map(|(_, b)| b)
-        .unwrap_or_default();
-    (
-        metric(&body, "clusterset_dns_zone_publish_latency_seconds_sum").unwrap_or(f64::NAN),
-        metric(&body, "clusterset_dns_zone_publish_latency_seconds_count").unwrap_or(f64::NAN),
-    )
+    histogram(server, "clusterset_dns_zone_publish_latency_seconds")
 }
 
 // ---------------------------------------------------------------- report
