@@ -116,7 +116,7 @@ async fn explain(query: &str, state: &State) -> Result<String, String> {
         }
     }
     let name = name.ok_or_else(|| format!("missing name\n{usage}"))?;
-    let service = NameReading::of(&name, &state.origin).service();
+    let service = NameReading::of(&name, &state.origin, |_| false).service();
     let asked = service.is_some();
     let report = match service {
         Some(service) => state.explainer.ask(service, EXPLAIN_WAIT).await,

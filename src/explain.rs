@@ -20,9 +20,11 @@ use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::api::ServiceImportType;
+use crate::dns::plan::{CLASS_IN, Plan, Query, Question};
 use crate::index::Index;
-use crate::model::{ImportKind, Port, ServiceRef, dashed_address};
-use crate::zone::{Lookup, MAX_LABELS, Zone};
+use crate::model::{Port, ServiceRef, dashed_address};
+use crate::zone::{Below, MAX_LABELS, QueryName, Zone};
 
 /// A question for the source task: what it holds for one service.
 #[derive(Debug)]
@@ -98,21 +100,11 @@ pub struct SourceReport {
 pub struct ImportReport {
     /// `ClusterSetIP` or `Headless`.
     #[serde(rename = "type")]
-    pub kind: ImportType,
+    pub kind: ServiceImportType,
     /// `spec.ips`.
     pub ips: Vec<IpAddr>,
     /// `spec.ports`, as `name/port/PROTOCOL` (`port/PROTOCOL` when unnamed).
     pub ports: Vec<String>,
-}
-
-/// `spec.type` of a ServiceImport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum ImportType {
-    /// A virtual IP per family.
-    #[serde(rename = "ClusterSetIP")]
-    ClusterSetIp,
-    /// Endpoint addresses.
-    Headless,
 }
 
 /// What the index keeps of an EndpointSlice.
@@ -152,17 +144,10 @@ pub struct Rejection {
 impl SourceReport {
     /// What `index` holds for `service`.
     pub fn from_index(index: &Index, service: &ServiceRef) -> Self {
-        let import = index.import(service).map(|import| match &import.kind {
-            ImportKind::ClusterSetIp { ips } => ImportReport {
-                kind: ImportType::ClusterSetIp,
-                ips: ips.clone(),
-                ports: import.ports.iter().map(port_text).collect(),
-            },
-            ImportKind::Headless => ImportReport {
-                kind: ImportType::Headless,
-                ips: Vec::new(),
-                ports: import.ports.iter().map(port_text).collect(),
-            },
+        let import = index.import(service).map(|import| ImportReport {
+            kind: import.import_type,
+            ips: import.ips.clone(),
+            ports: import.ports.iter().map(port_text).collect(),
         });
         let mut slices: Vec<SliceReport> = index
             .slices_of(service)
@@ -173,7 +158,6 @@ impl SourceReport {
                 ready: slice
                     .endpoints
                     .iter()
-                    .filter(|endpoint| endpoint.ready)
                     .filter_map(|endpoint| {
                         let first = endpoint.addresses.first()?;
                         Some(EndpointReport {
@@ -283,53 +267,64 @@ pub enum NameReading {
 }
 
 impl NameReading {
-    /// Reads `name` against the zone `origin`.
-    pub fn of(name: &Name, origin: &Name) -> Self {
+    /// Reads `name` against the zone `origin` with the parser the zone's
+    /// lookup uses. `is_cluster` tells whether dotted labels are one of the
+    /// service's cluster ids (`<clusterid>` may have dots, so
+    /// `a.b.<svc>...` is either cluster `a.b` or host `a` in cluster `b`).
+    pub fn of(name: &Name, origin: &Name, is_cluster: impl Fn(&str) -> bool) -> Self {
         let name = name.to_lowercase();
-        if !origin.zone_of(&name) {
-            return Self::OutsideZone;
-        }
-        let relative: Vec<String> = name
-            .iter()
-            .take(name.num_labels() as usize - origin.num_labels() as usize)
-            .map(|label| String::from_utf8_lossy(label).into_owned())
-            .collect();
-        let owned = |s: &String| s.clone();
-        match relative.as_slice() {
-            [] => Self::Apex,
-            [v] if v == "dns-version" => Self::SchemaVersion,
-            [d] if d == "dns" => Self::Nameserver,
-            [n, d] if n == "ns" && d == "dns" => Self::Nameserver,
-            [namespace, svc] if svc == "svc" => Self::Namespace {
-                namespace: owned(namespace),
+        let origin = origin.to_lowercase();
+        let labels: Vec<&[u8]> = name.iter().take(MAX_LABELS).collect();
+        let origin: Vec<&[u8]> = origin.iter().collect();
+        let text = |label: &[u8]| String::from_utf8_lossy(label).into_owned();
+        let dotted = |labels: &[&[u8]]| {
+            labels
+                .iter()
+                .map(|label| text(label))
+                .collect::<Vec<_>>()
+                .join(".")
+        };
+        match QueryName::parse(&labels, &origin) {
+            QueryName::OutsideZone => Self::OutsideZone,
+            QueryName::Apex => Self::Apex,
+            QueryName::SchemaVersion => Self::SchemaVersion,
+            QueryName::NameserverParent | QueryName::Nameserver => Self::Nameserver,
+            QueryName::Namespace { namespace } => Self::Namespace {
+                namespace: text(namespace),
             },
-            [front @ .., service, namespace, svc] if svc == "svc" => {
-                let (namespace, service) = (owned(namespace), owned(service));
-                match front {
-                    [] => Self::Service { namespace, service },
-                    [port, protocol] if port.starts_with('_') && protocol.starts_with('_') => {
-                        Self::NamedPort {
-                            namespace,
-                            service,
-                            port: port[1..].to_owned(),
-                            protocol: protocol[1..].to_owned(),
+            QueryName::Service {
+                service,
+                namespace,
+                below,
+            } => {
+                let (namespace, service) = (text(namespace), text(service));
+                match below {
+                    Below::Nothing => Self::Service { namespace, service },
+                    Below::NamedPort { port, protocol } => Self::NamedPort {
+                        namespace,
+                        service,
+                        port: text(port),
+                        protocol: text(protocol),
+                    },
+                    Below::Hosts { labels } => {
+                        match Below::split_endpoint(labels, |l| is_cluster(&dotted(l))) {
+                            Some((host, cluster)) => Self::Endpoint {
+                                namespace,
+                                service,
+                                host: text(host),
+                                cluster: dotted(cluster),
+                            },
+                            None => Self::Cluster {
+                                namespace,
+                                service,
+                                cluster: dotted(labels),
+                            },
                         }
                     }
-                    [cluster] if !cluster.starts_with('_') => Self::Cluster {
-                        namespace,
-                        service,
-                        cluster: owned(cluster),
-                    },
-                    [host, cluster @ ..] if !host.starts_with('_') => Self::Endpoint {
-                        namespace,
-                        service,
-                        host: owned(host),
-                        cluster: cluster.join("."),
-                    },
-                    _ => Self::Other,
+                    Below::Protocol { .. } | Below::Other => Self::Other,
                 }
             }
-            _ => Self::Other,
+            QueryName::Svc | QueryName::Other => Self::Other,
         }
     }
 
@@ -366,35 +361,34 @@ pub struct ResponseReport {
 
 impl ResponseReport {
     /// What the server answers for `name`/`rtype` (class IN, over TCP, so
-    /// with no size limit) from `zone`.
+    /// with no size limit) from `zone`: the [`Plan`] a TCP query gets.
     pub fn of(zone: Option<&Zone>, name: &Name, rtype: RecordType) -> Self {
-        let respond =
-            |rcode: ResponseCode, answer: &[Record], authority, additional: &[Record]| Self {
-                rcode: mnemonic(rcode).to_owned(),
-                answer: answer.iter().map(render).collect(),
-                authority,
-                additional: additional.iter().map(render).collect(),
-            };
-        let Some(zone) = zone else {
-            return respond(ResponseCode::ServFail, &[], Vec::new(), &[]);
-        };
         let lower = name.to_lowercase();
         let labels: Vec<&[u8]> = lower.iter().take(MAX_LABELS).collect();
-        let lookup = zone.lookup(&labels, rtype);
-        let soa = || vec![render(zone.soa())];
-        match lookup {
-            Lookup::NotInZone => respond(ResponseCode::Refused, &[], Vec::new(), &[]),
-            Lookup::Found(rrset) => {
-                let (answer, additional) = rrset.decode(name);
-                respond(ResponseCode::NoError, &answer, Vec::new(), &additional)
-            }
-            Lookup::NoData => respond(ResponseCode::NoError, &[], soa(), &[]),
-            Lookup::NxDomain => respond(ResponseCode::NXDomain, &[], soa(), &[]),
+        let query = Query {
+            opcode: 0,
+            question_count: 1,
+            question: Some(Question {
+                labels: &labels,
+                qtype: rtype,
+                qclass: CLASS_IN,
+            }),
+            edns: None,
+        };
+        let plan = Plan::new(zone, &query);
+        let records = plan.answer.and_then(|rrset| rrset.records(&lower));
+        let lines = |records: &[Record]| records.iter().map(render).collect();
+        Self {
+            rcode: mnemonic(plan.rcode).to_owned(),
+            answer: records.map_or_else(Vec::new, |r| lines(&r.answers)),
+            authority: plan
+                .soa
+                .map_or_else(Vec::new, |zone| vec![render(zone.soa())]),
+            additional: records.map_or_else(Vec::new, |r| lines(&r.additionals)),
         }
     }
 }
 
-/// The response codes the zone answers with, as dig prints them.
 fn mnemonic(rcode: ResponseCode) -> &'static str {
     match rcode {
         ResponseCode::NoError => "NOERROR",
@@ -464,7 +458,11 @@ impl Explanation {
         context: Context<'_>,
     ) -> Self {
         let response = ResponseReport::of(zone, name, rtype);
-        let reading = NameReading::of(name, context.origin);
+        let reading = NameReading::of(name, context.origin, |cluster| {
+            service
+                .as_ref()
+                .is_some_and(|report| report.slices.iter().any(|s| s.cluster == cluster))
+        });
         let notes = notes(
             zone.is_some(),
             &response,
@@ -579,11 +577,11 @@ fn service_notes(
     let ready = report.ready_hosts();
     let not_ready = report.not_ready();
     match import.kind {
-        ImportType::Headless if ready.is_empty() => notes.push(format!(
+        ServiceImportType::Headless if ready.is_empty() => notes.push(format!(
             "headless import without ready endpoints ({not_ready} not ready): its names are \
              NXDOMAIN (MCS DNS specification §2.4.1)"
         )),
-        ImportType::Headless => notes.push(format!(
+        ServiceImportType::Headless => notes.push(format!(
             "headless import: {} ready endpoint(s) in {} cluster(s); {not_ready} not ready \
              (in no answer)",
             ready.len(),
@@ -609,7 +607,7 @@ fn service_notes(
             "no port named {port} with protocol {protocol} (unnamed ports have no SRV name)"
         )),
         NameReading::Endpoint { .. } | NameReading::Cluster { .. }
-            if import.kind == ImportType::ClusterSetIp =>
+            if import.kind == ServiceImportType::ClusterSetIp =>
         {
             notes.push(
                 "per-endpoint names exist for headless imports only (MCS DNS specification §2.4)"
@@ -636,6 +634,7 @@ mod tests {
         NameReading::of(
             &Name::from_str(name).unwrap(),
             &Name::from_str("clusterset.local.").unwrap(),
+            |cluster| cluster == "east.registry1",
         )
     }
 
@@ -702,7 +701,8 @@ mod tests {
         let db = ServiceRef::new("shop", "db");
         index.apply_import(ImportedService {
             service: db.clone(),
-            kind: ImportKind::Headless,
+            import_type: ServiceImportType::Headless,
+            ips: vec![],
             ports: vec![Port::from_api(Some("pg"), None, 5432).unwrap()],
         });
         let slice = |cluster: &str, ip: &str, not_ready| SliceEndpoints {
@@ -712,7 +712,6 @@ mod tests {
             endpoints: vec![Endpoint {
                 hostname: None,
                 addresses: vec![ip.parse().unwrap()].into(),
-                ready: true,
             }],
             not_ready,
         };
@@ -724,7 +723,7 @@ mod tests {
         index.apply_slice(key("east-1"), slice("east", "fd00::1", 2));
         let report = SourceReport::from_index(&index, &db);
         let import = report.import.as_ref().unwrap();
-        assert_eq!(import.kind, ImportType::Headless);
+        assert_eq!(import.kind, ServiceImportType::Headless);
         assert_eq!(import.ports, ["pg/5432/TCP"]);
         let slices: Vec<(&str, &str, u32)> = report
             .slices

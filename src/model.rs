@@ -5,6 +5,8 @@
 
 use std::net::IpAddr;
 
+use crate::api::ServiceImportType;
+
 /// Identifies one imported service: `<name>.<namespace>`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ServiceRef {
@@ -21,11 +23,6 @@ impl ServiceRef {
             namespace: namespace.to_ascii_lowercase(),
             name: name.to_ascii_lowercase(),
         }
-    }
-
-    /// The key the zone uses for this service: `<name>.<namespace>`.
-    pub fn zone_key(&self) -> String {
-        format!("{}.{}", self.name, self.namespace)
     }
 }
 
@@ -103,26 +100,17 @@ impl Port {
     }
 }
 
-/// How an import is addressed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ImportKind {
-    /// A virtual IP per family (`spec.ips`), possibly empty while the
-    /// controller has not assigned one yet.
-    ClusterSetIp {
-        /// The clusterset IPs, in `spec.ips` order.
-        ips: Vec<IpAddr>,
-    },
-    /// No virtual IP: DNS hands out the ready endpoints.
-    Headless,
-}
-
 /// What DNS needs from a ServiceImport.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImportedService {
     /// Which service this is.
     pub service: ServiceRef,
-    /// ClusterSetIP or Headless.
-    pub kind: ImportKind,
+    /// `spec.type`: ClusterSetIP or Headless.
+    pub import_type: ServiceImportType,
+    /// The clusterset IPs (`spec.ips`, in order) of a ClusterSetIP import,
+    /// possibly none while the controller has not assigned one yet; always
+    /// empty for a headless import, which answers with its endpoints.
+    pub ips: Vec<IpAddr>,
     /// `spec.ports`.
     pub ports: Vec<Port>,
 }
@@ -136,7 +124,8 @@ pub enum AddressFamily {
     V6,
 }
 
-/// One endpoint of an imported slice. Boxed slices rather than `String`
+/// One ready endpoint of an imported slice (`conditions.ready` true or
+/// unset; not-ready endpoints are in no answer and only counted). Boxed slices rather than `String`
 /// and `Vec`: an index holds ~10^5 of these and they never grow.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
@@ -144,8 +133,6 @@ pub struct Endpoint {
     pub hostname: Option<Box<str>>,
     /// Parsed addresses.
     pub addresses: Box<[IpAddr]>,
-    /// `conditions.ready` true or unset.
-    pub ready: bool,
 }
 
 /// What DNS needs from one imported EndpointSlice.
@@ -326,24 +313,23 @@ impl ImportedService {
                     .map_err(at(format!("spec.ports[{i}]")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let kind = match spec.type_ {
-            crate::api::ServiceImportType::Headless => ImportKind::Headless,
-            crate::api::ServiceImportType::ClusterSetIp => ImportKind::ClusterSetIp {
-                ips: spec
-                    .ips
-                    .iter()
-                    .enumerate()
-                    .map(|(i, ip)| {
-                        ip.trim().parse().map_err(|_| {
-                            at(format!("spec.ips[{i}]"))(ModelError::Address(ip.clone()))
-                        })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?,
-            },
+        let ips = match spec.type_ {
+            ServiceImportType::Headless => Vec::new(),
+            ServiceImportType::ClusterSetIp => spec
+                .ips
+                .iter()
+                .enumerate()
+                .map(|(i, ip)| {
+                    ip.trim()
+                        .parse()
+                        .map_err(|_| at(format!("spec.ips[{i}]"))(ModelError::Address(ip.clone())))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
         };
         Ok(Self {
             service: ServiceRef::new(namespace, name),
-            kind,
+            import_type: spec.type_,
+            ips,
             ports,
         })
     }
@@ -444,7 +430,6 @@ impl SliceEndpoints {
                 endpoints.push(Endpoint {
                     hostname,
                     addresses: addresses.into_boxed_slice(),
-                    ready,
                 });
             } else {
                 not_ready += 1;

@@ -45,12 +45,17 @@ fn zone_names(yaml: &str) -> BTreeSet<String> {
     ]
     .map(String::from)
     .into();
-    for (service, service_zone) in zone.services() {
-        let (_, namespace) = service.split_once('.').expect("<svc>.<ns> key");
+    for service_zone in zone.services() {
+        let service = service_zone.service();
+        let namespace = &service.namespace;
         names.insert(format!("{namespace}.svc.clusterset.local."));
         for (relative, _) in service_zone.nodes() {
+            let relative = relative.dotted();
             let dot = if relative.is_empty() { "" } else { "." };
-            names.insert(format!("{relative}{dot}{service}.svc.clusterset.local."));
+            names.insert(format!(
+                "{relative}{dot}{}.{namespace}.svc.clusterset.local.",
+                service.name
+            ));
         }
     }
     names

@@ -1,21 +1,11 @@
-//! The hickory `RequestHandler`: every query gets exactly one response, and
-//! every outcome is a response code (RFC 1035, 2308, 6891):
-//!
-//! | case | response |
-//! |---|---|
-//! | opcode other than QUERY | NOTIMP |
-//! | EDNS version above 0 | BADVERS |
-//! | not exactly one question | FORMERR |
-//! | no zone loaded yet | SERVFAIL |
-//! | name outside the zone, class other than IN, zone transfer | REFUSED |
-//! | unknown name | NXDOMAIN, SOA in authority |
-//! | name without the asked type | NOERROR, no answer, SOA in authority |
-//! | otherwise | NOERROR, AA, the RRset; SRV target addresses in additional when they fit; over UDP an RRset that does not fit goes out empty with TC |
-//!
-//! The server is never recursive: RA is never set.
+//! The hickory `RequestHandler`: renders the [`Plan`] of every query hickory
+//! decodes (TCP, UDP with the fast path off, and the unusual UDP queries
+//! the fast path hands over) as a hickory `MessageResponse`. Every
+//! protocol rule lives in [`super::plan`]; this module only reads the
+//! query and writes the plan's records.
 
-use hickory_proto::op::{Edns, Header, HeaderCounts, Metadata, OpCode, ResponseCode};
-use hickory_proto::rr::{DNSClass, Record, RecordType};
+use hickory_proto::op::{Edns, Header, HeaderCounts, Metadata, ResponseCode};
+use hickory_proto::rr::{Name, Record, RecordType};
 use hickory_proto::serialize::binary::BinEncoder;
 use hickory_server::net::runtime::Time;
 use hickory_server::net::xfer::Protocol;
@@ -23,14 +13,12 @@ use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseI
 use hickory_server::zone_handler::{MessageResponse, MessageResponseBuilder};
 use std::sync::Arc;
 
-use crate::metrics::{Metrics, Outcome, Transport};
+use super::plan::{
+    EdnsQuery, EdnsResponse, Fit, MAX_UDP_PAYLOAD, Plan, Query, Question, udp_limit,
+};
+use crate::metrics::{Metrics, Transport};
 use crate::publish::ZoneHandle;
-use crate::zone::{Lookup, MAX_LABELS};
-
-/// The UDP payload size we advertise and never exceed (DNS Flag Day 2020).
-pub const MAX_UDP_PAYLOAD: u16 = 1232;
-/// The UDP size limit without EDNS (RFC 1035 §4.2.1).
-pub const MIN_UDP_PAYLOAD: u16 = 512;
+use crate::zone::MAX_LABELS;
 
 /// Answers queries from the published zone.
 #[derive(Debug, Clone)]
@@ -51,24 +39,46 @@ impl Handler {
     }
 }
 
-/// The EDNS record of our response: version 0, no options, and our own
-/// payload size, 1232 (in a response the field is the responder's size,
-/// RFC 6891 §6.2.3). hickory would encode UDP responses up to it; the
-/// handler keeps answers within [`udp_limit`] itself.
-pub fn response_edns() -> Edns {
+/// The hickory form of a plan's OPT record.
+fn response_edns(plan: &EdnsResponse) -> Edns {
     let mut edns = Edns::new();
     edns.set_max_payload(MAX_UDP_PAYLOAD);
     edns.set_version(0);
+    edns.set_dnssec_ok(plan.dnssec_ok);
+    edns.set_rcode_high(plan.rcode_high);
     edns
 }
 
-/// The largest UDP response for a query offering this EDNS payload size:
-/// the offer clamped to 512..=1232 (below 512 counts as 512, RFC 6891
-/// §6.2.5); 512 without EDNS (RFC 1035 §4.2.1). Both UDP paths use it.
-pub fn udp_limit(offered_payload: Option<u16>) -> u16 {
-    offered_payload.map_or(MIN_UDP_PAYLOAD, |offer| {
-        offer.clamp(MIN_UDP_PAYLOAD, MAX_UDP_PAYLOAD)
-    })
+/// Reads a hickory request as a [`Query`]; `lower` is the first question's
+/// name lower-cased, and its labels go into `labels`.
+fn read_query<'q>(
+    request: &Request,
+    lower: Option<&'q Name>,
+    labels: &'q mut [&'q [u8]; MAX_LABELS],
+) -> Query<'q> {
+    let first = request.queries.queries().first();
+    let question = first.zip(lower).map(|(q, name)| {
+        let mut count = 0;
+        for label in name.iter().take(MAX_LABELS) {
+            labels[count] = label;
+            count += 1;
+        }
+        Question {
+            labels: &labels[..count],
+            qtype: q.query_type(),
+            qclass: u16::from(q.query_class()),
+        }
+    });
+    Query {
+        opcode: u8::from(request.metadata.op_code),
+        question_count: request.queries.len() as u16,
+        question,
+        edns: request.edns.as_ref().map(|e| EdnsQuery {
+            version: e.version(),
+            payload: e.max_payload(),
+            dnssec_ok: e.flags().dnssec_ok,
+        }),
+    }
 }
 
 #[async_trait::async_trait]
@@ -82,150 +92,91 @@ impl RequestHandler for Handler {
             Protocol::Udp => Transport::Udp,
             _ => Transport::Tcp,
         };
-        // RFC 3225 §3: the DO bit of the query is copied into the response.
-        let mut edns = request.edns.as_ref().map(|asked| {
-            let mut edns = response_edns();
-            edns.set_dnssec_ok(asked.flags().dnssec_ok);
-            edns
-        });
-        let mut metadata = Metadata::response_from_request(&request.metadata);
-        let qtype = request
+        let zone = self.zone.load();
+        let lower = request
             .queries
             .queries()
             .first()
-            .map_or(RecordType::Unknown(0), |q| q.query_type());
-
-        let error = if request.metadata.op_code != OpCode::Query {
-            Some(ResponseCode::NotImp)
-        } else if request.edns.as_ref().is_some_and(|e| e.version() > 0) {
-            Some(ResponseCode::BADVERS)
-        } else if request.queries.len() != 1 {
-            Some(ResponseCode::FormErr)
-        } else {
-            None
-        };
-        if let Some(code) = error {
-            if let Some(e) = edns.as_mut() {
-                e.set_rcode_high(code.high());
-            }
-            self.metrics
-                .count_response(transport, qtype, Outcome::Code(code));
-            let response = MessageResponseBuilder::new(&request.queries, edns.as_ref())
-                .error_msg(&request.metadata, code);
-            return send(&mut response_handle, response, &request.metadata).await;
-        }
-
-        let query = &request.queries.queries()[0];
-        let zone = self.zone.load();
-        let builder = MessageResponseBuilder::new(&request.queries, edns.as_ref());
-        let Some(zone) = zone.as_ref() else {
-            metadata.response_code = ResponseCode::ServFail;
-            self.metrics
-                .count_response(transport, qtype, Outcome::Code(ResponseCode::ServFail));
-            return send(
-                &mut response_handle,
-                builder.build_no_records(metadata),
-                &request.metadata,
-            )
-            .await;
-        };
-
+            .map(|q| q.name().to_lowercase());
         let mut labels: [&[u8]; MAX_LABELS] = [&[]; MAX_LABELS];
-        let mut count = 0;
-        for label in query.name().iter().take(MAX_LABELS) {
-            labels[count] = label;
-            count += 1;
-        }
-        let lookup = match query.query_class() {
-            DNSClass::IN => zone.lookup(&labels[..count], qtype),
-            _ => Lookup::NotInZone,
+        let query = read_query(request, lower.as_ref(), &mut labels);
+        let plan = Plan::new(zone.as_deref(), &query);
+        let qtype = query.question.map_or(RecordType::Unknown(0), |q| q.qtype);
+        self.metrics.count_response(transport, qtype, plan.outcome);
+
+        let edns = plan.edns.as_ref().map(response_edns);
+        let mut metadata = Metadata::response_from_request(&request.metadata);
+        metadata.response_code = plan.rcode;
+        metadata.authoritative = plan.authoritative;
+        let builder = MessageResponseBuilder::new(&request.queries, edns.as_ref());
+
+        let no_records: &[Record] = &[];
+        let records = match (plan.answer, lower.as_ref()) {
+            (Some(rrset), Some(owner)) => match rrset.records(owner) {
+                Some(records) => Some(records),
+                None => {
+                    metadata.response_code = ResponseCode::ServFail;
+                    metadata.authoritative = false;
+                    None
+                }
+            },
+            _ => None,
         };
-        let no_records: [Record; 0] = [];
-        match lookup {
-            Lookup::NotInZone => {
-                metadata.response_code = ResponseCode::Refused;
-                self.metrics
-                    .count_response(transport, qtype, Outcome::Code(ResponseCode::Refused));
-                send(
-                    &mut response_handle,
-                    builder.build_no_records(metadata),
-                    &request.metadata,
-                )
-                .await
-            }
-            Lookup::Found(rrset) => {
-                metadata.authoritative = true;
-                let (answers, additionals) = rrset.decode(query.name());
-                // Additional data is optional (RFC 2181 §9): drop it rather
-                // than truncate when it would not fit; an answer section
-                // that does not fit goes out empty with TC. Only answers
-                // whose uncompressed size exceeds the limit need the trial
-                // encode.
-                let mut answers = &answers[..];
-                let mut additionals = &additionals[..];
-                if matches!(transport, Transport::Udp) {
-                    let limit = udp_limit(request.edns.as_ref().map(Edns::max_payload));
-                    let question_len = request.queries.as_bytes().len();
-                    let fits = |answers, additionals| {
-                        encodes_whole(
-                            request,
-                            edns.as_ref(),
-                            metadata,
-                            answers,
-                            additionals,
-                            limit,
-                        )
-                    };
-                    if rrset
-                        .wire
-                        .uncompressed_response_len(question_len, edns.is_some())
-                        > usize::from(limit)
-                        && !fits(answers, additionals)
-                    {
-                        let answers_fit = !additionals.is_empty() && fits(answers, &[]);
-                        additionals = &[];
-                        // As on the fast path: no partial RRset, TC.
-                        if !answers_fit {
-                            answers = &[];
-                            metadata.truncation = true;
-                        }
-                    }
-                }
-                self.metrics
-                    .count_response(transport, qtype, Outcome::Answer);
-                let response = builder.build(
-                    metadata,
-                    answers.iter(),
-                    no_records.iter(),
-                    no_records.iter(),
-                    additionals.iter(),
-                );
-                let info = send(&mut response_handle, response, &request.metadata).await;
-                if info.truncation {
-                    self.metrics.truncated.inc();
-                }
-                info
-            }
-            Lookup::NoData | Lookup::NxDomain => {
-                metadata.authoritative = true;
-                let outcome = if matches!(lookup, Lookup::NxDomain) {
-                    metadata.response_code = ResponseCode::NXDomain;
-                    Outcome::Code(ResponseCode::NXDomain)
-                } else {
-                    Outcome::NoData
+        let (mut answers, mut additionals) = records.map_or((no_records, no_records), |r| {
+            (&r.answers[..], &r.additionals[..])
+        });
+        let udp_answer = plan.answer.filter(|_| records.is_some());
+        if let (Transport::Udp, Some(rrset)) = (transport, udp_answer) {
+            let limit = udp_limit(query.edns.map(|e| e.payload));
+            let question_len = request.queries.as_bytes().len();
+            // The plan's choice on the precompiled sizes, then a step further
+            // down the drop order while hickory's own encoding, which
+            // compresses less, does not fit. Only answers whose uncompressed
+            // size exceeds the limit need the trial encode.
+            let start = plan.fit(question_len, Some(usize::from(limit)));
+            let layouts = Fit::DROP_ORDER.into_iter().skip_while(|f| *f != start);
+            for fit in layouts {
+                (answers, additionals) = match fit {
+                    Fit::Whole => (answers, additionals),
+                    Fit::AnswersOnly => (answers, no_records),
+                    Fit::Truncated => (no_records, no_records),
                 };
-                self.metrics.count_response(transport, qtype, outcome);
-                let soa = std::slice::from_ref(zone.soa());
-                let response = builder.build(
-                    metadata,
-                    no_records.iter(),
-                    no_records.iter(),
-                    soa.iter(),
-                    no_records.iter(),
-                );
-                send(&mut response_handle, response, &request.metadata).await
+                if fit == Fit::Truncated {
+                    metadata.truncation = true;
+                    break;
+                }
+                let bound = rrset
+                    .wire
+                    .uncompressed_response_len(question_len, edns.is_some());
+                if bound <= usize::from(limit)
+                    || encodes_whole(
+                        request,
+                        edns.as_ref(),
+                        metadata,
+                        answers,
+                        additionals,
+                        limit,
+                    )
+                {
+                    break;
+                }
             }
         }
+        let soa = plan
+            .soa
+            .map_or(no_records, |zone| std::slice::from_ref(zone.soa()));
+        let response = builder.build(
+            metadata,
+            answers.iter(),
+            no_records.iter(),
+            soa.iter(),
+            additionals.iter(),
+        );
+        let info = send(&mut response_handle, response, &request.metadata).await;
+        if info.truncation {
+            self.metrics.truncated.inc();
+        }
+        info
     }
 }
 

@@ -2,6 +2,7 @@
 //! listening sockets. Reads only the published zone; never talks to Kubernetes.
 
 pub mod handler;
+pub mod plan;
 pub mod server;
 pub mod udp;
 pub mod wire_answer;

@@ -1,21 +1,20 @@
 //! The UDP fast path's query decoder and response writer: a zero-allocation
-//! answer for the common query (one question, class IN, optional EDNS0
-//! version 0) built from the zone's precompiled wire data.
+//! answer for the common query (one question in plain labels, optional
+//! EDNS0 OPT record) rendered from the [`Plan`] and the zone's precompiled
+//! wire data.
 //!
 //! Anything unusual — another opcode, EDNS version above 0, compressed or
-//! malformed questions, no zone yet — returns
-//! [`Fast::Slow`] and goes through the hickory handler instead. Both paths
-//! give the same answers except within about 40 bytes of the UDP limit,
-//! where hickory's encoder needs more room and so drops glue or sets TC
-//! sooner (`docs/dns.md`, "The two UDP paths"); the tests in
-//! `tests/fast_path.rs` compare them query by query.
+//! malformed questions, another class, zone transfers, no zone yet —
+//! returns [`Fast::Slow`] and goes through the hickory handler, which
+//! renders the same plan. `tests/fast_path.rs` compares the two paths byte
+//! by byte.
 
 use hickory_proto::rr::RecordType;
 
-use super::handler::{MAX_UDP_PAYLOAD, MIN_UDP_PAYLOAD, udp_limit};
+use super::plan::{CLASS_IN, EdnsQuery, Fit, MAX_UDP_PAYLOAD, Plan, Query, Question, udp_limit};
 use crate::metrics::Outcome;
 use crate::zone::wire::{HEADER_LEN, OPT_RECORD_LEN};
-use crate::zone::{Lookup, MAX_LABELS, Zone};
+use crate::zone::{MAX_LABELS, Zone};
 
 /// Largest response the fast path writes.
 pub const MAX_RESPONSE: usize = MAX_UDP_PAYLOAD as usize;
@@ -41,7 +40,6 @@ pub enum Fast {
 }
 
 const TYPE_OPT: u16 = 41;
-const CLASS_IN: u16 = 1;
 /// The DO flag in the high byte of an OPT record's flags (RFC 3225).
 const DO_BIT: u8 = 0x80;
 
@@ -97,20 +95,15 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
     let qtype = u16::from_be_bytes([fixed[0], fixed[1]]);
     let qclass = u16::from_be_bytes([fixed[2], fixed[3]]);
     let question_end = at + 4;
-    if qclass != CLASS_IN {
-        return Fast::Slow;
-    }
     let rtype = RecordType::from(qtype);
-    if matches!(rtype, RecordType::AXFR | RecordType::IXFR | RecordType::OPT) {
+    if qclass != CLASS_IN || matches!(rtype, RecordType::AXFR | RecordType::IXFR | RecordType::OPT)
+    {
         return Fast::Slow;
     }
 
     // Optional OPT record: root owner, version 0; options are ignored, as the
     // hickory handler ignores them.
-    let mut limit = MIN_UDP_PAYLOAD;
-    let edns = count(10) == 1;
-    let mut dnssec_ok = false;
-    if edns {
+    let edns = if count(10) == 1 {
         let opt = &query[question_end..];
         if opt.len() < OPT_RECORD_LEN
             || opt[0] != 0
@@ -123,135 +116,127 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
         if opt.len() != OPT_RECORD_LEN + rdlen {
             return Fast::Slow;
         }
-        limit = udp_limit(Some(u16::from_be_bytes([opt[3], opt[4]])));
-        dnssec_ok = opt[7] & DO_BIT != 0;
+        Some(EdnsQuery {
+            version: opt[6],
+            payload: u16::from_be_bytes([opt[3], opt[4]]),
+            dnssec_ok: opt[7] & DO_BIT != 0,
+        })
     } else if query.len() != question_end {
         return Fast::Slow;
-    }
-    let limit = limit as usize;
+    } else {
+        None
+    };
 
     let mut label_refs: [&[u8]; MAX_LABELS] = [&[]; MAX_LABELS];
     for i in 0..labels {
         label_refs[i] = &lower[starts[i]..starts[i] + lens[i]];
     }
-    let question = &query[HEADER_LEN..question_end];
-    let lookup = zone.lookup(&label_refs[..labels], rtype);
-
-    let header = |out: &mut [u8; MAX_RESPONSE], aa: bool, rcode: u8, an: u16, ns: u16, ar: u16| {
-        out[0] = query[0];
-        out[1] = query[1];
-        out[2] = 0x80 | if aa { 0x04 } else { 0 } | (query[2] & 0x01);
-        out[3] = (query[3] & 0x10) | rcode;
-        out[4..6].copy_from_slice(&1u16.to_be_bytes());
-        out[6..8].copy_from_slice(&an.to_be_bytes());
-        out[8..10].copy_from_slice(&ns.to_be_bytes());
-        out[10..12].copy_from_slice(&(ar + u16::from(edns)).to_be_bytes());
-        out[HEADER_LEN..question_end].copy_from_slice(question);
+    let asked = Query {
+        opcode,
+        question_count: 1,
+        question: Some(Question {
+            labels: &label_refs[..labels],
+            qtype: rtype,
+            qclass,
+        }),
+        edns,
     };
-    let finish = |out: &mut [u8; MAX_RESPONSE], mut len: usize| {
-        if edns {
-            out[len..len + OPT_RECORD_LEN].copy_from_slice(&opt_record(MAX_UDP_PAYLOAD, dnssec_ok));
-            len += OPT_RECORD_LEN;
-        }
-        len
-    };
-
-    let mut truncated = false;
-    let (len, outcome) = match lookup {
-        Lookup::Found(rrset) => {
-            let wire = &rrset.wire;
-            // Additional data is optional (RFC 2181 §9): drop it before
-            // truncating. An answer section that does not fit goes out
-            // empty with TC, as Knot DNS does: the client asks again over
-            // TCP and ignores a partial RRset anyway.
-            let (body, an, ar) = if wire.response_len(question.len(), true, edns) <= limit {
-                (&wire.tail[..], wire.answer_count, wire.additional_count)
-            } else if wire.response_len(question.len(), false, edns) <= limit {
-                (&wire.tail[..wire.answers_end], wire.answer_count, 0)
-            } else {
-                truncated = true;
-                (&[][..], 0, 0)
-            };
-            header(out, true, 0, an, 0, ar);
-            if truncated {
-                out[2] |= 0x02;
-            }
-            out[question_end..question_end + body.len()].copy_from_slice(body);
-            (finish(out, question_end + body.len()), Outcome::Answer)
-        }
-        Lookup::NoData | Lookup::NxDomain => {
-            let nx = matches!(lookup, Lookup::NxDomain);
-            header(out, true, if nx { 3 } else { 0 }, 0, 1, 0);
-            // The zone apex inside the question, for compression pointers.
-            let zone_labels = zone.settings().origin.num_labels() as usize;
-            let apex = HEADER_LEN + starts[labels - zone_labels] - 1;
-            let len = write_soa(zone, apex as u16, &mut out[question_end..]);
-            let outcome = if nx {
-                Outcome::Code(hickory_proto::op::ResponseCode::NXDomain)
-            } else {
-                Outcome::NoData
-            };
-            (finish(out, question_end + len), outcome)
-        }
-        Lookup::NotInZone => {
-            header(out, false, 5, 0, 0, 0);
-            (
-                finish(out, question_end),
-                Outcome::Code(hickory_proto::op::ResponseCode::Refused),
-            )
-        }
-    };
+    let plan = Plan::new(Some(zone), &asked);
+    let limit = usize::from(udp_limit(edns.map(|e| e.payload)));
+    let (len, truncated) = render(&plan, query, question_end, Some(limit), out);
     Fast::Reply {
         len,
         truncated,
         qtype: rtype,
-        outcome,
+        outcome: plan.outcome,
     }
 }
 
-/// Our OPT record: root owner, our payload size, extended rcode 0, version
+/// Writes the response `plan` decides for `query`, whose single question
+/// ends at `question_end`, into `out`, fitted to `limit` bytes (`None`: no
+/// limit within the 64 KiB `out` may hold). Returns the length and whether
+/// TC is set.
+pub fn render(
+    plan: &Plan<'_>,
+    query: &[u8],
+    question_end: usize,
+    limit: Option<usize>,
+    out: &mut [u8],
+) -> (usize, bool) {
+    let question = &query[HEADER_LEN..question_end];
+    let fit = plan.fit(question.len(), limit);
+    let truncated = fit == Fit::Truncated && plan.answer.is_some();
+    let (body, answers, additionals) = match (plan.answer, fit) {
+        (Some(rrset), Fit::Whole) => (
+            &rrset.wire.tail[..],
+            rrset.wire.answer_count,
+            rrset.wire.additional_count,
+        ),
+        (Some(rrset), Fit::AnswersOnly) => (
+            &rrset.wire.tail[..rrset.wire.answers_end],
+            rrset.wire.answer_count,
+            0,
+        ),
+        _ => (&[][..], 0, 0),
+    };
+    let authorities = u16::from(plan.soa.is_some());
+    let rcode = u16::from(plan.rcode);
+
+    out[0] = query[0];
+    out[1] = query[1];
+    // QR, the opcode, AA, TC and RD as asked; RA never (not recursive).
+    out[2] = 0x80
+        | (query[2] & 0x78)
+        | if plan.authoritative { 0x04 } else { 0 }
+        | if truncated { 0x02 } else { 0 }
+        | (query[2] & 0x01);
+    // CD as asked; the low four bits of the rcode.
+    out[3] = (query[3] & 0x10) | (rcode & 0x0f) as u8;
+    out[4..6].copy_from_slice(&1u16.to_be_bytes());
+    out[6..8].copy_from_slice(&answers.to_be_bytes());
+    out[8..10].copy_from_slice(&authorities.to_be_bytes());
+    let opt = u16::from(plan.edns.is_some());
+    out[10..12].copy_from_slice(&(additionals + opt).to_be_bytes());
+    out[HEADER_LEN..question_end].copy_from_slice(question);
+    let mut len = question_end;
+    out[len..len + body.len()].copy_from_slice(body);
+    len += body.len();
+    if let Some(zone) = plan.soa {
+        // The zone origin is the question name's suffix: the SOA's names
+        // point at it.
+        let origin_len = crate::zone::wire_len(&zone.settings().origin);
+        let origin_at = (question_end - 4 - origin_len) as u16;
+        len += zone.soa_wire().write(origin_at, &mut out[len..]);
+    }
+    if let Some(edns) = plan.edns {
+        out[len..len + OPT_RECORD_LEN].copy_from_slice(&opt_record(
+            MAX_UDP_PAYLOAD,
+            edns.rcode_high,
+            edns.dnssec_ok,
+        ));
+        len += OPT_RECORD_LEN;
+    }
+    (len, truncated)
+}
+
+/// Our OPT record: root owner, our payload size, the extended rcode, version
 /// 0, the DO bit as asked (RFC 3225 §3), no options.
-fn opt_record(payload: u16, dnssec_ok: bool) -> [u8; OPT_RECORD_LEN] {
+fn opt_record(payload: u16, rcode_high: u8, dnssec_ok: bool) -> [u8; OPT_RECORD_LEN] {
     let p = payload.to_be_bytes();
     let flags = if dnssec_ok { DO_BIT } else { 0 };
-    [0, 0, TYPE_OPT as u8, p[0], p[1], 0, 0, flags, 0, 0, 0]
-}
-
-/// Writes the zone's SOA record with names compressed against the apex at
-/// offset `apex`, exactly as hickory's encoder does; returns its length.
-fn write_soa(zone: &Zone, apex: u16, out: &mut [u8]) -> usize {
-    use hickory_proto::rr::RData;
-    let soa = zone.soa();
-    let RData::SOA(data) = &soa.data else {
-        unreachable!("the zone SOA record holds SOA data")
-    };
-    let pointer = (0xC000 | apex).to_be_bytes();
-    let mut rdata = [0u8; 64];
-    let mut n = 0;
-    // mname is ns.dns.<zone>, rname hostmaster.<zone> (see zone::Apex).
-    for prefix in [&b"\x02ns\x03dns"[..], &b"\x0ahostmaster"[..]] {
-        rdata[n..n + prefix.len()].copy_from_slice(prefix);
-        n += prefix.len();
-        rdata[n..n + 2].copy_from_slice(&pointer);
-        n += 2;
-    }
-    for v in [
-        data.serial,
-        data.refresh as u32,
-        data.retry as u32,
-        data.expire as u32,
-        data.minimum,
-    ] {
-        rdata[n..n + 4].copy_from_slice(&v.to_be_bytes());
-        n += 4;
-    }
-    out[0..2].copy_from_slice(&pointer);
-    out[2..4].copy_from_slice(&6u16.to_be_bytes());
-    out[4..6].copy_from_slice(&CLASS_IN.to_be_bytes());
-    out[6..10].copy_from_slice(&soa.ttl.to_be_bytes());
-    out[10..12].copy_from_slice(&(n as u16).to_be_bytes());
-    out[12..12 + n].copy_from_slice(&rdata[..n]);
-    12 + n
+    [
+        0,
+        0,
+        TYPE_OPT as u8,
+        p[0],
+        p[1],
+        rcode_high,
+        0,
+        flags,
+        0,
+        0,
+        0,
+    ]
 }
 
 #[cfg(test)]

@@ -295,8 +295,7 @@ impl Index {
             })
         };
         for (service, built) in dirty.iter().zip(built) {
-            self.zone
-                .set_service(&service.namespace, &service.name, built);
+            self.zone.set_service(service, built);
         }
         if rebuilt > 0 {
             self.zone.set_serial(next_serial(self.zone.serial()));

@@ -3,8 +3,11 @@
 
 use hickory_proto::rr::{Name, RecordType};
 
+use std::net::IpAddr;
+
 use super::*;
-use crate::model::{Endpoint, ImportKind, Port, PortProtocol};
+use crate::api::ServiceImportType;
+use crate::model::{Endpoint, Port, PortProtocol};
 use crate::zone::Lookup;
 
 fn index() -> Index {
@@ -13,10 +16,12 @@ fn index() -> Index {
     ))
 }
 
-fn import(ns: &str, name: &str, kind: ImportKind) -> ImportedService {
+fn import(ns: &str, name: &str, kind: (ServiceImportType, Vec<IpAddr>)) -> ImportedService {
+    let (import_type, ips) = kind;
     ImportedService {
         service: ServiceRef::new(ns, name),
-        kind,
+        import_type,
+        ips,
         ports: vec![Port {
             name: Some("http".into()),
             protocol: PortProtocol::Tcp,
@@ -25,10 +30,12 @@ fn import(ns: &str, name: &str, kind: ImportKind) -> ImportedService {
     }
 }
 
-fn vip(ip: &str) -> ImportKind {
-    ImportKind::ClusterSetIp {
-        ips: vec![ip.parse().unwrap()],
-    }
+fn vip(ip: &str) -> (ServiceImportType, Vec<IpAddr>) {
+    (ServiceImportType::ClusterSetIp, vec![ip.parse().unwrap()])
+}
+
+fn headless() -> (ServiceImportType, Vec<IpAddr>) {
+    (ServiceImportType::Headless, vec![])
 }
 
 fn slice(ns: &str, service: &str, cluster: &str, ips: &[&str]) -> SliceEndpoints {
@@ -41,7 +48,6 @@ fn slice(ns: &str, service: &str, cluster: &str, ips: &[&str]) -> SliceEndpoints
             .map(|ip| Endpoint {
                 hostname: None,
                 addresses: vec![ip.parse().unwrap()].into(),
-                ready: true,
             })
             .collect(),
         not_ready: 0,
@@ -61,8 +67,9 @@ fn a_records(zone: &Zone, qname: &str) -> Option<Vec<String>> {
     match zone.lookup(&labels, RecordType::A) {
         Lookup::Found(rrset) => {
             let mut v: Vec<String> = rrset
-                .decode(&name)
-                .0
+                .records(&name)
+                .unwrap()
+                .answers
                 .iter()
                 .map(|r| r.data.to_string())
                 .collect();
@@ -81,7 +88,7 @@ fn a_slice_that_arrives_before_its_import_is_used_once_the_import_arrives() {
     index.apply_slice(key("prod", "db-a"), slice("prod", "db", "a", &["10.0.0.1"]));
     let (zone, _) = index.publish();
     assert_eq!(a_records(&zone, DB), None);
-    index.apply_import(import("prod", "db", ImportKind::Headless));
+    index.apply_import(import("prod", "db", headless()));
     let (zone, _) = index.publish();
     assert_eq!(a_records(&zone, DB), Some(vec!["10.0.0.1".into()]));
 }
@@ -135,7 +142,7 @@ fn a_change_rebuilds_only_the_changed_service() {
 #[test]
 fn deleting_slices_and_imports_removes_their_names() {
     let mut index = index();
-    index.apply_import(import("prod", "db", ImportKind::Headless));
+    index.apply_import(import("prod", "db", headless()));
     index.apply_slice(key("prod", "a"), slice("prod", "db", "a", &["10.0.0.1"]));
     index.apply_slice(key("prod", "b"), slice("prod", "db", "b", &["10.0.0.2"]));
     let (zone, _) = index.publish();
@@ -152,8 +159,8 @@ fn deleting_slices_and_imports_removes_their_names() {
 #[test]
 fn a_slice_relabelled_to_another_service_moves() {
     let mut index = index();
-    index.apply_import(import("prod", "db", ImportKind::Headless));
-    index.apply_import(import("prod", "cache", ImportKind::Headless));
+    index.apply_import(import("prod", "db", headless()));
+    index.apply_import(import("prod", "cache", headless()));
     index.apply_slice(key("prod", "s"), slice("prod", "db", "a", &["10.0.0.1"]));
     let (zone, _) = index.publish();
     assert!(a_records(&zone, DB).is_some());
@@ -184,7 +191,7 @@ fn a_relist_drops_what_is_gone_and_keeps_what_is_unchanged() {
 #[test]
 fn an_empty_relist_empties_the_index() {
     let mut index = index();
-    index.apply_import(import("prod", "db", ImportKind::Headless));
+    index.apply_import(import("prod", "db", headless()));
     index.apply_slice(key("prod", "a"), slice("prod", "db", "a", &["10.0.0.1"]));
     index.publish();
     index.reset_imports(vec![]);
@@ -243,10 +250,7 @@ fn a_parallel_rebuild_matches_one_service_at_a_time() {
         let (kind, slices) = if i % 3 == 0 {
             let ips = [format!("10.1.{}.{}", i / 250, i % 250 + 1)];
             let refs: Vec<&str> = ips.iter().map(String::as_str).collect();
-            (
-                ImportKind::Headless,
-                vec![slice("ns", &name, "east", &refs)],
-            )
+            (headless(), vec![slice("ns", &name, "east", &refs)])
         } else {
             (vip(&format!("10.96.{}.{}", i / 250, i % 250 + 1)), vec![])
         };

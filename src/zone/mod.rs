@@ -5,6 +5,7 @@
 //! new snapshot that changes one service shares everything else with the
 //! previous one. Lookup works on lower-case wire labels and never allocates.
 
+pub mod name;
 mod service;
 pub mod wire;
 
@@ -14,7 +15,11 @@ use std::sync::Arc;
 use hickory_proto::rr::rdata::{A, AAAA, NS, SOA, TXT};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
+pub use name::{Below, LabelKey, QueryName};
 pub use service::{Node, RrSet, ServiceZone};
+pub use wire::SoaWire;
+
+use crate::model::ServiceRef;
 
 /// Hasher for the zone's maps: fast, and randomly seeded per process.
 pub type FastHash = foldhash::fast::RandomState;
@@ -72,19 +77,17 @@ impl ZoneSettings {
         }
     }
 
-    /// `<name>.<namespace>.svc.<zone>.`, for a service name and a namespace
-    /// that are DNS labels (at most 63 bytes each).
-    pub fn service_name(&self, namespace: &str, name: &str) -> Name {
-        self.relative_name(&format!("{name}.{namespace}.svc"), &self.origin)
+    /// `<name>.<namespace>.svc.<zone>.`: the model validates both as DNS
+    /// labels (at most 63 bytes each), and [`MAX_ORIGIN_LEN`] leaves room
+    /// for them, so every service has a name.
+    pub fn service_name(&self, service: &ServiceRef) -> Name {
+        let labels = [
+            service.name.as_bytes(),
+            service.namespace.as_bytes(),
+            b"svc",
+        ];
+        owner_name(labels, &self.origin)
             .expect("two labels and svc fit in front of an origin of at most MAX_ORIGIN_LEN bytes")
-    }
-
-    /// `<relative>.<base>`, or `None` when that is longer than 255 bytes
-    /// (or `relative` is not a name).
-    pub fn relative_name(&self, relative: &str, base: &Name) -> Option<Name> {
-        Name::from_ascii(relative)
-            .and_then(|n| n.append_domain(base))
-            .ok()
     }
 }
 
@@ -109,7 +112,7 @@ pub struct Zone {
     serial: u32,
     apex: Arc<Apex>,
     services: imbl::GenericHashMap<
-        Arc<str>,
+        LabelKey,
         Arc<ServiceZone>,
         FastHash,
         imbl::shared_ptr::DefaultSharedPtr,
@@ -120,6 +123,7 @@ pub struct Zone {
 #[derive(Debug)]
 struct Apex {
     soa: Record,
+    soa_wire: SoaWire,
     apex: Node,
     version: Node,
     nameserver: Node,
@@ -155,6 +159,16 @@ impl Zone {
         &self.apex.soa
     }
 
+    /// The same SOA record precompiled, for writers of wire responses.
+    pub fn soa_wire(&self) -> &SoaWire {
+        &self.apex.soa_wire
+    }
+
+    /// The zone origin's labels, lower-case, leftmost first.
+    pub fn origin_labels(&self) -> &[Box<[u8]>] {
+        &self.origin_labels
+    }
+
     /// The SOA serial.
     pub fn serial(&self) -> u32 {
         self.serial
@@ -165,9 +179,9 @@ impl Zone {
         self.services.len()
     }
 
-    /// Iterates over all services: `("<svc>.<ns>", zone)`.
-    pub fn services(&self) -> impl Iterator<Item = (&str, &ServiceZone)> {
-        self.services.iter().map(|(k, v)| (&**k, &**v))
+    /// Iterates over all services with names, in no particular order.
+    pub fn services(&self) -> impl Iterator<Item = &ServiceZone> {
+        self.services.values().map(|v| &**v)
     }
 
     /// Sets a new SOA serial (the index bumps it on every published change).
@@ -178,10 +192,10 @@ impl Zone {
         }
     }
 
-    /// Replaces the names of the service `<name>.<namespace>`; `None` or an
-    /// empty service zone removes them.
-    pub fn set_service(&mut self, namespace: &str, name: &str, zone: Option<Arc<ServiceZone>>) {
-        let key: Arc<str> = format!("{name}.{namespace}").into();
+    /// Replaces the names of `service`; `None` or an empty service zone
+    /// removes them.
+    pub fn set_service(&mut self, service: &ServiceRef, zone: Option<Arc<ServiceZone>>) {
+        let key = LabelKey::service(service);
         let zone = zone.filter(|z| !z.is_empty());
         let had = match zone {
             Some(z) => self.services.insert(key.clone(), z).is_some(),
@@ -189,7 +203,7 @@ impl Zone {
         };
         let has = self.services.contains_key(&key);
         if had != has {
-            let ns: Arc<str> = namespace.into();
+            let ns: Arc<str> = service.namespace.as_str().into();
             let count = self.namespaces.get(&ns).copied().unwrap_or(0);
             let count = if has {
                 count + 1
@@ -204,51 +218,46 @@ impl Zone {
         }
     }
 
+    /// The names of one service, if it has any.
+    pub fn service(&self, service: &ServiceRef) -> Option<&ServiceZone> {
+        self.services.get(&LabelKey::service(service)).map(|z| &**z)
+    }
+
     /// Looks up lower-case `labels` (leftmost first, no root label). Zone
     /// transfers (AXFR, IXFR) are not served: [`Lookup::NotInZone`].
     pub fn lookup(&self, labels: &[&[u8]], rtype: RecordType) -> Lookup<'_> {
         if matches!(rtype, RecordType::AXFR | RecordType::IXFR) {
             return Lookup::NotInZone;
         }
-        let zone_len = self.origin_labels.len();
-        if labels.len() < zone_len {
-            return Lookup::NotInZone;
-        }
-        let (relative, suffix) = labels.split_at(labels.len() - zone_len);
-        if suffix
-            .iter()
-            .zip(self.origin_labels.iter())
-            .any(|(a, b)| *a != &**b)
-        {
-            return Lookup::NotInZone;
-        }
-        // Our names are made of labels without dots; a label with an
-        // escaped dot in it (`a\.b`) is a different name from `a.b`, and
-        // must not match it through the dotted keys of the service maps.
-        if relative.iter().any(|label| label.contains(&b'.')) {
-            return Lookup::NxDomain;
-        }
-        let node = match relative {
-            [] => &self.apex.apex,
-            [b"dns-version"] => &self.apex.version,
+        let has_nameserver = !self.apex.nameserver.rrsets().is_empty();
+        let node = match QueryName::parse(labels, &self.origin_labels) {
+            QueryName::OutsideZone => return Lookup::NotInZone,
+            QueryName::Apex => &self.apex.apex,
+            QueryName::SchemaVersion => &self.apex.version,
             // `ns.dns.<zone>` exists only with addresses (nameserver_addresses);
             // without them it and `dns.<zone>` have no records and do not exist.
-            [b"dns"] if !self.apex.nameserver.rrsets().is_empty() => return Lookup::NoData,
-            [b"ns", b"dns"] if !self.apex.nameserver.rrsets().is_empty() => &self.apex.nameserver,
-            [b"svc"] if !self.services.is_empty() => return Lookup::NoData,
-            [namespace, b"svc"] => {
+            QueryName::NameserverParent if has_nameserver => return Lookup::NoData,
+            QueryName::Nameserver if has_nameserver => &self.apex.nameserver,
+            QueryName::Svc if !self.services.is_empty() => return Lookup::NoData,
+            QueryName::Namespace { namespace } => {
                 return match std::str::from_utf8(namespace) {
                     Ok(ns) if self.namespaces.contains_key(ns) => Lookup::NoData,
                     _ => Lookup::NxDomain,
                 };
             }
-            [front @ .., service, namespace, b"svc"] => {
+            QueryName::Service {
+                service, namespace, ..
+            } => {
+                let front = &labels[..labels.len() - 3 - self.origin_labels.len()];
                 match self.service_node(front, service, namespace) {
                     Some(node) => node,
                     None => return Lookup::NxDomain,
                 }
             }
-            _ => return Lookup::NxDomain,
+            QueryName::NameserverParent
+            | QueryName::Nameserver
+            | QueryName::Svc
+            | QueryName::Other => return Lookup::NxDomain,
         };
         match node.get(rtype) {
             Some(rrset) => Lookup::Found(rrset),
@@ -260,37 +269,21 @@ impl Zone {
         }
     }
 
+    /// The node `front` labels below the service `<service>.<namespace>`.
+    /// Keys are built in stack buffers: a lookup never allocates.
     fn service_node(&self, front: &[&[u8]], service: &[u8], namespace: &[u8]) -> Option<&Node> {
-        // Join labels into a stack buffer: the maps are keyed by dotted strings.
-        let mut key = [0u8; 256];
-        let len = join(&mut key, &[service, namespace])?;
-        let key = std::str::from_utf8(&key[..len]).ok()?;
-        let service = self.services.get(key)?;
-        let mut relative = [0u8; 256];
-        let len = join(&mut relative, front)?;
-        service.node(std::str::from_utf8(&relative[..len]).ok()?)
+        let mut key = [0u8; 255];
+        let len = name::encode_labels(&mut key, &[service, namespace])?;
+        let service = self.services.get(&key[..len])?;
+        let len = name::encode_labels(&mut key, front)?;
+        service.node(&key[..len])
     }
-}
-
-/// Writes `labels` joined by dots into `buf`; `None` if they do not fit.
-fn join(buf: &mut [u8; 256], labels: &[&[u8]]) -> Option<usize> {
-    let mut at = 0;
-    for (i, label) in labels.iter().enumerate() {
-        if i > 0 {
-            *buf.get_mut(at)? = b'.';
-            at += 1;
-        }
-        buf.get_mut(at..at + label.len())?.copy_from_slice(label);
-        at += label.len();
-    }
-    Some(at)
 }
 
 /// `<relative>.<zone>` for the short fixed names at the apex, which fit in
 /// front of any origin [`ZoneSettings::new`] accepts.
 fn apex_name(settings: &ZoneSettings, relative: &str) -> Name {
-    settings
-        .relative_name(relative, &settings.origin)
+    owner_name(relative.split('.').map(str::as_bytes), &settings.origin)
         .expect("fixed apex names fit in front of the origin")
 }
 
@@ -366,6 +359,7 @@ impl Apex {
             ns_node.push_rrset(RrSet::new(&nameserver, RecordType::AAAA, aaaa, vec![]));
         }
         Self {
+            soa_wire: SoaWire::encode(&soa),
             soa,
             apex,
             version,
@@ -384,7 +378,10 @@ pub fn master_file(zone: &Zone) -> String {
     let mut out = format!("$ORIGIN {}\n", zone.settings.origin);
     let mut write = |owner: &Name, node: &Node| {
         for rrset in node.rrsets() {
-            for record in rrset.decode(owner).0 {
+            let Some(records) = rrset.records(owner) else {
+                continue;
+            };
+            for record in &records.answers {
                 match &record.data {
                     // hickory prints TXT strings unquoted; quote them so any
                     // character survives a round trip through a zone parser.
@@ -413,24 +410,30 @@ pub fn master_file(zone: &Zone) -> String {
     write(&settings.origin, &zone.apex.apex);
     write(&apex_name(settings, "ns.dns"), &zone.apex.nameserver);
     write(&apex_name(settings, "dns-version"), &zone.apex.version);
-    let mut services: Vec<_> = zone.services().collect();
-    services.sort_by(|a, b| a.0.cmp(b.0));
-    for (key, service) in services {
-        let (name, namespace) = key.split_once('.').expect("service keys are <svc>.<ns>");
-        let base = settings.service_name(namespace, name);
+    let mut services: Vec<&ServiceZone> = zone.services().collect();
+    services.sort_by(|a, b| a.service().cmp(b.service()));
+    for service in services {
+        let base = settings.service_name(service.service());
         let mut nodes: Vec<_> = service.nodes().collect();
         nodes.sort_by(|a, b| a.0.cmp(b.0));
         for (relative, node) in nodes {
-            let owner = if relative.is_empty() {
-                base.clone()
-            } else {
-                // Only names that were built are in the zone.
-                settings
-                    .relative_name(relative, &base)
-                    .expect("zone names fit")
-            };
-            write(&owner, node);
+            // Only names that fit were built.
+            if let Some(owner) = owner_name(relative.labels(), &base) {
+                write(&owner, node);
+            }
         }
     }
     out
+}
+
+/// `<labels>.<base>`, or `None` when that is not a name (longer than 255
+/// bytes, or a label longer than 63).
+pub fn owner_name<'l>(labels: impl IntoIterator<Item = &'l [u8]>, base: &Name) -> Option<Name> {
+    let labels: Vec<&[u8]> = labels.into_iter().collect();
+    if labels.is_empty() {
+        return Some(base.clone());
+    }
+    Name::from_labels(labels)
+        .and_then(|relative| relative.append_domain(base))
+        .ok()
 }

@@ -4,25 +4,39 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::OnceLock;
 
 use hickory_proto::rr::rdata::{A, AAAA, SRV};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
+use super::name::LabelKey;
 use super::wire::WireAnswer;
-use super::{FastHash, ZoneSettings};
-use crate::model::{ImportKind, ImportedService, Port, SliceEndpoints, dashed_address};
+use super::{FastHash, ZoneSettings, owner_name};
+use crate::api::ServiceImportType;
+use crate::model::{ImportedService, Port, ServiceRef, SliceEndpoints, dashed_address};
 
-/// One RRset at one owner name, kept only in its precompiled wire form
-/// (answer records, then the address records of SRV targets for the
-/// additional section): compressed wire data is several times smaller than
-/// hickory `Record`s, and the UDP fast path needs nothing else. The hickory
-/// path decodes the records back with [`RrSet::decode`].
+/// One RRset at one owner name, kept in its precompiled wire form (answer
+/// records, then the address records of SRV targets for the additional
+/// section): compressed wire data is several times smaller than hickory
+/// `Record`s, and the UDP fast path needs nothing else. Writers that need
+/// records (the hickory path, `/explain`, master files) get them from
+/// [`RrSet::records`], decoded once and kept while this zone lives.
 #[derive(Debug, Clone)]
 pub struct RrSet {
     /// The record type of the answers.
     pub rtype: RecordType,
     /// The precompiled answer and additional sections.
     pub wire: WireAnswer,
+    records: OnceLock<Option<Box<Records>>>,
+}
+
+/// An RRset as hickory records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Records {
+    /// The answer section.
+    pub answers: Vec<Record>,
+    /// The additional section: addresses of SRV targets.
+    pub additionals: Vec<Record>,
 }
 
 impl RrSet {
@@ -36,16 +50,27 @@ impl RrSet {
         Self {
             rtype,
             wire: WireAnswer::encode(owner, rtype, &records, &additionals),
+            records: OnceLock::new(),
         }
     }
 
-    /// The answer and additional records, for `owner` (the name asked, in
-    /// any letter case).
-    pub fn decode(&self, owner: &Name) -> (Vec<Record>, Vec<Record>) {
-        // Bytes we encoded ourselves from valid records always decode.
-        self.wire
-            .decode(owner, self.rtype)
-            .expect("precompiled answers decode")
+    /// The answer and additional records. `owner` is the owner name (any
+    /// letter case: the first call decodes the wire form against it, and
+    /// later calls return what it decoded). `None` only if the precompiled
+    /// bytes do not decode, which would be a bug; it is logged.
+    pub fn records(&self, owner: &Name) -> Option<&Records> {
+        self.records
+            .get_or_init(|| match self.wire.decode(&owner.to_lowercase(), self.rtype) {
+                Ok((answers, additionals)) => Some(Box::new(Records {
+                    answers,
+                    additionals,
+                })),
+                Err(error) => {
+                    tracing::error!(name = %owner, rtype = %self.rtype, %error, "precompiled answer does not decode");
+                    None
+                }
+            })
+            .as_deref()
     }
 }
 
@@ -97,17 +122,24 @@ impl Node {
 }
 
 /// All names of one service, keyed by the labels in front of
-/// `<svc>.<ns>.svc.<zone>` joined with dots (`""` is the service name itself,
-/// `"_http._tcp"`, `"web-0.cluster-a"`, `"cluster-a"`).
-#[derive(Debug, Clone, Default)]
+/// `<svc>.<ns>.svc.<zone>` (none for the service name itself, `_http._tcp`,
+/// `web-0.cluster-a`, `cluster-a`).
+#[derive(Debug, Clone)]
 pub struct ServiceZone {
-    nodes: HashMap<Box<str>, Node, FastHash>,
+    service: ServiceRef,
+    nodes: HashMap<LabelKey, Node, FastHash>,
     record_count: usize,
 }
 
 impl ServiceZone {
-    /// The node for the labels in front of the service name.
-    pub fn node(&self, relative: &str) -> Option<&Node> {
+    /// The service these names belong to.
+    pub fn service(&self) -> &ServiceRef {
+        &self.service
+    }
+
+    /// The node for the labels in front of the service name, in wire form
+    /// (see [`LabelKey`]).
+    pub fn node(&self, relative: &[u8]) -> Option<&Node> {
         self.nodes.get(relative)
     }
 
@@ -122,9 +154,9 @@ impl ServiceZone {
         self.record_count
     }
 
-    /// Iterates over `(relative name, node)` pairs, in no particular order.
-    pub fn nodes(&self) -> impl Iterator<Item = (&str, &Node)> {
-        self.nodes.iter().map(|(k, v)| (&**k, v))
+    /// Iterates over `(relative labels, node)` pairs, in no particular order.
+    pub fn nodes(&self) -> impl Iterator<Item = (&LabelKey, &Node)> {
+        self.nodes.iter()
     }
 
     /// Builds the names of `service` from its slices.
@@ -133,13 +165,17 @@ impl ServiceZone {
         slices: &[&SliceEndpoints],
         settings: &ZoneSettings,
     ) -> Self {
-        let base = settings.service_name(&service.service.namespace, &service.service.name);
-        let mut zone = Self::default();
-        match &service.kind {
-            ImportKind::ClusterSetIp { ips } => {
-                zone.build_cluster_set_ip(&base, ips, &service.ports, settings)
+        let base = settings.service_name(&service.service);
+        let mut zone = Self {
+            service: service.service.clone(),
+            nodes: HashMap::default(),
+            record_count: 0,
+        };
+        match service.import_type {
+            ServiceImportType::ClusterSetIp => {
+                zone.build_cluster_set_ip(&base, &service.ips, &service.ports, settings)
             }
-            ImportKind::Headless => zone.build_headless(&base, service, slices, settings),
+            ServiceImportType::Headless => zone.build_headless(&base, service, slices, settings),
         }
         zone.record_count = zone
             .nodes
@@ -167,7 +203,7 @@ impl ServiceZone {
         if ips.is_empty() {
             // No clusterset IP yet: an SRV target without addresses would
             // send clients to a dead end, so the service has no SRV either.
-            self.nodes.insert("".into(), apex);
+            self.insert_with_parents(Vec::new(), apex);
             return;
         }
         // Bare-name SRV: one record per distinct port number (a TCP and a UDP
@@ -182,12 +218,12 @@ impl ServiceZone {
             srv_records(base, &targets, ttl),
             glue.clone(),
         );
-        self.nodes.insert("".into(), apex);
+        self.insert_with_parents(Vec::new(), apex);
 
         for port in ports {
             let Some(name) = &port.name else { continue };
-            let relative = format!("_{name}.{}", port.protocol.srv_label());
-            let Some(owner) = settings.relative_name(&relative, base) else {
+            let relative = vec![format!("_{name}"), port.protocol.srv_label().to_owned()];
+            let Some(owner) = relative_owner(&relative, base) else {
                 warn_name_too_long(&relative, base);
                 continue;
             };
@@ -216,7 +252,7 @@ impl ServiceZone {
             } else {
                 &slice.ports
             };
-            for endpoint in slice.endpoints.iter().filter(|e| e.ready) {
+            for endpoint in slice.endpoints.iter() {
                 let Some(first) = endpoint.addresses.first() else {
                     continue;
                 };
@@ -247,8 +283,10 @@ impl ServiceZone {
         // answer for the service name.
         let mut host_records = Vec::with_capacity(hosts.len());
         for ((cluster, label), host) in &hosts {
-            let relative = format!("{label}.{cluster}");
-            let owner = settings.relative_name(&relative, base);
+            let relative: Vec<String> = std::iter::once(label.clone())
+                .chain(cluster.split('.').map(String::from))
+                .collect();
+            let owner = relative_owner(&relative, base);
             let (a, aaaa) = match &owner {
                 Some(owner) => {
                     let (a, aaaa) = address_records(owner, host.addresses.iter(), ttl);
@@ -315,16 +353,19 @@ impl ServiceZone {
             srv_records(base, &targets, ttl),
             glue,
         );
-        self.nodes.insert("".into(), apex);
+        self.insert_with_parents(Vec::new(), apex);
 
         // Named-port SRV: one record per endpoint exposing that port.
-        let mut named: BTreeMap<String, (Vec<SrvTarget>, Vec<Record>)> = BTreeMap::new();
+        let mut named: BTreeMap<Vec<String>, (Vec<SrvTarget>, Vec<Record>)> = BTreeMap::new();
         for (owner, host, a, aaaa) in subset {
             let Some(owner) = owner else { continue };
             for port in &host.ports {
                 let Some(name) = &port.name else { continue };
                 let entry = named
-                    .entry(format!("_{name}.{}", port.protocol.srv_label()))
+                    .entry(vec![
+                        format!("_{name}"),
+                        port.protocol.srv_label().to_owned(),
+                    ])
                     .or_default();
                 entry.0.push((port.port, owner.clone()));
                 entry.1.extend(a.iter().chain(aaaa.iter()).cloned());
@@ -332,7 +373,7 @@ impl ServiceZone {
         }
         for (relative, (mut targets, glue)) in named {
             targets.truncate(settings.max_records);
-            let Some(owner) = settings.relative_name(&relative, base) else {
+            let Some(owner) = relative_owner(&relative, base) else {
                 warn_name_too_long(&relative, base);
                 continue;
             };
@@ -347,31 +388,40 @@ impl ServiceZone {
         }
     }
 
-    /// Inserts `node` and an empty non-terminal for every label between it and
-    /// the service name (`_tcp` for `_http._tcp`, `cluster-a` for
-    /// `web-0.cluster-a`), so that those names answer NODATA, not NXDOMAIN.
-    fn insert_with_parents(&mut self, relative: String, node: Node) {
-        let mut rest = relative.as_str();
-        while let Some((_, parent)) = rest.split_once('.') {
-            self.nodes.entry(parent.into()).or_default();
-            rest = parent;
-        }
-        match self.nodes.get_mut(relative.as_str()) {
-            Some(existing) => existing.rrsets.extend(node.rrsets),
-            None => {
-                self.nodes.insert(relative.into_boxed_str(), node);
+    /// Inserts `node` at `relative` (labels, leftmost first) and an empty
+    /// non-terminal for every label between it and the service name (`_tcp`
+    /// for `_http._tcp`, `cluster-a` for `web-0.cluster-a`), so that those
+    /// names answer NODATA, not NXDOMAIN. Labels come from validated names
+    /// and [`relative_owner`] checked that they make a name.
+    fn insert_with_parents(&mut self, relative: Vec<String>, node: Node) {
+        let Some(key) = LabelKey::new(&relative) else {
+            return;
+        };
+        for parent in 1..relative.len() {
+            if let Some(parent) = LabelKey::new(&relative[parent..]) {
+                self.nodes.entry(parent).or_default();
             }
         }
+        self.nodes
+            .entry(key)
+            .or_default()
+            .rrsets
+            .extend(node.rrsets);
     }
+}
+
+/// `<relative>.<base>`, or `None` when that cannot be a name.
+fn relative_owner(relative: &[String], base: &Name) -> Option<Name> {
+    owner_name(relative.iter().map(String::as_bytes), base)
 }
 
 /// Names are built from validated labels, but labels of up to 63 bytes and
 /// cluster ids of up to 253 can still add up to more than a name's 255
 /// bytes, and a 63-character port name makes a 64-byte `_<port>` label:
 /// such a name cannot exist in DNS, so it is left out of the zone, and said so.
-fn warn_name_too_long(relative: &str, base: &Name) {
+fn warn_name_too_long(relative: &[String], base: &Name) {
     tracing::warn!(
-        name = %format_args!("{relative}.{base}"),
+        name = %format_args!("{}.{base}", relative.join(".")),
         "name left out of the zone: longer than 255 bytes, or a label longer than 63"
     );
 }

@@ -5,9 +5,8 @@ use std::net::IpAddr;
 use hickory_proto::rr::{Name, RData, RecordType};
 
 use super::*;
-use crate::model::{
-    Endpoint, ImportKind, ImportedService, Port, PortProtocol, ServiceRef, SliceEndpoints,
-};
+use crate::api::ServiceImportType;
+use crate::model::{Endpoint, ImportedService, Port, PortProtocol, ServiceRef, SliceEndpoints};
 
 fn settings() -> ZoneSettings {
     ZoneSettings::new(Name::from_ascii("clusterset.local.").unwrap())
@@ -24,9 +23,8 @@ fn port(name: Option<&str>, protocol: PortProtocol, number: u16) -> Port {
 fn cluster_set_ip(ns: &str, name: &str, ips: &[&str], ports: Vec<Port>) -> ImportedService {
     ImportedService {
         service: ServiceRef::new(ns, name),
-        kind: ImportKind::ClusterSetIp {
-            ips: ips.iter().map(|i| i.parse().unwrap()).collect(),
-        },
+        import_type: ServiceImportType::ClusterSetIp,
+        ips: ips.iter().map(|i| i.parse().unwrap()).collect(),
         ports,
     }
 }
@@ -34,16 +32,16 @@ fn cluster_set_ip(ns: &str, name: &str, ips: &[&str], ports: Vec<Port>) -> Impor
 fn headless(ns: &str, name: &str, ports: Vec<Port>) -> ImportedService {
     ImportedService {
         service: ServiceRef::new(ns, name),
-        kind: ImportKind::Headless,
+        import_type: ServiceImportType::Headless,
+        ips: vec![],
         ports,
     }
 }
 
-fn endpoint(hostname: Option<&str>, addresses: &[&str], ready: bool) -> Endpoint {
+fn endpoint(hostname: Option<&str>, addresses: &[&str]) -> Endpoint {
     Endpoint {
         hostname: hostname.map(Into::into),
         addresses: addresses.iter().map(|a| a.parse().unwrap()).collect(),
-        ready,
     }
 }
 
@@ -63,11 +61,7 @@ fn zone_of(services: &[(ImportedService, Vec<SliceEndpoints>)]) -> Zone {
     for (service, slices) in services {
         let refs: Vec<&SliceEndpoints> = slices.iter().collect();
         let built = ServiceZone::build(service, &refs, &settings);
-        zone.set_service(
-            &service.service.namespace,
-            &service.service.name,
-            Some(Arc::new(built)),
-        );
+        zone.set_service(&service.service, Some(Arc::new(built)));
     }
     zone
 }
@@ -79,8 +73,9 @@ fn answer(zone: &Zone, qname: &str, rtype: RecordType) -> Result<Vec<String>, &'
     match zone.lookup(&labels, rtype) {
         Lookup::Found(rrset) => {
             let mut out: Vec<String> = rrset
-                .decode(&name)
-                .0
+                .records(&name)
+                .unwrap()
+                .answers
                 .iter()
                 .map(|r| r.data.to_string())
                 .collect();
@@ -128,7 +123,7 @@ fn cluster_set_ip_never_answers_endpoint_addresses() {
         "prod",
         "web",
         "a",
-        vec![endpoint(Some("pod"), &["10.9.9.9"], true)],
+        vec![endpoint(Some("pod"), &["10.9.9.9"])],
     )];
     let zone = zone_of(&[(
         cluster_set_ip("prod", "web", &["10.0.0.1"], vec![tcp("http", 80)]),
@@ -233,8 +228,9 @@ fn srv_additionals_carry_the_target_addresses() {
         panic!("no SRV")
     };
     let glue: Vec<RecordType> = rrset
-        .decode(&name)
-        .1
+        .records(&name)
+        .unwrap()
+        .additionals
         .iter()
         .map(|r| r.record_type())
         .collect();
@@ -247,8 +243,8 @@ fn db_slices() -> Vec<SliceEndpoints> {
         "db",
         "east",
         vec![
-            endpoint(Some("db-0"), &["10.1.0.1"], true),
-            endpoint(Some("db-1"), &["10.1.0.2"], true),
+            endpoint(Some("db-0"), &["10.1.0.1"]),
+            endpoint(Some("db-1"), &["10.1.0.2"]),
         ],
     );
     east.ports = vec![tcp("pg", 5432)];
@@ -256,18 +252,17 @@ fn db_slices() -> Vec<SliceEndpoints> {
         "prod",
         "db",
         "east",
-        vec![endpoint(Some("db-0"), &["fd00::1"], true)],
+        vec![endpoint(Some("db-0"), &["fd00::1"])],
     );
     east6.ports = vec![tcp("pg", 5432)];
     let mut west = slice(
         "prod",
         "db",
         "west",
-        vec![
-            endpoint(Some("db-0"), &["10.2.0.1"], true),
-            endpoint(None, &["10.2.0.9"], false),
-        ],
+        vec![endpoint(Some("db-0"), &["10.2.0.1"])],
     );
+    // 10.2.0.9 is not ready: the model keeps only its count.
+    west.not_ready = 1;
     west.ports = vec![tcp("pg", 5432)];
     vec![east, east6, west]
 }
@@ -338,19 +333,9 @@ fn per_endpoint_names_carry_all_addresses_of_that_endpoint() {
 #[test]
 fn endpoints_without_hostname_are_named_by_dashed_address() {
     let slices = vec![
-        slice(
-            "prod",
-            "db",
-            "east",
-            vec![endpoint(None, &["10.1.0.7"], true)],
-        ),
+        slice("prod", "db", "east", vec![endpoint(None, &["10.1.0.7"])]),
         {
-            let mut s = slice(
-                "prod",
-                "db",
-                "east",
-                vec![endpoint(None, &["fd00::7"], true)],
-            );
+            let mut s = slice("prod", "db", "east", vec![endpoint(None, &["fd00::7"])]);
             s.cluster = "east".into();
             s
         },
@@ -411,12 +396,9 @@ fn headless_srv_has_one_record_per_ready_endpoint_and_port() {
 
 #[test]
 fn headless_without_ready_endpoints_is_nxdomain() {
-    let slices = vec![slice(
-        "prod",
-        "db",
-        "east",
-        vec![endpoint(Some("db-0"), &["10.1.0.1"], false)],
-    )];
+    let mut east = slice("prod", "db", "east", vec![]);
+    east.not_ready = 1;
+    let slices = vec![east];
     let zone = zone_of(&[(headless("prod", "db", vec![tcp("pg", 5432)]), slices)]);
     for rtype in [RecordType::A, RecordType::AAAA, RecordType::SRV] {
         assert_eq!(
@@ -439,7 +421,7 @@ fn headless_cap_keeps_the_same_endpoints_for_a_and_aaaa() {
         "db",
         "east",
         (0..5)
-            .map(|i| endpoint(Some(&format!("db-{i}")), &[&format!("10.0.0.{i}")], true))
+            .map(|i| endpoint(Some(&format!("db-{i}")), &[&format!("10.0.0.{i}")]))
             .collect(),
     );
     let v6 = slice(
@@ -447,7 +429,7 @@ fn headless_cap_keeps_the_same_endpoints_for_a_and_aaaa() {
         "db",
         "east",
         (0..5)
-            .map(|i| endpoint(Some(&format!("db-{i}")), &[&format!("fd00::{i}")], true))
+            .map(|i| endpoint(Some(&format!("db-{i}")), &[&format!("fd00::{i}")]))
             .collect(),
     );
     let built = ServiceZone::build(
@@ -456,7 +438,7 @@ fn headless_cap_keeps_the_same_endpoints_for_a_and_aaaa() {
         &settings,
     );
     let mut zone = Zone::new(settings);
-    zone.set_service("prod", "db", Some(Arc::new(built)));
+    zone.set_service(&ServiceRef::new("prod", "db"), Some(Arc::new(built)));
     let a = answer(&zone, "db.prod.svc.clusterset.local.", RecordType::A).unwrap();
     let aaaa = answer(&zone, "db.prod.svc.clusterset.local.", RecordType::AAAA).unwrap();
     assert_eq!(a, vec!["10.0.0.0", "10.0.0.1"]);
@@ -520,7 +502,7 @@ fn apex_namespace_and_version_names() {
 #[test]
 fn removing_the_last_service_of_a_namespace_removes_the_namespace() {
     let mut zone = zone_of(&[(cluster_set_ip("prod", "web", &["10.0.0.1"], vec![]), vec![])]);
-    zone.set_service("prod", "web", None);
+    zone.set_service(&ServiceRef::new("prod", "web"), None);
     assert_eq!(
         answer(&zone, "prod.svc.clusterset.local.", RecordType::A),
         Err("NXDOMAIN")
@@ -542,7 +524,7 @@ fn precompiled_answer_lengths_match_the_records() {
     // One A record whose owner is a pointer to the question: 2 + 10 + 4 bytes.
     assert_eq!(rrset.wire.tail.len(), 16);
     assert_eq!(rrset.wire.answer_count, 1);
-    let ip: IpAddr = match &rrset.decode(&name).0[0].data {
+    let ip: IpAddr = match &rrset.records(&name).unwrap().answers[0].data {
         RData::A(a) => IpAddr::V4(a.0),
         other => panic!("{other:?}"),
     };
@@ -599,8 +581,9 @@ fn the_apex_ns_answer_carries_the_nameserver_addresses_when_configured() {
             panic!("apex NS");
         };
         let mut out: Vec<String> = rrset
-            .decode(&name)
-            .1
+            .records(&name)
+            .unwrap()
+            .additionals
             .iter()
             .map(|r| format!("{} {}", r.name, r.data))
             .collect();
@@ -629,7 +612,7 @@ fn numbered_endpoints(count: usize, prefix: &str, v6: bool) -> Vec<Endpoint> {
             } else {
                 format!("10.0.{}.{}", i / 256, i % 256)
             };
-            endpoint(Some(&format!("{prefix}-{i}")), &[&ip], true)
+            endpoint(Some(&format!("{prefix}-{i}")), &[&ip])
         })
         .collect()
 }
@@ -652,7 +635,7 @@ fn answers_larger_than_one_dns_message_are_cut_to_fit() {
         &settings,
     );
     let base = "database.production.svc.clusterset.local.";
-    let node = built.node("").unwrap();
+    let node = built.node(b"").unwrap();
     let wire = |rtype| &node.get(rtype).unwrap().wire;
     assert_eq!(usize::from(wire(RecordType::A).answer_count), count);
     assert_eq!(usize::from(wire(RecordType::AAAA).answer_count), count);
@@ -662,14 +645,11 @@ fn answers_larger_than_one_dns_message_are_cut_to_fit() {
     assert_eq!(srv.additional_count, 0, "glue is all or nothing");
     let name = Name::from_ascii(base).unwrap();
     let question_len = wire_len(&name) + 4;
-    assert!(
-        srv.response_len(question_len, true, true)
-            <= wire::MAX_PRECOMPILED_LEN + wire::OPT_RECORD_LEN
-    );
+    assert!(wire::HEADER_LEN + question_len + srv.tail.len() <= wire::MAX_PRECOMPILED_LEN);
     // What was kept decodes, and is a prefix of the full answer.
-    let (answers, additionals) = node.get(RecordType::SRV).unwrap().decode(&name);
-    assert_eq!(answers.len(), usize::from(srv.answer_count));
-    assert!(additionals.is_empty());
+    let records = node.get(RecordType::SRV).unwrap().records(&name).unwrap();
+    assert_eq!(records.answers.len(), usize::from(srv.answer_count));
+    assert!(records.additionals.is_empty());
 }
 
 /// A per-endpoint name longer than 255 bytes (a long dotted cluster id) is
@@ -691,13 +671,13 @@ fn endpoint_names_longer_than_255_bytes_are_left_out() {
             "prod",
             "db",
             &long_cluster,
-            vec![endpoint(Some("db-0"), &["10.0.0.1"], true)],
+            vec![endpoint(Some("db-0"), &["10.0.0.1"])],
         ),
         slice(
             "prod",
             "db",
             "east",
-            vec![endpoint(Some("db-1"), &["10.0.0.2"], true)],
+            vec![endpoint(Some("db-1"), &["10.0.0.2"])],
         ),
     ];
     let zone = zone_of(&[(headless("prod", "db", vec![tcp("pg", 5432)]), slices)]);
@@ -768,7 +748,7 @@ fn a_cut_headless_answer_keeps_the_same_subset_for_a_and_aaaa() {
         &settings,
     );
     let mut zone = Zone::new(settings);
-    zone.set_service(&ns, &svc, Some(Arc::new(built)));
+    zone.set_service(&ServiceRef::new(&ns, &svc), Some(Arc::new(built)));
     let name = format!("{svc}.{ns}.svc.clusterset.local.");
     let index = |ip: &str| -> usize {
         match ip.parse::<IpAddr>().unwrap() {

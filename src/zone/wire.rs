@@ -131,22 +131,97 @@ impl WireAnswer {
         let message = Message::from_vec(&bytes).map_err(|e| ProtoError::from(e.to_string()))?;
         Ok((message.answers, message.additionals))
     }
+}
 
-    /// Total response size for a question of `question_len` bytes, with or
-    /// without the additional section and the OPT record.
-    pub fn response_len(
-        &self,
-        question_len: usize,
-        with_additionals: bool,
-        with_opt: bool,
-    ) -> usize {
-        let body = if with_additionals {
-            self.tail.len()
-        } else {
-            self.answers_end
-        };
-        HEADER_LEN + question_len + body + if with_opt { OPT_RECORD_LEN } else { 0 }
+/// The zone's SOA record precompiled for the authority section of negative
+/// answers. Its names point into the question's copy of the zone origin,
+/// which sits at a different offset for every question, so the record is
+/// kept with the places of its compression pointers and
+/// [`SoaWire::write`] aims them at the question being answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SoaWire {
+    /// The record as encoded after a question for the origin itself.
+    bytes: Box<[u8]>,
+    /// Offsets in `bytes` of compression pointers, with the offset they
+    /// point at relative to the start of the origin in the question.
+    pointers: Box<[(usize, u16)]>,
+}
+
+impl SoaWire {
+    /// Precompiles `soa` (owner: the zone origin) with hickory's encoder.
+    pub fn encode(soa: &Record) -> Self {
+        let mut bytes = Vec::with_capacity(128);
+        let mut encoder = BinEncoder::new(&mut bytes);
+        // Header, then the origin's question: SOA names compress against it.
+        encoder.emit_vec(&[0; HEADER_LEN]).expect("header fits");
+        Query::query(soa.name.clone(), RecordType::SOA)
+            .emit(&mut encoder)
+            .expect("the origin is a valid name");
+        let record_start = encoder.offset();
+        // One record of at most three 255-byte names is far below any limit.
+        soa.emit(&mut encoder).expect("the SOA record encodes");
+        drop(encoder);
+        let record = &bytes[record_start..];
+        let pointers = pointer_offsets(record)
+            .into_iter()
+            .map(|at| {
+                let target = u16::from_be_bytes([record[at], record[at + 1]]) & 0x3fff;
+                (at, target - HEADER_LEN as u16)
+            })
+            .collect();
+        Self {
+            bytes: record.into(),
+            pointers,
+        }
     }
+
+    /// Bytes of the record.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Never true: a record has at least a name and a type.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Writes the record into `out` (at least [`SoaWire::len`] bytes),
+    /// with its names pointing at the zone origin found at message offset
+    /// `origin_at`.
+    pub fn write(&self, origin_at: u16, out: &mut [u8]) -> usize {
+        let out = &mut out[..self.bytes.len()];
+        out.copy_from_slice(&self.bytes);
+        for &(at, relative) in &*self.pointers {
+            let pointer = 0xC000 | (origin_at + relative);
+            out[at..at + 2].copy_from_slice(&pointer.to_be_bytes());
+        }
+        self.bytes.len()
+    }
+}
+
+/// Offsets of the compression pointers in one encoded SOA record: in the
+/// owner name and in the two names of its RDATA.
+fn pointer_offsets(record: &[u8]) -> Vec<usize> {
+    // Skips one name starting at `at`; returns where it ends and the
+    // pointer it ends in, if any.
+    let name_end = |mut at: usize| -> (usize, Option<usize>) {
+        loop {
+            match record[at] {
+                0 => return (at + 1, None),
+                len if len & 0xC0 == 0xC0 => return (at + 2, Some(at)),
+                len => at += 1 + usize::from(len),
+            }
+        }
+    };
+    let mut pointers = Vec::new();
+    let (owner_end, pointer) = name_end(0);
+    pointers.extend(pointer);
+    // Type, class, TTL and RDLENGTH: 10 bytes; then MNAME and RNAME.
+    let (mname_end, pointer) = name_end(owner_end + 10);
+    pointers.extend(pointer);
+    let (_, pointer) = name_end(mname_end);
+    pointers.extend(pointer);
+    pointers
 }
 
 /// Length of `records` with no name compressed: each record encoded on
