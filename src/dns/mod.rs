@@ -9,3 +9,6 @@ pub mod wire_answer;
 
 pub use handler::Handler;
 pub use server::{DnsServer, DnsServerConfig};
+
+#[cfg(test)]
+mod tests;

@@ -172,7 +172,7 @@ impl Worker {
 }
 
 /// Answers one datagram through hickory's decoder and our handler.
-fn slow_path(
+pub(crate) fn slow_path(
     handler: &Handler,
     query: &[u8],
     src: SocketAddr,
