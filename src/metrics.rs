@@ -50,6 +50,9 @@ pub struct Metrics {
     pub fast_path_hits: IntCounter,
     /// Datagrams dropped without an answer (too short, or a response).
     pub dropped: IntCounter,
+    /// Batches of UDP queries a worker dropped because answering them
+    /// panicked (a bug); the worker goes on with the next batch.
+    pub worker_panics: IntCounter,
     /// ServiceImports in the index.
     pub imports: IntGauge,
     /// EndpointSlices in the index.
@@ -116,6 +119,11 @@ impl Metrics {
             dropped: counter(
                 "dropped_total",
                 "Datagrams dropped without a response (shorter than a header, or not a query).",
+            ),
+            worker_panics: counter(
+                "udp_worker_panics_total",
+                "Batches of UDP queries dropped because answering them panicked (a bug: \
+                 please report it); the worker carried on with the next batch.",
             ),
             imports: gauge("index_service_imports", "ServiceImports in the index."),
             slices: gauge(
@@ -199,6 +207,7 @@ impl Metrics {
             Box::new(metrics.truncated.clone()),
             Box::new(metrics.fast_path_hits.clone()),
             Box::new(metrics.dropped.clone()),
+            Box::new(metrics.worker_panics.clone()),
             Box::new(metrics.imports.clone()),
             Box::new(metrics.slices.clone()),
             Box::new(metrics.endpoints.clone()),

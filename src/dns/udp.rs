@@ -3,9 +3,13 @@
 //!
 //! Common queries are answered from precompiled wire data
 //! ([`super::wire_answer`]); every other datagram is decoded by hickory and
-//! answered by the same [`Handler`] the TCP listener uses, so the two paths
-//! cannot drift apart in what they answer.
-#![allow(unsafe_code)]
+//! answered by the same [`Handler`] the TCP listener uses; both render the
+//! same [`super::plan::Plan`].
+//!
+//! A worker never dies of a query: if answering a batch panics (a bug), the
+//! batch is dropped, counted in `clusterset_dns_udp_worker_panics_total`
+//! and logged, and the worker goes on with the next one, so the socket
+//! keeps being served while `/ready` says it is.
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -24,6 +28,7 @@ use hickory_server::net::runtime::TokioTime;
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponse;
+use socket2::{SockAddr, SockAddrStorage};
 
 use super::Handler;
 use super::wire_answer::{self, Fast, MAX_RESPONSE};
@@ -98,6 +103,7 @@ impl Worker {
             [MaybeUninit::zeroed(); BATCH];
         let metrics = self.handler.metrics().clone();
 
+        let mut last_panic_log: Option<std::time::Instant> = None;
         while !self.stop.load(Ordering::Relaxed) {
             let received = match recv_batch(fd, &mut recv_bufs, &mut addrs) {
                 Ok(received) => received,
@@ -116,46 +122,34 @@ impl Worker {
                     continue;
                 }
             };
-            let zone = self.zone.load();
-            let mut replies = 0;
-            for (i, (len, addr_len)) in received.iter().enumerate() {
-                let query = &recv_bufs[i][..*len];
-                let out = &mut send_bufs[replies];
-                let fast = match zone.as_ref() {
-                    Some(zone) => wire_answer::answer(zone, query, out),
-                    None => Fast::Slow,
-                };
-                let reply_len = match fast {
-                    Fast::Reply {
-                        len,
-                        truncated,
-                        qtype,
-                        outcome,
-                    } => {
-                        metrics.fast_path_hits.inc();
-                        if truncated {
-                            metrics.truncated.inc();
-                        }
-                        metrics.count_response(Transport::Udp, qtype, outcome);
-                        Some(len)
+            let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.answer_batch(
+                    &received,
+                    &recv_bufs,
+                    &addrs,
+                    &mut send_bufs,
+                    &mut send_lens,
+                    &mut send_addrs,
+                    &mut send_addr_lens,
+                )
+            }));
+            let replies = match answered {
+                Ok(replies) => replies,
+                Err(panic) => {
+                    metrics.worker_panics.inc();
+                    // At most one line a second: a query that keeps
+                    // triggering the bug must not flood the log.
+                    if last_panic_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                        last_panic_log = Some(std::time::Instant::now());
+                        tracing::error!(
+                            reason = panic_message(&*panic),
+                            batch = received.len(),
+                            "answering a UDP batch panicked; batch dropped, worker continues"
+                        );
                     }
-                    Fast::Drop => {
-                        metrics.dropped.inc();
-                        None
-                    }
-                    Fast::Slow => match sockaddr_to_std(&addrs[i], *addr_len) {
-                        Some(src) => slow_path(&self.handler, query, src, out),
-                        None => None,
-                    },
-                };
-                if let Some(reply_len) = reply_len {
-                    send_lens[replies] = reply_len;
-                    send_addrs[replies] = addrs[i];
-                    send_addr_lens[replies] = *addr_len;
-                    replies += 1;
+                    continue;
                 }
-            }
-            drop(zone);
+            };
             if replies > 0
                 && let Err(error) = send_batch(
                     fd,
@@ -169,6 +163,71 @@ impl Worker {
             }
         }
     }
+
+    /// Answers the received datagrams into the send buffers; returns how
+    /// many replies to send.
+    #[allow(clippy::too_many_arguments)]
+    fn answer_batch(
+        &self,
+        received: &[(usize, u32)],
+        recv_bufs: &[[u8; RECV_BUFFER]],
+        addrs: &[MaybeUninit<libc::sockaddr_storage>; BATCH],
+        send_bufs: &mut [[u8; MAX_RESPONSE]],
+        send_lens: &mut [usize; BATCH],
+        send_addrs: &mut [MaybeUninit<libc::sockaddr_storage>; BATCH],
+        send_addr_lens: &mut [u32; BATCH],
+    ) -> usize {
+        let metrics = self.handler.metrics();
+        let zone = self.zone.load();
+        let mut replies = 0;
+        for (i, (len, addr_len)) in received.iter().enumerate() {
+            let query = &recv_bufs[i][..*len];
+            let out = &mut send_bufs[replies];
+            let fast = match zone.as_ref() {
+                Some(zone) => wire_answer::answer(zone, query, out),
+                None => Fast::Slow,
+            };
+            let reply_len = match fast {
+                Fast::Reply {
+                    len,
+                    truncated,
+                    qtype,
+                    outcome,
+                } => {
+                    metrics.fast_path_hits.inc();
+                    if truncated {
+                        metrics.truncated.inc();
+                    }
+                    metrics.count_response(Transport::Udp, qtype, outcome);
+                    Some(len)
+                }
+                Fast::Drop => {
+                    metrics.dropped.inc();
+                    None
+                }
+                Fast::Slow => match sockaddr_to_std(&addrs[i], *addr_len) {
+                    Some(src) => slow_path(&self.handler, query, src, out),
+                    None => None,
+                },
+            };
+            if let Some(reply_len) = reply_len {
+                send_lens[replies] = reply_len;
+                send_addrs[replies] = addrs[i];
+                send_addr_lens[replies] = *addr_len;
+                replies += 1;
+            }
+        }
+        replies
+    }
+}
+
+/// The message of a panic payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("panic")
 }
 
 /// Answers one datagram through hickory's decoder and our handler.
@@ -266,12 +325,16 @@ impl ResponseHandler for Capture {
 }
 
 /// Receives up to `BATCH` datagrams; returns `(length, address length)` per datagram.
+#[allow(unsafe_code)]
 fn recv_batch(
     fd: i32,
     bufs: &mut [[u8; RECV_BUFFER]],
     addrs: &mut [MaybeUninit<libc::sockaddr_storage>; BATCH],
 ) -> io::Result<Vec<(usize, u32)>> {
+    // SAFETY: iovec and mmsghdr are plain C structs for which all zeros
+    // is a valid value (null pointers, zero lengths).
     let mut iovecs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
     let mut headers: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
     for i in 0..BATCH {
         iovecs[i] = libc::iovec {
@@ -305,6 +368,7 @@ fn recv_batch(
 }
 
 /// Sends `lens.len()` responses in one call (retrying the rest on a short send).
+#[allow(unsafe_code)]
 fn send_batch(
     fd: i32,
     bufs: &[[u8; MAX_RESPONSE]],
@@ -313,7 +377,10 @@ fn send_batch(
     addr_lens: &[u32; BATCH],
 ) -> io::Result<()> {
     let count = lens.len();
+    // SAFETY: iovec and mmsghdr are plain C structs for which all zeros
+    // is a valid value (null pointers, zero lengths).
     let mut iovecs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
     let mut headers: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
     for i in 0..count {
         iovecs[i] = libc::iovec {
@@ -348,26 +415,18 @@ fn send_batch(
     Ok(())
 }
 
-/// Converts a kernel socket address to a std one.
+/// Converts a socket address the kernel wrote (`len` bytes) to a std one.
+#[allow(unsafe_code)]
 fn sockaddr_to_std(addr: &MaybeUninit<libc::sockaddr_storage>, len: u32) -> Option<SocketAddr> {
-    // SAFETY: the kernel initialised `len` bytes of the storage in recvmmsg,
-    // and the family field tells which layout they have.
-    let storage = unsafe { addr.assume_init_ref() };
-    match storage.ss_family as i32 {
-        libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
-            // SAFETY: family is AF_INET and enough bytes are initialised.
-            let v4: &libc::sockaddr_in =
-                unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
-            let ip = std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr));
-            Some(SocketAddr::from((ip, u16::from_be(v4.sin_port))))
-        }
-        libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
-            // SAFETY: family is AF_INET6 and enough bytes are initialised.
-            let v6: &libc::sockaddr_in6 =
-                unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
-            let ip = std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr);
-            Some(SocketAddr::from((ip, u16::from_be(v6.sin6_port))))
-        }
-        _ => None,
-    }
+    let mut storage = SockAddrStorage::zeroed();
+    // SAFETY: `sockaddr_storage` is one of this platform's sockaddr types,
+    // which is what `view_as` requires.
+    let view = unsafe { storage.view_as::<libc::sockaddr_storage>() };
+    // SAFETY: the storage started zeroed (MaybeUninit::zeroed) and recvmmsg
+    // wrote the address into it, so every byte is initialised.
+    *view = unsafe { addr.assume_init() };
+    // SAFETY: recvmmsg wrote an address of its family's layout and set
+    // `len` to its length, at most the size of the storage.
+    let address = unsafe { SockAddr::new(storage, len) };
+    address.as_socket()
 }

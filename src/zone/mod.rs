@@ -77,17 +77,17 @@ impl ZoneSettings {
         }
     }
 
-    /// `<name>.<namespace>.svc.<zone>.`: the model validates both as DNS
+    /// `<name>.<namespace>.svc.<zone>.`. The model validates both as DNS
     /// labels (at most 63 bytes each), and [`MAX_ORIGIN_LEN`] leaves room
-    /// for them, so every service has a name.
-    pub fn service_name(&self, service: &ServiceRef) -> Name {
+    /// for them, so every imported service has a name; `None` only for a
+    /// reference that is not two labels.
+    pub fn service_name(&self, service: &ServiceRef) -> Option<Name> {
         let labels = [
             service.name.as_bytes(),
             service.namespace.as_bytes(),
             b"svc",
         ];
         owner_name(labels, &self.origin)
-            .expect("two labels and svc fit in front of an origin of at most MAX_ORIGIN_LEN bytes")
     }
 }
 
@@ -195,7 +195,10 @@ impl Zone {
     /// Replaces the names of `service`; `None` or an empty service zone
     /// removes them.
     pub fn set_service(&mut self, service: &ServiceRef, zone: Option<Arc<ServiceZone>>) {
-        let key = LabelKey::service(service);
+        let Some(key) = LabelKey::service(service) else {
+            tracing::error!(%service, "service reference is not two DNS labels; left out of the zone");
+            return;
+        };
         let zone = zone.filter(|z| !z.is_empty());
         let had = match zone {
             Some(z) => self.services.insert(key.clone(), z).is_some(),
@@ -220,7 +223,9 @@ impl Zone {
 
     /// The names of one service, if it has any.
     pub fn service(&self, service: &ServiceRef) -> Option<&ServiceZone> {
-        self.services.get(&LabelKey::service(service)).map(|z| &**z)
+        self.services
+            .get(&LabelKey::service(service)?)
+            .map(|z| &**z)
     }
 
     /// Looks up lower-case `labels` (leftmost first, no root label). Zone
@@ -413,7 +418,9 @@ pub fn master_file(zone: &Zone) -> String {
     let mut services: Vec<&ServiceZone> = zone.services().collect();
     services.sort_by(|a, b| a.service().cmp(b.service()));
     for service in services {
-        let base = settings.service_name(service.service());
+        let Some(base) = settings.service_name(service.service()) else {
+            continue;
+        };
         let mut nodes: Vec<_> = service.nodes().collect();
         nodes.sort_by(|a, b| a.0.cmp(b.0));
         for (relative, node) in nodes {

@@ -187,10 +187,11 @@ impl LabelKey {
         Some(Self(buf[..len].into()))
     }
 
-    /// The key of the service `<svc>.<ns>`.
-    pub fn service(service: &ServiceRef) -> Self {
+    /// The key of the service `<svc>.<ns>`; `None` when either is not a
+    /// label (the model validates both, but a reference may come from
+    /// elsewhere).
+    pub fn service(service: &ServiceRef) -> Option<Self> {
         Self::new(&[service.name.as_bytes(), service.namespace.as_bytes()])
-            .expect("service and namespace are validated DNS labels")
     }
 
     /// The labels, leftmost first.
@@ -376,7 +377,7 @@ mod tests {
         let key = LabelKey::new(&["_http", "_tcp"]).unwrap();
         assert_eq!(key.dotted(), "_http._tcp");
         assert_eq!(Borrow::<[u8]>::borrow(&key), b"\x05_http\x04_tcp");
-        let service = LabelKey::service(&ServiceRef::new("shop", "web"));
+        let service = LabelKey::service(&ServiceRef::new("shop", "web")).unwrap();
         assert_eq!(service.service_ref(), Some(ServiceRef::new("shop", "web")));
         assert!(LabelKey::new(&[""]).is_none());
         assert!(LabelKey::new(&["a".repeat(64)]).is_none());

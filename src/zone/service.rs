@@ -165,11 +165,15 @@ impl ServiceZone {
         slices: &[&SliceEndpoints],
         settings: &ZoneSettings,
     ) -> Self {
-        let base = settings.service_name(&service.service);
         let mut zone = Self {
             service: service.service.clone(),
             nodes: HashMap::default(),
             record_count: 0,
+        };
+        let Some(base) = settings.service_name(&service.service) else {
+            // Not reachable through the model, which validates both labels.
+            tracing::error!(service = %service.service, "service has no DNS name; left out");
+            return zone;
         };
         match service.import_type {
             ServiceImportType::ClusterSetIp => {
