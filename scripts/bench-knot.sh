@@ -18,6 +18,10 @@
 #   knot      knotd 3.x, udp-workers 1, tcp-workers 1, background-workers 1
 #   fast      clusterset-dns serve --udp-workers 1            (UDP fast path)
 #   hickory   clusterset-dns serve --udp-workers 1 --fast-path false
+#   fast-base, hickory-base
+#             the same with CLUSTERSET_DNS_BASELINE_BIN (an earlier build), for
+#             before/after comparisons in one interleaved run, e.g.
+#             BENCH_SERVERS="knot fast-base fast hickory-base hickory"
 #
 # Environment (all optional):
 #   BENCH_DURATION=10          seconds of load per server and dnsperf setting
@@ -55,6 +59,7 @@
 #   BENCH_TIMEOUT=1800         hard limit for everything after the build, s
 #   BENCH_RESULTS=FILE         also write the per-run rows (TSV) to FILE
 #   CLUSTERSET_DNS_BIN=PATH    use this binary, skip cargo build
+#   CLUSTERSET_DNS_BASELINE_BIN=PATH  the binary of the *-base servers
 #   KEEP_TMP=1                 keep the temporary directory (path is printed)
 #
 # Every process started here is killed on exit (trap).
@@ -220,7 +225,12 @@ free_ports() { # N -> N ports free for both UDP and TCP on 127.0.0.1
 		print(" ".join(map(str, out)))
 	EOF
 }
-read -r PORT_KNOT PORT_FAST PORT_HICKORY ADMIN_FAST ADMIN_HICKORY < <(free_ports 5)
+read -r PORT_KNOT PORT_FAST PORT_HICKORY ADMIN_FAST ADMIN_HICKORY \
+	PORT_FAST_BASE PORT_HICKORY_BASE ADMIN_FAST_BASE ADMIN_HICKORY_BASE < <(free_ports 9)
+BASE_BIN=${CLUSTERSET_DNS_BASELINE_BIN:-}
+if [[ " $SERVERS " == *-base* ]]; then
+	[[ -x $BASE_BIN ]] || die "BENCH_SERVERS has *-base servers: set CLUSTERSET_DNS_BASELINE_BIN to an executable"
+fi
 
 cat >"$TMP/knot/knot.conf" <<EOF
 server:
@@ -262,6 +272,8 @@ port_of() {
 	knot) echo "$PORT_KNOT" ;;
 	fast) echo "$PORT_FAST" ;;
 	hickory) echo "$PORT_HICKORY" ;;
+	fast-base) echo "$PORT_FAST_BASE" ;;
+	hickory-base) echo "$PORT_HICKORY_BASE" ;;
 	*) die "unknown server $1" ;;
 	esac
 }
@@ -279,13 +291,15 @@ start_server() {
 	knot)
 		"${pin[@]}" "$KNOTD" -c "$TMP/knot/knot.conf" >>"$logf" 2>&1 &
 		;;
-	fast | hickory)
-		local admin=$ADMIN_FAST fp=()
-		if [[ $name == hickory ]]; then
-			admin=$ADMIN_HICKORY
-			fp=(--fast-path false)
-		fi
-		"${pin[@]}" "$BIN" serve --file "$DATA/clusterset.yaml" \
+	fast | hickory | fast-base | hickory-base)
+		local admin fp=() bin=$BIN
+		case $name in
+		fast) admin=$ADMIN_FAST ;;
+		hickory) admin=$ADMIN_HICKORY fp=(--fast-path false) ;;
+		fast-base) admin=$ADMIN_FAST_BASE bin=$BASE_BIN ;;
+		hickory-base) admin=$ADMIN_HICKORY_BASE bin=$BASE_BIN fp=(--fast-path false) ;;
+		esac
+		"${pin[@]}" "$bin" serve --file "$DATA/clusterset.yaml" \
 			--dns-listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" \
 			--udp-workers 1 "${fp[@]}" "${NS_FLAG[@]}" >>"$logf" 2>&1 &
 		;;
@@ -689,6 +703,9 @@ QUIET_BUSY=?
 	echo "knotd:       $("$KNOTD" -V 2>&1 | head -n1)"
 	echo "dnsperf:     $(dnsperf -h 2>&1 | awk '/^Version/ { print $2; exit }')"
 	echo "binary:      $BIN ($("$BIN" --version 2>&1), built $(date -u -r "$BIN" +%Y-%m-%dT%H:%M:%SZ), sha256 $(sha256sum "$BIN" | cut -c1-16))"
+	if [[ -n $BASE_BIN ]]; then
+		echo "baseline:    $BASE_BIN ($("$BASE_BIN" --version 2>&1), built $(date -u -r "$BASE_BIN" +%Y-%m-%dT%H:%M:%SZ), sha256 $(sha256sum "$BASE_BIN" | cut -c1-16))"
+	fi
 	echo "data:        $(tr '\n' ' ' <"$DATA/summary.txt")"
 	echo "zone:        $ZONE_RECORDS records in the dump-zone master file"
 	echo "servers on CPU $SERVER_CPU, dnsperf on CPU $CLIENT_CPU, nice $NICE; ${DURATION}s per run; settings: $DNSPERF_SETTINGS; rounds: $ROUNDS"
@@ -714,7 +731,7 @@ if ((SANITY > 0)); then
 	log "answer comparison: starting all servers (unpinned)"
 	declare -A SANITY_PIDS=()
 	compare_list=""
-	for s in knot fast hickory; do
+	for s in knot fast hickory fast-base hickory-base; do
 		[[ " $SERVERS " == *" $s "* || $s == knot ]] || continue
 		start_server "$s"
 		SANITY_PIDS[$s]=$SERVER_PID

@@ -13,10 +13,14 @@
 //! - [`api`]: the MCS and ClusterProperty CRD types and well-known names.
 //! - [`model`]: what DNS keeps of a ServiceImport or an EndpointSlice.
 //! - [`index`]: the mutable index; rebuilds only changed services.
-//! - [`zone`]: the immutable zone, lookups and precompiled wire answers.
+//! - [`zone`]: the immutable zone, the one query-name parser
+//!   ([`zone::QueryName`]), lookups and precompiled wire answers.
 //! - [`publish`]: the lock-free hand-off from index to server.
-//! - [`dns`]: the request handler, the UDP fast path and the sockets.
-//! - [`source`]: where objects come from (manifest files).
+//! - [`dns`]: the response plan ([`dns::plan`], every protocol rule once),
+//!   its two writers (the UDP fast path and the hickory handler) and the
+//!   sockets.
+//! - [`source`]: where objects come from: a manifest file, or watches on
+//!   the Kubernetes API.
 //! - [`config`]: command line, environment and TOML configuration.
 //! - [`metrics`], [`admin`], [`explain`], [`telemetry`]: operations.
 
