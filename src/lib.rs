@@ -17,6 +17,7 @@
 //! - [`publish`]: the lock-free hand-off from index to server.
 //! - [`dns`]: the request handler, the UDP fast path and the sockets.
 //! - [`source`]: where objects come from (manifest files).
+//! - [`watch`]: the generic watch → store layer (relists, health, backoff).
 //! - [`config`]: command line, environment and TOML configuration.
 //! - [`metrics`], [`admin`], [`explain`], [`telemetry`]: operations.
 
@@ -32,4 +33,5 @@ pub mod model;
 pub mod publish;
 pub mod source;
 pub mod telemetry;
+pub mod watch;
 pub mod zone;
