@@ -131,3 +131,35 @@ impl Publisher {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zone::ZoneSettings;
+
+    #[test]
+    fn the_publisher_serves_zones_and_says_whether_the_source_is_failing() {
+        let metrics = Arc::new(Metrics::new());
+        let zone = ZoneHandle::new();
+        let (explainer, inquiries) = crate::explain::channel();
+        let mut publisher = Publisher::new(zone.clone(), metrics.clone(), inquiries);
+        let mut index = Index::new(ZoneSettings::new(
+            hickory_proto::rr::Name::from_ascii("clusterset.local.").unwrap(),
+        ));
+        let (first, stats) = index.publish();
+        assert!(publisher.publish(&index, first, stats.rebuilt, Some(Instant::now()), true));
+        assert!(zone.is_ready() && publisher.is_ready());
+        // The first zone is no change: no latency observed.
+        assert_eq!(metrics.publish_latency.get_sample_count(), 0);
+        let (second, stats) = index.publish();
+        assert!(!publisher.publish(&index, second, stats.rebuilt, Some(Instant::now()), false));
+        assert_eq!(metrics.publish_latency.get_sample_count(), 1);
+
+        publisher.set_failing(true);
+        assert!(publisher.failing() && explainer.source_failing());
+        assert_eq!(metrics.source_stale.get(), 1);
+        publisher.set_failing(false);
+        assert!(!explainer.source_failing());
+        assert_eq!(metrics.source_stale.get(), 0);
+    }
+}
