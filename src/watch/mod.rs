@@ -19,10 +19,15 @@
 
 pub mod backoff;
 
+use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::time::Instant;
 
+use futures::Stream;
+use kube::Api;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use serde::de::DeserializeOwned;
 
 /// A store indexing objects of kind `K`, driven by a [`Watch`] (the
 /// counterpart of kubert's `IndexNamespacedResource`, as linkerd's
@@ -250,6 +255,31 @@ impl<K, S: IndexResource<K>> Watch<K, S> {
             error,
         }
     }
+}
+
+/// A watch of `api`, starting with a list, retrying failures with
+/// [`backoff::watch_backoff`]: the items a [`Watch`] handles.
+pub fn stream<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    watcher::watcher(api, config).backoff(backoff::watch_backoff())
+}
+
+/// Whether the apiserver lists `api` again (one object's metadata). A
+/// watch that resumes after an outage emits nothing until an object
+/// changes, so recovery cannot be read off the event stream alone: probe,
+/// then restart the watch to relist.
+pub async fn serves<K>(api: &Api<K>) -> bool
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug,
+{
+    api.list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+        .is_ok()
 }
 
 /// The apiserver's status in a watcher error, if it sent one.

@@ -35,7 +35,6 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
@@ -43,7 +42,7 @@ use self::state::{Effect, Input, Kind, State};
 use super::stripped::StrippedSlice;
 use crate::api::well_known::LABEL_SERVICE_NAME;
 use crate::publish::Publisher;
-use crate::watch::backoff::{RestartSchedule, watch_backoff};
+use crate::watch::backoff::RestartSchedule;
 use crate::zone::ZoneSettings;
 
 /// Which ServiceImport API to watch.
@@ -279,51 +278,43 @@ impl KubeSource {
         let config = watcher::Config::default()
             .any_semantic()
             .page_size(LIST_PAGE_SIZE);
-        let imports = watcher::watcher(
+        let imports = crate::watch::stream(
             Api::<DynamicObject>::all_with(self.client.clone(), &self.import_resource),
             config.clone(),
         )
-        .backoff(watch_backoff())
         .map(Input::Import);
-        let slices = watcher::watcher(
+        let slices = crate::watch::stream(
             Api::<StrippedSlice>::all(self.client.clone()),
             config.clone().labels(LABEL_SERVICE_NAME),
         )
-        .backoff(watch_backoff())
         .map(|result| Input::Slice(result.map(unwrap_slice)));
-        let namespaces = watcher::watcher(
+        let namespaces = crate::watch::stream(
             Api::<PartialObjectMeta<Namespace>>::all(self.client.clone()),
             config,
         )
-        .backoff(watch_backoff())
         .map(Input::Namespace);
         futures::stream::select_all([imports.boxed(), slices.boxed(), namespaces.boxed()])
     }
 
-    /// Whether the apiserver lists every resource whose watch is failing
-    /// (one object each). A watch that resumes after an outage emits
-    /// nothing until an object changes, so recovery cannot be read off the
-    /// event stream alone.
+    /// Whether the apiserver lists every resource whose watch is failing.
     async fn apiserver_serves_failing(&self) -> bool {
-        let one = kube::api::ListParams::default().limit(1);
         for kind in self.state.failing() {
-            let result = match kind {
+            let serves = match kind {
                 Kind::Imports => {
-                    Api::<DynamicObject>::all_with(self.client.clone(), &self.import_resource)
-                        .list_metadata(&one)
-                        .await
-                        .map(drop)
+                    crate::watch::serves(&Api::<DynamicObject>::all_with(
+                        self.client.clone(),
+                        &self.import_resource,
+                    ))
+                    .await
                 }
-                Kind::Slices => Api::<EndpointSlice>::all(self.client.clone())
-                    .list_metadata(&one)
-                    .await
-                    .map(drop),
-                Kind::Namespaces => Api::<Namespace>::all(self.client.clone())
-                    .list_metadata(&one)
-                    .await
-                    .map(drop),
+                Kind::Slices => {
+                    crate::watch::serves(&Api::<EndpointSlice>::all(self.client.clone())).await
+                }
+                Kind::Namespaces => {
+                    crate::watch::serves(&Api::<Namespace>::all(self.client.clone())).await
+                }
             };
-            if result.is_err() {
+            if !serves {
                 return false;
             }
         }
