@@ -124,7 +124,7 @@ async fn explain(query: &str, state: &State) -> Result<String, String> {
     };
     let context = Context {
         origin: &state.origin,
-        stale: state.metrics.source_stale.get() != 0,
+        stale: state.explainer.source_failing(),
         source_silent: asked && report.is_none(),
     };
     let zone = state.zone.load_full();

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use crate::config::Config;
 use crate::dns::{DnsServer, Handler};
 use crate::metrics::Metrics;
-use crate::publish::ZoneHandle;
+use crate::publish::{Publisher, ZoneHandle};
 use crate::source::FileSource;
 use crate::source::file::FileSourceError;
 use crate::source::kubernetes::{KubeSource, KubeSourceError, discover_import_api};
@@ -120,8 +120,8 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let (explainer, inquiries) = crate::explain::channel();
     match &config.file {
         Some(path) => {
-            let mut source =
-                FileSource::new(path, config.zone.clone(), zone.clone(), metrics.clone());
+            let publisher = Publisher::new(zone.clone(), metrics.clone(), inquiries);
+            let mut source = FileSource::new(path, config.zone.clone(), publisher);
             let stats = source.load()?;
             tracing::info!(
                 file = %path.display(),
@@ -129,18 +129,17 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
                 build_ms = stats.elapsed.as_millis() as u64,
                 "manifest loaded"
             );
-            let task = tokio::spawn(source.watch(shutdown_rx.clone(), inquiries));
+            let task = tokio::spawn(source.watch(shutdown_rx.clone()));
             tasks.push(tokio::spawn(supervise("file", task, fatal_tx)));
         }
         None => {
             let client = kube_client(config).await?;
+            let publisher = Publisher::new(zone.clone(), metrics.clone(), inquiries);
             let task = tokio::spawn(run_kubernetes(
                 client,
                 config.clone(),
-                zone.clone(),
-                metrics.clone(),
+                publisher,
                 shutdown_rx.clone(),
-                inquiries,
                 fatal_tx.clone(),
             ));
             tasks.push(tokio::spawn(supervise("kubernetes", task, fatal_tx)));
@@ -239,10 +238,8 @@ async fn kube_client(config: &Config) -> Result<kube::Client, StartError> {
 async fn run_kubernetes(
     client: kube::Client,
     config: Config,
-    zone: ZoneHandle,
-    metrics: Arc<Metrics>,
+    publisher: Publisher,
     mut shutdown: watch::Receiver<bool>,
-    inquiries: crate::explain::Inquiries,
     fatal: mpsc::Sender<FatalError>,
 ) {
     let mut delay = std::time::Duration::from_millis(500);
@@ -260,8 +257,8 @@ async fn run_kubernetes(
         }
     };
     tracing::info!(api_version = %resource.api_version, kind = %resource.kind, "watching ServiceImports, EndpointSlices and Namespaces");
-    let source = KubeSource::new(client, resource, config.zone.clone(), zone, metrics);
-    if let Err(error) = source.run(shutdown, inquiries).await {
+    let source = KubeSource::new(client, resource, config.zone.clone(), publisher);
+    if let Err(error) = source.run(shutdown).await {
         tracing::error!(%error, "Kubernetes source stopped");
         let _ = fatal.send(error.into()).await;
     }

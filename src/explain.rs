@@ -13,6 +13,8 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hickory_proto::op::ResponseCode;
@@ -46,20 +48,47 @@ impl Inquiry {
     }
 }
 
-/// Inquiries the source task answers between events.
-pub type Inquiries = mpsc::Receiver<Inquiry>;
+/// The source task's end of the channel: the inquiries it answers between
+/// events, and whether the source is failing, which the source sets from
+/// its own state and `/explain` reads.
+#[derive(Debug)]
+pub struct Inquiries {
+    receiver: mpsc::Receiver<Inquiry>,
+    failing: Arc<AtomicBool>,
+}
+
+impl Inquiries {
+    /// The next inquiry; `None` once every [`Explainer`] is gone.
+    pub async fn recv(&mut self) -> Option<Inquiry> {
+        self.receiver.recv().await
+    }
+
+    /// Tells `/explain` whether the source is failing (answers come from
+    /// the last good index).
+    pub fn set_source_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::Relaxed);
+    }
+}
 
 /// The admin endpoint's end of the channel to the source task.
 #[derive(Debug, Clone)]
 pub struct Explainer {
     inquiries: mpsc::Sender<Inquiry>,
+    failing: Arc<AtomicBool>,
 }
 
 /// A connected pair: the admin endpoint asks through the [`Explainer`], the
 /// source task answers what arrives on [`Inquiries`].
 pub fn channel() -> (Explainer, Inquiries) {
     let (inquiries, receiver) = mpsc::channel(16);
-    (Explainer { inquiries }, receiver)
+    let failing = Arc::new(AtomicBool::new(false));
+    (
+        Explainer {
+            inquiries,
+            failing: failing.clone(),
+        },
+        Inquiries { receiver, failing },
+    )
 }
 
 impl Explainer {
@@ -75,6 +104,11 @@ impl Explainer {
         .await
         .ok()
         .flatten()
+    }
+
+    /// Whether the source says it is failing.
+    pub fn source_failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
     }
 }
 
@@ -442,7 +476,8 @@ pub struct Explanation {
 pub struct Context<'a> {
     /// The configured zone apex (known before any zone is published).
     pub origin: &'a Name,
-    /// Whether the source is failing (the `source_stale` metric).
+    /// Whether the source is failing, as the source says
+    /// ([`Explainer::source_failing`]).
     pub stale: bool,
     /// Whether the source was asked about the service and did not answer.
     pub source_silent: bool,

@@ -20,7 +20,9 @@
 //!   its two writers (the UDP fast path and the hickory handler) and the
 //!   sockets.
 //! - [`source`]: where objects come from: a manifest file, or watches on
-//!   the Kubernetes API.
+//!   the Kubernetes API (a pure state machine driven by an async shell).
+//! - [`watch`]: the generic watch → store layer (relists in one step,
+//!   health, backoff), for the DNS source and the controller alike.
 //! - [`config`]: command line, environment and TOML configuration.
 //! - [`metrics`], [`admin`], [`explain`], [`telemetry`]: operations.
 
@@ -36,4 +38,5 @@ pub mod model;
 pub mod publish;
 pub mod source;
 pub mod telemetry;
+pub mod watch;
 pub mod zone;

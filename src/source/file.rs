@@ -1,20 +1,19 @@
 //! The manifest-file source: loads a YAML manifest, then polls it and
 //! reloads on change. A file that fails to load leaves the last good zone in
-//! place, logs the error once, and sets the `source_stale` metric until a
-//! good version appears.
+//! place, logs the error once, and says the source is failing (the
+//! `source_stale` metric, `/explain`) until a good version appears.
+//! Publishing goes through the shared [`Publisher`].
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
 use super::manifest::{self, ManifestError};
-use crate::explain::{Inquiries, SourceReport};
+use crate::explain::SourceReport;
 use crate::index::{Index, PublishStats};
-use crate::metrics::Metrics;
-use crate::publish::ZoneHandle;
+use crate::publish::Publisher;
 use crate::zone::ZoneSettings;
 
 /// How often the file's metadata is checked.
@@ -79,8 +78,9 @@ fn stamp(path: &Path) -> io::Result<Stamp> {
 pub struct FileSource {
     path: PathBuf,
     index: Index,
-    zone: ZoneHandle,
-    metrics: Arc<Metrics>,
+    publisher: Publisher,
+    /// When the change being loaded was seen, for the publish latency.
+    changed: Option<Instant>,
     loaded: Option<Stamp>,
     /// Keeps the last good manifest's documents, so a reload parses only
     /// the documents that changed.
@@ -88,18 +88,13 @@ pub struct FileSource {
 }
 
 impl FileSource {
-    /// A source for `path` publishing into `zone`.
-    pub fn new(
-        path: impl Into<PathBuf>,
-        settings: ZoneSettings,
-        zone: ZoneHandle,
-        metrics: Arc<Metrics>,
-    ) -> Self {
+    /// A source for `path` publishing through `publisher`.
+    pub fn new(path: impl Into<PathBuf>, settings: ZoneSettings, publisher: Publisher) -> Self {
         Self {
             path: path.into(),
             index: Index::new(settings),
-            zone,
-            metrics,
+            publisher,
+            changed: None,
             loaded: None,
             parser: manifest::Parser::default(),
         }
@@ -110,7 +105,11 @@ impl FileSource {
     pub fn load(&mut self) -> Result<PublishStats, FileSourceError> {
         let result = self.read_and_load();
         if result.is_err() {
-            self.metrics.reloads.with_label_values(&["error"]).inc();
+            self.publisher
+                .metrics()
+                .reloads
+                .with_label_values(&["error"])
+                .inc();
         }
         result
     }
@@ -151,17 +150,21 @@ impl FileSource {
         self.index.reset_imports(manifest.imports);
         self.index.reset_slices(manifest.slices);
         let (zone, stats) = self.index.publish();
-        self.metrics
-            .record_publish(&self.index, &zone, stats.rebuilt);
-        self.metrics.reloads.with_label_values(&["ok"]).inc();
-        self.metrics.source_stale.set(0);
-        self.zone.store(zone);
+        // The caller releases the memory of the text once it is dropped.
+        self.publisher
+            .publish(&self.index, zone, stats.rebuilt, self.changed, false);
+        self.publisher
+            .metrics()
+            .reloads
+            .with_label_values(&["ok"])
+            .inc();
+        self.publisher.set_failing(false);
         Ok(stats)
     }
 
     /// Polls the file until `shutdown` turns true, reloading on change and
     /// answering `/explain` inquiries in between.
-    pub async fn watch(mut self, mut shutdown: watch::Receiver<bool>, mut inquiries: Inquiries) {
+    pub async fn watch(mut self, mut shutdown: watch::Receiver<bool>) {
         let mut ticker = tokio::time::interval(POLL_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_error: Option<String> = None;
@@ -169,7 +172,7 @@ impl FileSource {
         loop {
             tokio::select! {
                 _ = ticker.tick() => {}
-                Some(inquiry) = inquiries.recv() => {
+                inquiry = self.publisher.inquiry() => {
                     let mut report = SourceReport::from_index(&self.index, inquiry.service());
                     report.source_problem = last_error.clone();
                     inquiry.answer(report);
@@ -198,7 +201,7 @@ impl FileSource {
                 // the source is no longer failing.
                 failed_stamp = None;
                 if last_error.take().is_some() {
-                    self.metrics.source_stale.set(0);
+                    self.publisher.set_failing(false);
                     tracing::info!(file = %self.path.display(), "manifest is the served version again");
                 }
                 continue;
@@ -206,12 +209,11 @@ impl FileSource {
             if Some(current) == failed_stamp {
                 continue;
             }
-            let seen = std::time::Instant::now();
-            match self.load() {
+            self.changed = Some(Instant::now());
+            let result = self.load();
+            self.changed = None;
+            match result {
                 Ok(stats) => {
-                    self.metrics
-                        .publish_latency
-                        .observe(seen.elapsed().as_secs_f64());
                     failed_stamp = None;
                     if last_error.take().is_some() {
                         tracing::info!(file = %self.path.display(), "manifest is valid again");
@@ -233,8 +235,8 @@ impl FileSource {
         }
     }
 
-    fn report_error(&self, last_error: &mut Option<String>, error: &FileSourceError) {
-        self.metrics.source_stale.set(1);
+    fn report_error(&mut self, last_error: &mut Option<String>, error: &FileSourceError) {
+        self.publisher.set_failing(true);
         let message = error.to_string();
         if last_error.as_deref() != Some(message.as_str()) {
             tracing::error!(error = %message, "manifest not loaded; still serving the last good index");

@@ -1,0 +1,334 @@
+//! The Kubernetes source: watches ServiceImports, imported EndpointSlices
+//! and Namespaces, and keeps the index current.
+//!
+//! - ServiceImports are watched through a dynamic API resource, so the
+//!   group, version and kind are configuration: vendors' mirror APIs with the
+//!   same schema (mcs-api issue #20) work unchanged. Without a configured
+//!   version, discovery picks `v1beta1`, else `v1alpha1`.
+//! - EndpointSlices are selected on the server with the
+//!   `multicluster.kubernetes.io/service-name` label, never filtered here.
+//! - Namespaces are watched as metadata only: an import is served only while
+//!   its namespace exists locally and is not terminating (KEP-1645 creates
+//!   imports only "where the namespace exists").
+//!
+//! Objects are projected at ingest; nothing but the projections is kept.
+//! EndpointSlices are even decoded stripped ([`super::stripped`]): the
+//! parser skips the fields the index does not read.
+//! A relist (watch restart, 410 Gone, apiserver restart) is buffered until it
+//! is complete and then replaces the old state in one step, so there is no
+//! window in which a half-listed index is served. Nothing is published until
+//! every kind has been listed once: until then the DNS server answers
+//! SERVFAIL and `/ready` says not ready.
+//!
+//! Layout: [`state`] is the whole behaviour as a pure state machine over
+//! the generic [`crate::watch`] layer; [`KubeSource`] is the shell that
+//! runs the watches and the recovery probe, feeds the state machine and
+//! carries out its effects through the shared [`Publisher`].
+
+pub mod state;
+
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use futures::stream::{BoxStream, StreamExt};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::watch;
+
+use self::state::{Effect, Input, Kind, State};
+use super::stripped::StrippedSlice;
+use crate::api::well_known::LABEL_SERVICE_NAME;
+use crate::publish::Publisher;
+use crate::watch::backoff::RestartSchedule;
+use crate::zone::ZoneSettings;
+
+/// Which ServiceImport API to watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportApi {
+    /// API group, default `multicluster.x-k8s.io`.
+    pub group: String,
+    /// API version; `None` discovers (`v1beta1`, then `v1alpha1`).
+    pub version: Option<String>,
+    /// Kind, default `ServiceImport`.
+    pub kind: String,
+}
+
+impl Default for ImportApi {
+    fn default() -> Self {
+        Self {
+            group: crate::api::well_known::MCS_GROUP.into(),
+            version: None,
+            kind: "ServiceImport".into(),
+        }
+    }
+}
+
+/// Why the Kubernetes source stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeSourceError {
+    /// The ServiceImport API is not served.
+    #[error(
+        "{group}/{version} {kind} is not served by the apiserver: install the CRDs (`clusterset-dns crds | kubectl apply -f -`) or set import_group/import_version/import_kind"
+    )]
+    NoImportApi {
+        /// Group looked for.
+        group: String,
+        /// Version(s) looked for.
+        version: String,
+        /// Kind looked for.
+        kind: String,
+    },
+    /// The credentials may not list or watch a resource.
+    #[error(
+        "forbidden to list/watch {resource}: {message}. The service account needs get/list/watch on {resource} (see deploy/rbac.yaml)"
+    )]
+    Forbidden {
+        /// The resource.
+        resource: &'static str,
+        /// The apiserver's message.
+        message: String,
+    },
+    /// Discovery failed.
+    #[error("discovering {group}: {source}")]
+    Discovery {
+        /// The group.
+        group: String,
+        /// The error.
+        source: kube::Error,
+    },
+}
+
+/// Finds the API resource for ServiceImports.
+pub async fn discover_import_api(
+    client: &Client,
+    api: &ImportApi,
+) -> Result<ApiResource, KubeSourceError> {
+    let group = match kube::discovery::group(client, &api.group).await {
+        Ok(group) => group,
+        Err(kube::Error::Api(status)) if status.is_not_found() => return Err(no_import_api(api)),
+        Err(source) => {
+            return Err(KubeSourceError::Discovery {
+                group: api.group.clone(),
+                source,
+            });
+        }
+    };
+    let preferred: Vec<String> = match &api.version {
+        Some(v) => vec![v.clone()],
+        None => vec!["v1beta1".into(), "v1alpha1".into()],
+    };
+    for version in &preferred {
+        if let Some((resource, _)) = group
+            .versioned_resources(version)
+            .into_iter()
+            .find(|(r, _)| r.kind == api.kind)
+        {
+            return Ok(resource);
+        }
+    }
+    Err(no_import_api(api))
+}
+
+fn no_import_api(api: &ImportApi) -> KubeSourceError {
+    KubeSourceError::NoImportApi {
+        group: api.group.clone(),
+        version: api
+            .version
+            .clone()
+            .unwrap_or_else(|| "v1beta1|v1alpha1".into()),
+        kind: api.kind.clone(),
+    }
+}
+
+/// The Kubernetes source: the shell around [`State`]. It runs the three
+/// watches and the recovery probe, and carries out the state machine's
+/// effects.
+pub struct KubeSource {
+    client: Client,
+    import_resource: ApiResource,
+    state: State,
+    publisher: Publisher,
+}
+
+impl std::fmt::Debug for KubeSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeSource")
+            .field("import_resource", &self.import_resource)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Objects per page of a list. client-go's 500 costs 50 round trips for
+/// 25,000 slices; lists are served from the apiserver's watch cache
+/// (`resourceVersion=0`), where a larger page costs no etcd range read.
+const LIST_PAGE_SIZE: u32 = 5000;
+
+/// How often resources whose watch failed are probed for recovery.
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+impl KubeSource {
+    /// A source over `client`, watching `import_resource` for ServiceImports
+    /// and publishing through `publisher`.
+    pub fn new(
+        client: Client,
+        import_resource: ApiResource,
+        settings: ZoneSettings,
+        publisher: Publisher,
+    ) -> Self {
+        Self {
+            client,
+            import_resource,
+            state: State::new(settings),
+            publisher,
+        }
+    }
+
+    /// Watches until `shutdown` turns true, answering `/explain` inquiries
+    /// between events. Returns an error only for problems that retrying
+    /// cannot fix before the first sync (missing permissions), so that a
+    /// misconfigured deployment fails loudly instead of serving empty
+    /// answers.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), KubeSourceError> {
+        let mut updates = self.watches();
+        let mut restarts = RestartSchedule::default();
+        let mut probe = tokio::time::interval(PROBE_INTERVAL);
+        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let first = tokio::select! {
+                next = updates.next() => next,
+                _ = probe.tick(), if self.state.wants_restart() => {
+                    if restarts.due(tokio::time::Instant::now())
+                        && self.apiserver_serves_failing().await
+                    {
+                        // Back: relist everything now rather than wait out
+                        // the backoff the outage built up, and so that
+                        // "not stale" means "the index is current again".
+                        tracing::info!("apiserver reachable again; relisting");
+                        restarts.record(tokio::time::Instant::now());
+                        updates = self.watches();
+                        self.step(Input::Restarted, Instant::now())?;
+                    }
+                    continue;
+                }
+                inquiry = self.publisher.inquiry() => {
+                    let report = self.state.report(inquiry.service());
+                    inquiry.answer(report);
+                    continue;
+                }
+                _ = shutdown.changed() => return Ok(()),
+            };
+            let Some(first) = first else { return Ok(()) };
+            let received = Instant::now();
+            self.step(first, received)?;
+            // Apply everything already waiting before publishing once.
+            while let Some(Some(update)) = updates.next().now_or_never() {
+                self.step(update, received)?;
+            }
+            self.step(Input::Flush, received)?;
+        }
+    }
+
+    /// Feeds `input` to the state machine and carries out its effects;
+    /// `received` is when the batch it belongs to began.
+    fn step(&mut self, input: Input, received: Instant) -> Result<(), KubeSourceError> {
+        let metrics = self.publisher.metrics().clone();
+        for effect in self.state.handle(input, Instant::now()) {
+            match effect {
+                Effect::InvalidObject(kind) => {
+                    metrics.invalid_objects.with_label_values(&[kind]).inc();
+                }
+                Effect::WatchError(resource) => {
+                    metrics.watch_errors.with_label_values(&[resource]).inc();
+                }
+                Effect::WatchExpired(resource) => {
+                    metrics.watch_expired.with_label_values(&[resource]).inc();
+                }
+                Effect::Restarted => metrics.watch_restarts.inc(),
+                Effect::Stale(stale) => self.publisher.set_failing(stale),
+                Effect::Publish(publication) => {
+                    let index = self.state.index();
+                    if publication.first {
+                        tracing::info!(
+                            services = publication.zone.service_count(),
+                            imports = index.import_count(),
+                            slices = index.slice_count(),
+                            build_ms = publication.stats.elapsed.as_millis() as u64,
+                            "first zone published; ready"
+                        );
+                    }
+                    self.publisher.publish(
+                        index,
+                        publication.zone,
+                        publication.stats.rebuilt,
+                        Some(received),
+                        publication.after_list,
+                    );
+                }
+                Effect::Fatal(error) => return Err(error),
+            }
+        }
+        Ok(())
+    }
+
+    /// Fresh watches on the three resources, each starting with a list.
+    fn watches(&self) -> futures::stream::SelectAll<BoxStream<'static, Input>> {
+        let config = watcher::Config::default()
+            .any_semantic()
+            .page_size(LIST_PAGE_SIZE);
+        let imports = crate::watch::stream(
+            Api::<DynamicObject>::all_with(self.client.clone(), &self.import_resource),
+            config.clone(),
+        )
+        .map(Input::Import);
+        let slices = crate::watch::stream(
+            Api::<StrippedSlice>::all(self.client.clone()),
+            config.clone().labels(LABEL_SERVICE_NAME),
+        )
+        .map(|result| Input::Slice(result.map(unwrap_slice)));
+        let namespaces = crate::watch::stream(
+            Api::<PartialObjectMeta<Namespace>>::all(self.client.clone()),
+            config,
+        )
+        .map(Input::Namespace);
+        futures::stream::select_all([imports.boxed(), slices.boxed(), namespaces.boxed()])
+    }
+
+    /// Whether the apiserver lists every resource whose watch is failing.
+    async fn apiserver_serves_failing(&self) -> bool {
+        for kind in self.state.failing() {
+            let serves = match kind {
+                Kind::Imports => {
+                    crate::watch::serves(&Api::<DynamicObject>::all_with(
+                        self.client.clone(),
+                        &self.import_resource,
+                    ))
+                    .await
+                }
+                Kind::Slices => {
+                    crate::watch::serves(&Api::<EndpointSlice>::all(self.client.clone())).await
+                }
+                Kind::Namespaces => {
+                    crate::watch::serves(&Api::<Namespace>::all(self.client.clone())).await
+                }
+            };
+            if !serves {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// The slice inside each event of the stripped-slice watch.
+fn unwrap_slice(event: Event<StrippedSlice>) -> Event<EndpointSlice> {
+    match event {
+        Event::Apply(slice) => Event::Apply(slice.0),
+        Event::Delete(slice) => Event::Delete(slice.0),
+        Event::Init => Event::Init,
+        Event::InitApply(slice) => Event::InitApply(slice.0),
+        Event::InitDone => Event::InitDone,
+    }
+}

@@ -1,0 +1,131 @@
+//! Backoff policies, built on kube-runtime's [`ExponentialBackoff`] (the
+//! `backon` crate underneath, as in [`watcher::DefaultBackoff`]).
+//!
+//! [`watcher::DefaultBackoff`]: kube::runtime::watcher::DefaultBackoff
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use backon::ExponentialBuilder;
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::ExponentialBackoff;
+
+/// Retry delays for a failing watch stream (pass to
+/// [`WatchStreamExt::backoff`](kube::runtime::WatchStreamExt::backoff)):
+/// 100 ms doubling to 2.5 s, each delay stretched by a random 0–100 %, so
+/// retries come between 100 ms and 5 s apart and a DaemonSet's replicas do
+/// not reconnect in step. The stream resets it with its first successful
+/// event. kube's default goes up to 60 s; a DNS server should catch up
+/// within seconds of the apiserver's return.
+pub fn watch_backoff() -> impl Backoff {
+    ExponentialBackoff::from(
+        ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_millis(2500))
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times(),
+    )
+}
+
+/// Spacing of whole restarts (every watch relisted at once after an
+/// outage): at least 1 s after the previous one, doubling to 60 s while
+/// restarts keep being needed, back to 1 s after 5 minutes without one.
+pub struct RestartSchedule {
+    backoff: ExponentialBackoff,
+    last: Option<Instant>,
+    next: Option<Instant>,
+}
+
+impl std::fmt::Debug for RestartSchedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RestartSchedule")
+            .field("last", &self.last)
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RestartSchedule {
+    const FIRST: Duration = Duration::from_secs(1);
+    const MAX: Duration = Duration::from_secs(60);
+    const QUIET: Duration = Duration::from_secs(300);
+
+    /// Whether a restart may happen at `now`.
+    pub fn due(&self, now: Instant) -> bool {
+        self.next.is_none_or(|next| now >= next)
+    }
+
+    /// A restart happened at `now`.
+    pub fn record(&mut self, now: Instant) {
+        if self.last.is_some_and(|last| now >= last + Self::QUIET) {
+            self.backoff.reset();
+        }
+        let delay = self.backoff.next().unwrap_or(Self::MAX);
+        self.last = Some(now);
+        self.next = Some(now + delay);
+    }
+}
+
+impl Default for RestartSchedule {
+    fn default() -> Self {
+        Self {
+            backoff: ExponentialBackoff::from(
+                ExponentialBuilder::default()
+                    .with_min_delay(Self::FIRST)
+                    .with_max_delay(Self::MAX)
+                    .with_factor(2.0)
+                    .without_max_times(),
+            ),
+            last: None,
+            next: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_retries_double_from_100_ms_to_at_most_5_s_and_reset() {
+        let mut backoff = watch_backoff();
+        let delays: Vec<Duration> = (&mut backoff).take(10).collect();
+        let ms = |d: &Duration| d.as_millis();
+        assert!((100..200).contains(&ms(&delays[0])), "{delays:?}");
+        assert!((200..400).contains(&ms(&delays[1])), "{delays:?}");
+        assert!(
+            delays.iter().all(|d| *d < Duration::from_secs(5)),
+            "{delays:?}"
+        );
+        assert!(delays[9] >= Duration::from_millis(2500), "{delays:?}");
+        backoff.reset();
+        assert!(backoff.next().unwrap() < Duration::from_millis(200));
+    }
+
+    #[test]
+    fn restarts_back_off_to_a_minute_and_reset_after_five_quiet_minutes() {
+        let start = Instant::now();
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        let mut restarts = RestartSchedule::default();
+        assert!(restarts.due(at(0)));
+        restarts.record(at(0));
+        assert!(!restarts.due(at(0)) && restarts.due(at(1)));
+        // Restarts that keep coming: 1, 2, 4 ... 60 s apart.
+        let mut now = 0;
+        let mut gaps = Vec::new();
+        for _ in 0..8 {
+            let gap = (1..=60).find(|g| restarts.due(at(now + g))).unwrap();
+            gaps.push(gap);
+            now += gap;
+            restarts.record(at(now));
+        }
+        assert_eq!(gaps, [1, 2, 4, 8, 16, 32, 60, 60]);
+        // After five quiet minutes the next restart may come 1 s after that one.
+        now += 301;
+        assert!(restarts.due(at(now)));
+        restarts.record(at(now));
+        assert!(restarts.due(at(now + 1)));
+    }
+}

@@ -1,0 +1,476 @@
+//! A reusable watch → store layer: one [`Watch`] per watched resource kind
+//! drives an [`IndexResource`] from kube-runtime's watcher events and keeps
+//! that resource's [`Health`].
+//!
+//! - A running watch's `Apply` and `Delete` go straight to the store.
+//! - A list (`Init`, `InitApply`…, `InitDone`: the first one, or a relist
+//!   after a restart, a 410 Gone or an apiserver restart) is buffered until
+//!   it is complete and then replaces the store's state in one
+//!   [`IndexResource::reset`], so no half-listed state is ever visible.
+//! - Errors are classified: 410 Gone is routine (the watcher relists at
+//!   once), anything else makes the resource *failing* until its state is
+//!   current again (a complete relist, or a change on a resumed watch).
+//!
+//! Nothing here knows about DNS: a store is any type implementing
+//! [`IndexResource`] for the object type `K`, so one store can index
+//! several kinds (one implementation per kind), and several clusters'
+//! watches can feed stores of their own. Backoff policies for the watch
+//! streams and for restarting them live in [`backoff`].
+
+pub mod backoff;
+
+use std::fmt::Debug;
+use std::marker::PhantomData;
+use std::time::Instant;
+
+use futures::Stream;
+use kube::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use serde::de::DeserializeOwned;
+
+/// A store indexing objects of kind `K`, driven by a [`Watch`] (the
+/// counterpart of kubert's `IndexNamespacedResource`, as linkerd's
+/// policy-controller uses it).
+pub trait IndexResource<K> {
+    /// What a list keeps of each object until the list is complete: a
+    /// projection, so that a list of thousands of objects is not held as
+    /// whole API objects beside the current state.
+    type Listed;
+
+    /// An object was created or changed on a running watch.
+    fn apply(&mut self, object: K);
+
+    /// An object was deleted on a running watch.
+    fn delete(&mut self, object: K);
+
+    /// A list begins; its objects follow through [`Self::listed`].
+    fn list_started(&mut self) {}
+
+    /// What the list keeps of `object`; `None` leaves it out of the new
+    /// state.
+    fn listed(&mut self, object: K) -> Option<Self::Listed>;
+
+    /// A complete list: replaces the whole state of this kind.
+    fn reset(&mut self, listed: Vec<Self::Listed>);
+}
+
+/// How one resource's watch is doing.
+#[derive(Debug, Clone)]
+pub struct Health {
+    resource: &'static str,
+    synced: bool,
+    failing_since: Option<Instant>,
+    last_error: Option<String>,
+}
+
+impl Health {
+    fn new(resource: &'static str) -> Self {
+        Self {
+            resource,
+            synced: false,
+            failing_since: None,
+            last_error: None,
+        }
+    }
+
+    /// The resource's name, as used in logs and metric labels.
+    pub fn resource(&self) -> &'static str {
+        self.resource
+    }
+
+    /// Whether a complete list has been indexed at least once.
+    pub fn synced(&self) -> bool {
+        self.synced
+    }
+
+    /// Whether the watch is failing: the store may be out of date.
+    pub fn failing(&self) -> bool {
+        self.failing_since.is_some()
+    }
+
+    /// When the current failure began.
+    pub fn failing_since(&self) -> Option<Instant> {
+        self.failing_since
+    }
+
+    /// The last error of the current failure.
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+}
+
+/// What one watcher event did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A list is in progress (`Init` or `InitApply`): nothing indexed yet.
+    Listing,
+    /// A change on a running watch was indexed.
+    Changed {
+        /// The resource was failing and is current again.
+        recovered: bool,
+    },
+    /// A complete list replaced the state.
+    Listed {
+        /// This was the resource's first complete list.
+        first: bool,
+        /// The resource was failing and is current again.
+        recovered: bool,
+    },
+    /// 410 Gone: the watch's resource version left the apiserver's window.
+    /// The watcher relists at once; not a failure.
+    Expired {
+        /// The apiserver's message.
+        message: String,
+    },
+    /// The list or the watch failed; the watcher retries with backoff.
+    Failed {
+        /// The resource was not failing before.
+        started: bool,
+        /// The apiserver's message when it refused access (403) before the
+        /// resource was ever listed: retrying cannot help.
+        forbidden_before_sync: Option<String>,
+        /// The error.
+        error: String,
+    },
+}
+
+/// The watch of one resource kind: its list buffer and its health.
+pub struct Watch<K, S: IndexResource<K>> {
+    relist: Option<Vec<S::Listed>>,
+    health: Health,
+    kind: PhantomData<fn(K)>,
+}
+
+impl<K, S: IndexResource<K>> std::fmt::Debug for Watch<K, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch")
+            .field("health", &self.health)
+            .field("listing", &self.relist.is_some())
+            .finish()
+    }
+}
+
+impl<K, S: IndexResource<K>> Watch<K, S> {
+    /// The watch of `resource` (its name in logs and metric labels).
+    pub fn new(resource: &'static str) -> Self {
+        Self {
+            relist: None,
+            health: Health::new(resource),
+            kind: PhantomData,
+        }
+    }
+
+    /// How the watch is doing.
+    pub fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// Applies one item of the watcher stream to `store`; `now` dates a
+    /// failure.
+    pub fn handle(
+        &mut self,
+        store: &mut S,
+        event: Result<Event<K>, watcher::Error>,
+        now: Instant,
+    ) -> Outcome {
+        let event = match event {
+            Ok(event) => event,
+            Err(error) => return self.failed(&error, now),
+        };
+        match event {
+            Event::Apply(object) => {
+                store.apply(object);
+                Outcome::Changed {
+                    recovered: self.recovered(),
+                }
+            }
+            Event::Delete(object) => {
+                store.delete(object);
+                Outcome::Changed {
+                    recovered: self.recovered(),
+                }
+            }
+            Event::Init => {
+                store.list_started();
+                self.relist = Some(Vec::new());
+                Outcome::Listing
+            }
+            Event::InitApply(object) => {
+                if let Some(listed) = store.listed(object)
+                    && let Some(buffer) = &mut self.relist
+                {
+                    buffer.push(listed);
+                }
+                Outcome::Listing
+            }
+            Event::InitDone => {
+                if let Some(buffer) = self.relist.take() {
+                    store.reset(buffer);
+                }
+                let first = !std::mem::replace(&mut self.health.synced, true);
+                if first {
+                    tracing::info!(resource = self.health.resource, "initial list indexed");
+                }
+                Outcome::Listed {
+                    first,
+                    recovered: self.recovered(),
+                }
+            }
+        }
+    }
+
+    /// The store is current again: a failure, if any, is over.
+    fn recovered(&mut self) -> bool {
+        if self.health.failing_since.take().is_some() {
+            self.health.last_error = None;
+            tracing::info!(resource = self.health.resource, "watch recovered");
+            true
+        } else {
+            false
+        }
+    }
+
+    fn failed(&mut self, error: &watcher::Error, now: Instant) -> Outcome {
+        let status = api_status(error);
+        if let Some(status) = status
+            && status.code == 410
+        {
+            return Outcome::Expired {
+                message: status.message.clone(),
+            };
+        }
+        let forbidden_before_sync = status
+            .filter(|status| status.is_forbidden() && !self.health.synced)
+            .map(|status| status.message.clone());
+        let started = self.health.failing_since.is_none();
+        if started {
+            self.health.failing_since = Some(now);
+        }
+        let error = error.to_string();
+        self.health.last_error = Some(error.clone());
+        Outcome::Failed {
+            started,
+            forbidden_before_sync,
+            error,
+        }
+    }
+}
+
+/// A watch of `api`, starting with a list, retrying failures with
+/// [`backoff::watch_backoff`]: the items a [`Watch`] handles.
+pub fn stream<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    watcher::watcher(api, config).backoff(backoff::watch_backoff())
+}
+
+/// Whether the apiserver lists `api` again (one object's metadata). A
+/// watch that resumes after an outage emits nothing until an object
+/// changes, so recovery cannot be read off the event stream alone: probe,
+/// then restart the watch to relist.
+pub async fn serves<K>(api: &Api<K>) -> bool
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug,
+{
+    api.list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+        .is_ok()
+}
+
+/// The apiserver's status in a watcher error, if it sent one.
+pub fn api_status(error: &watcher::Error) -> Option<&kube::core::Status> {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status),
+        watcher::Error::WatchError(status) => Some(status),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Synthetic watcher errors for tests.
+
+    use kube::core::Status;
+    use kube::runtime::watcher;
+
+    /// A watch error the apiserver answered with `code`.
+    pub(crate) fn status_error(code: u16, reason: &str) -> watcher::Error {
+        watcher::Error::WatchError(Box::new(
+            Status::failure(&format!("synthetic {reason}"), reason).with_code(code),
+        ))
+    }
+
+    /// 410 Gone.
+    pub(crate) fn gone() -> watcher::Error {
+        status_error(410, "Expired")
+    }
+
+    /// 403 Forbidden.
+    pub(crate) fn forbidden() -> watcher::Error {
+        status_error(403, "Forbidden")
+    }
+
+    /// A failure without a status (connection refused and the like).
+    pub(crate) fn unreachable() -> watcher::Error {
+        watcher::Error::NoResourceVersion
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::testing::{forbidden, gone, unreachable};
+    use super::*;
+
+    /// Objects are `(name, value)`; a negative value is invalid and keeps
+    /// the last valid one.
+    #[derive(Default)]
+    struct Map {
+        objects: BTreeMap<&'static str, i32>,
+        resets: usize,
+    }
+
+    impl IndexResource<(&'static str, i32)> for Map {
+        type Listed = (&'static str, i32);
+
+        fn apply(&mut self, (name, value): (&'static str, i32)) {
+            if value >= 0 {
+                self.objects.insert(name, value);
+            }
+        }
+
+        fn delete(&mut self, (name, _): (&'static str, i32)) {
+            self.objects.remove(name);
+        }
+
+        fn listed(&mut self, (name, value): (&'static str, i32)) -> Option<(&'static str, i32)> {
+            if value >= 0 {
+                Some((name, value))
+            } else {
+                self.objects.get(name).map(|kept| (name, *kept))
+            }
+        }
+
+        fn reset(&mut self, listed: Vec<(&'static str, i32)>) {
+            self.resets += 1;
+            self.objects = listed.into_iter().collect();
+        }
+    }
+
+    type Object = (&'static str, i32);
+
+    fn list(watch: &mut Watch<Object, Map>, map: &mut Map, objects: &[Object]) -> Vec<Outcome> {
+        let now = Instant::now();
+        let mut outcomes = vec![watch.handle(map, Ok(Event::Init), now)];
+        for object in objects {
+            outcomes.push(watch.handle(map, Ok(Event::InitApply(*object)), now));
+        }
+        outcomes.push(watch.handle(map, Ok(Event::InitDone), now));
+        outcomes
+    }
+
+    #[test]
+    fn a_list_replaces_the_state_in_one_step_when_complete() {
+        let mut watch = Watch::new("things");
+        let mut map = Map::default();
+        let outcomes = list(&mut watch, &mut map, &[("a", 1), ("b", 2)]);
+        assert_eq!(
+            outcomes.last(),
+            Some(&Outcome::Listed {
+                first: true,
+                recovered: false
+            })
+        );
+        assert!(watch.health().synced());
+        let now = Instant::now();
+        watch.handle(&mut map, Ok(Event::Apply(("c", 3))), now);
+        // A relist: nothing changes until InitDone, then b and c are gone
+        // and a keeps its last valid version.
+        watch.handle(&mut map, Ok(Event::Init), now);
+        watch.handle(&mut map, Ok(Event::InitApply(("a", -1))), now);
+        assert_eq!(map.objects.len(), 3);
+        assert_eq!(map.resets, 1);
+        let done = watch.handle(&mut map, Ok(Event::InitDone), now);
+        assert_eq!(
+            done,
+            Outcome::Listed {
+                first: false,
+                recovered: false
+            }
+        );
+        assert_eq!(map.objects, BTreeMap::from([("a", 1)]));
+    }
+
+    #[test]
+    fn a_failure_lasts_until_the_state_is_current_again() {
+        let mut watch = Watch::new("things");
+        let mut map = Map::default();
+        list(&mut watch, &mut map, &[("a", 1)]);
+        let since = Instant::now();
+        let outcome = watch.handle(&mut map, Err(unreachable()), since);
+        assert!(matches!(
+            outcome,
+            Outcome::Failed {
+                started: true,
+                forbidden_before_sync: None,
+                ..
+            }
+        ));
+        let again = watch.handle(&mut map, Err(unreachable()), Instant::now());
+        assert!(matches!(again, Outcome::Failed { started: false, .. }));
+        assert_eq!(watch.health().failing_since(), Some(since));
+        assert!(watch.health().last_error().is_some());
+        // A list in progress is not current yet.
+        watch.handle(&mut map, Ok(Event::Init), Instant::now());
+        assert!(watch.health().failing());
+        let done = watch.handle(&mut map, Ok(Event::InitDone), Instant::now());
+        assert_eq!(
+            done,
+            Outcome::Listed {
+                first: false,
+                recovered: true
+            }
+        );
+        assert!(!watch.health().failing() && watch.health().last_error().is_none());
+        // A resumed watch delivering a change is current too.
+        watch.handle(&mut map, Err(unreachable()), Instant::now());
+        let change = watch.handle(&mut map, Ok(Event::Delete(("a", 0))), Instant::now());
+        assert_eq!(change, Outcome::Changed { recovered: true });
+        assert!(map.objects.is_empty());
+    }
+
+    #[test]
+    fn gone_is_routine_and_forbidden_matters_only_before_the_first_list() {
+        let mut watch = Watch::new("things");
+        let mut map = Map::default();
+        let expired = watch.handle(&mut map, Err(gone()), Instant::now());
+        assert!(matches!(expired, Outcome::Expired { .. }));
+        assert!(!watch.health().failing());
+        let refused = watch.handle(&mut map, Err(forbidden()), Instant::now());
+        assert!(matches!(
+            refused,
+            Outcome::Failed {
+                forbidden_before_sync: Some(_),
+                ..
+            }
+        ));
+        list(&mut watch, &mut map, &[]);
+        let later = watch.handle(&mut map, Err(forbidden()), Instant::now());
+        assert!(matches!(
+            later,
+            Outcome::Failed {
+                started: true,
+                forbidden_before_sync: None,
+                ..
+            }
+        ));
+    }
+}
