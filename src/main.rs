@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use clusterset_dns::config::{Config, ServeArgs};
+use clusterset_dns::config::{CHECK_OPTIONS, Config, ServeArgs, ZONE_OPTIONS};
 use clusterset_dns::index::Index;
 use clusterset_dns::source::manifest;
 
@@ -22,10 +22,13 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve DNS for the clusterset zone.
+    #[command(defer(|c| ServeArgs::help(c, None)))]
     Serve(ServeArgs),
     /// Validate a manifest file and print what it contains.
+    #[command(defer(|c| ServeArgs::help(c, Some(CHECK_OPTIONS))))]
     Check(ServeArgs),
     /// Print the zone built from a manifest in RFC 1035 master-file format.
+    #[command(defer(|c| ServeArgs::help(c, Some(ZONE_OPTIONS))))]
     DumpZone(ServeArgs),
     /// Print the CustomResourceDefinitions (ServiceImport, ServiceExport, ClusterProperty).
     Crds,
@@ -89,7 +92,7 @@ fn read_manifest(config: &Config) -> anyhow::Result<(std::path::PathBuf, String)
 
 fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let config = Config::resolve(args)?;
-    clusterset_dns::telemetry::init(&config.log);
+    clusterset_dns::telemetry::init(&config.log, config.log_format);
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     runtime.block_on(async {
         // Register the handlers before any socket is bound: a SIGTERM that

@@ -170,3 +170,142 @@ spec: {type: ClusterSetIP, ips: [10.96.0.2, not-an-ip], ports: [{port: 80}]}
     assert!(stderr.contains("ServiceImport prod/bad"), "{stderr}");
     assert!(stderr.contains("spec.ips[1]"), "{stderr}");
 }
+
+/// Runs the binary with `args` and `env` (and no `CLUSTERSET_DNS_*` from
+/// the caller's environment) in `dir`; returns exit success, stdout, stderr.
+async fn run(args: &[&str], env: &[(&str, &str)], dir: &std::path::Path) -> (bool, String, String) {
+    let mut command = Command::new(BIN);
+    command.args(args).current_dir(dir);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("CLUSTERSET_DNS_") {
+            command.env_remove(key);
+        }
+    }
+    command.envs(env.iter().copied());
+    let output = within(STOP_LIMIT, "run clusterset-dns", command.output())
+        .await
+        .expect("run clusterset-dns");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// `--help` shows each default; `check` and `dump-zone` show only the
+/// options they read.
+#[tokio::test(flavor = "multi_thread")]
+async fn help_shows_defaults_and_only_the_options_a_command_reads() {
+    let here = std::env::temp_dir();
+    let (ok, serve, _) = run(&["serve", "--help"], &[], &here).await;
+    assert!(ok);
+    for shown in [
+        "[default: clusterset.local]",
+        "[default: 0.0.0.0:53]",
+        "[default: 0.0.0.0:9180]",
+        "[default: 5]",
+        "[default: 1000]",
+        "[default: true]",
+        "[default: text]",
+        "[default: multicluster.x-k8s.io]",
+        "--log-format",
+        "CLUSTERSET_DNS_LOG_FORMAT",
+    ] {
+        assert!(
+            serve.contains(shown),
+            "serve --help lacks {shown}:\n{serve}"
+        );
+    }
+    let (ok, check, _) = run(&["check", "--help"], &[], &here).await;
+    assert!(ok);
+    assert!(
+        check.contains("--file") && check.contains("--config"),
+        "{check}"
+    );
+    for hidden in ["--dns-listen", "--ttl", "--log", "--kubeconfig"] {
+        assert!(
+            !check.contains(hidden),
+            "check --help shows {hidden}:\n{check}"
+        );
+    }
+    let (ok, dump, _) = run(&["dump-zone", "--help"], &[], &here).await;
+    assert!(ok);
+    assert!(
+        dump.contains("--negative-ttl") && dump.contains("[default: 5]"),
+        "{dump}"
+    );
+    for hidden in ["--dns-listen", "--fast-path", "--log", "--import-group"] {
+        assert!(
+            !dump.contains(hidden),
+            "dump-zone --help shows {hidden}:\n{dump}"
+        );
+    }
+}
+
+/// Flag over environment over file over default, seen in the zone
+/// `dump-zone` prints; the file's relative `file` is taken from its own
+/// directory, whatever the working directory.
+#[tokio::test(flavor = "multi_thread")]
+async fn flags_win_over_environment_over_file_over_defaults() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(repo_path(common::EXAMPLE), dir.path().join("m.yaml")).expect("copy example");
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        "file = \"m.yaml\"\nzone = \"file.example\"\nttl = 30\nnegative_ttl = 31\nmax_records = 1\n",
+    )
+    .expect("write config");
+    let config = config.to_str().expect("UTF-8 path");
+    let elsewhere = std::env::temp_dir();
+    let (ok, zone, stderr) = run(
+        &["dump-zone", "--config", config, "--ttl", "10"],
+        &[
+            ("CLUSTERSET_DNS_TTL", "20"),
+            ("CLUSTERSET_DNS_NEGATIVE_TTL", "21"),
+        ],
+        &elsewhere,
+    )
+    .await;
+    assert!(ok, "{stderr}");
+    // ttl: flag (10) over environment (20) over file (30).
+    assert!(
+        zone.contains("web.shop.svc.file.example. 10 IN A "),
+        "{zone}"
+    );
+    // negative_ttl: environment (21) over file (31), in the SOA.
+    let soa = zone.lines().find(|l| l.contains(" SOA ")).expect("an SOA");
+    assert!(
+        soa.starts_with("file.example. 21 IN SOA ") && soa.ends_with(" 21"),
+        "{soa}"
+    );
+    // max_records: file (1) over default (1000); db has three IPv4 endpoints.
+    let db = zone
+        .lines()
+        .filter(|l| l.starts_with("db.shop.svc.file.example. 10 IN A "))
+        .count();
+    assert_eq!(db, 1, "{zone}");
+    // Defaults without flag, environment or file.
+    let example = repo_path(common::EXAMPLE);
+    let (ok, zone, stderr) = run(
+        &["dump-zone", "--file", example.to_str().expect("UTF-8 path")],
+        &[],
+        &elsewhere,
+    )
+    .await;
+    assert!(ok, "{stderr}");
+    assert!(
+        zone.contains("web.shop.svc.clusterset.local. 5 IN A "),
+        "{zone}"
+    );
+    // An unknown key in the file is an error naming it.
+    std::fs::write(dir.path().join("bad.toml"), "tll = 5\n").expect("write config");
+    let bad = dir.path().join("bad.toml");
+    let (ok, _, stderr) = run(
+        &["check", "--config", bad.to_str().expect("UTF-8 path")],
+        &[],
+        &elsewhere,
+    )
+    .await;
+    assert!(!ok);
+    assert!(stderr.contains("tll"), "{stderr}");
+}
