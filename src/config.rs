@@ -16,8 +16,12 @@ use crate::dns::DnsServerConfig;
 use crate::source::kubernetes::ImportApi;
 use crate::zone::ZoneSettings;
 
-/// Default log filter: our own lifecycle at info, libraries quiet.
-pub const DEFAULT_LOG_FILTER: &str = "clusterset_dns=info,hickory_server=warn,kube=warn,warn";
+/// Default log filter: our own lifecycle at info, libraries quiet. kube's
+/// per-request failure line ("failed with error client error (Connect)")
+/// is off: the source logs each failure itself, with its cause and the
+/// apiserver's URL.
+pub const DEFAULT_LOG_FILTER: &str =
+    "clusterset_dns=info,hickory_server=warn,kube=warn,kube_client::client::builder=off,warn";
 
 /// The options of `serve` (and, a subset, of `check` and `dump-zone`),
 /// defined once: each field is a flag, an environment variable
@@ -235,19 +239,21 @@ pub struct Config {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Read {
         /// The file.
         path: PathBuf,
         /// The error.
+        #[source]
         source: std::io::Error,
     },
     /// The file is not valid TOML or has unknown keys.
-    #[error("parsing {path}: {source}")]
+    #[error("parsing {path}")]
     Parse {
         /// The file.
         path: PathBuf,
         /// The error.
+        #[source]
         source: Box<toml::de::Error>,
     },
     /// A value is out of range.

@@ -18,6 +18,7 @@
 //! - [`dns`]: the request handler, the UDP fast path and the sockets.
 //! - [`source`]: where objects come from (manifest files).
 //! - [`config`]: command line, environment and TOML configuration.
+//! - [`error`]: how errors and their causes are printed.
 //! - [`metrics`], [`admin`], [`explain`], [`telemetry`]: operations.
 
 pub mod admin;
@@ -25,6 +26,7 @@ pub mod api;
 pub mod app;
 pub mod config;
 pub mod dns;
+pub mod error;
 pub mod explain;
 pub mod index;
 pub mod metrics;

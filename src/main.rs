@@ -38,7 +38,8 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            let error: &(dyn std::error::Error + 'static) = error.as_ref();
+            eprintln!("error: {}", clusterset_dns::error::Chain(error));
             ExitCode::FAILURE
         }
     }

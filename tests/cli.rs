@@ -309,3 +309,110 @@ async fn flags_win_over_environment_over_file_over_defaults() {
     assert!(!ok);
     assert!(stderr.contains("tll"), "{stderr}");
 }
+
+/// An error is printed once, with its cause once: `reading <path>: No such
+/// file or directory (os error 2)`, not the cause twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn errors_show_their_cause_exactly_once() {
+    let here = std::env::temp_dir();
+    let cause = "No such file or directory";
+    for args in [
+        &["check", "--file", "/nonexistent/m.yaml"][..],
+        &["check", "--config", "/nonexistent/c.toml"],
+        &["dump-zone", "--file", "/nonexistent/m.yaml"],
+        &["serve", "--file", "/nonexistent/m.yaml"],
+    ] {
+        let (ok, _, stderr) = run(args, &[], &here).await;
+        assert!(!ok, "{args:?} succeeded");
+        assert_eq!(stderr.matches(cause).count(), 1, "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.matches("/nonexistent/").count(),
+            1,
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            stderr.starts_with("error: reading /nonexistent/"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+/// Reads `child`'s stderr lines until one satisfies `wanted`; returns all
+/// lines read.
+async fn stderr_until(child: &mut Child, wanted: impl Fn(&str) -> bool) -> Vec<String> {
+    use tokio::io::AsyncBufReadExt;
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    let read = async {
+        while let Some(line) = lines.next_line().await.expect("read stderr") {
+            let done = wanted(&line);
+            seen.push(line);
+            if done {
+                return;
+            }
+        }
+    };
+    if tokio::time::timeout(START_LIMIT, read).await.is_err() {
+        panic!("no such line within {START_LIMIT:?}:\n{}", seen.join("\n"));
+    }
+    seen
+}
+
+/// An apiserver that refuses connections is logged with its URL and the
+/// cause, in plain text (stderr is a pipe, not a terminal) or as JSON.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_apiserver_is_logged_with_its_url_and_cause() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A port nothing listens on: bound, then released.
+    let port = free_tcp_port();
+    let url = format!("https://127.0.0.1:{port}");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: \"{url}\"}}}}]\nusers: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\ncurrent-context: c\n"
+        ),
+    )
+    .expect("write kubeconfig");
+    for format in ["text", "json"] {
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args([
+                "--dns-listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--log-format", format])
+            .env_remove("NO_COLOR")
+            .env_remove("CLUSTERSET_DNS_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn serve");
+        let lines = stderr_until(&mut child, |l| {
+            l.contains("ServiceImport API not available")
+        })
+        .await;
+        child.kill().await.expect("kill serve");
+        let line = lines.last().expect("a line");
+        assert!(line.contains(&url), "{format}: {line}");
+        assert!(line.contains("Connection refused"), "{format}: {line}");
+        let all = lines.join("\n");
+        assert!(
+            !all.contains('\u{1b}'),
+            "{format}: colour codes on a pipe:\n{all}"
+        );
+        assert!(!all.contains("failed with error"), "{format}: {all}");
+        if format == "json" {
+            for line in &lines {
+                let value: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+                assert!(value.get("level").is_some(), "{line}");
+            }
+        }
+    }
+}

@@ -91,11 +91,12 @@ pub enum KubeSourceError {
         message: String,
     },
     /// Discovery failed.
-    #[error("discovering {group}: {source}")]
+    #[error("discovering {group}")]
     Discovery {
         /// The group.
         group: String,
         /// The error.
+        #[source]
         source: kube::Error,
     },
 }
@@ -613,7 +614,8 @@ impl KubeSource {
                 message: status.message.clone(),
             });
         }
-        self.watch_errors[kind] = Some(error.to_string());
+        let error = crate::error::Chain(&error).to_string();
+        self.watch_errors[kind] = Some(error.clone());
         if !self.failing[kind] {
             self.failing[kind] = true;
             self.metrics.source_stale.set(1);
