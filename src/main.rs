@@ -24,7 +24,8 @@ enum Command {
     /// Serve DNS for the clusterset zone.
     #[command(defer(|c| ServeArgs::help(c, None)))]
     Serve(ServeArgs),
-    /// Validate a manifest file and print what it contains.
+    /// Validate a manifest file and print what it contains; exits non-zero
+    /// if any document is skipped or rejected.
     #[command(defer(|c| ServeArgs::help(c, Some(CHECK_OPTIONS))))]
     Check(ServeArgs),
     /// Print the zone built from a manifest in RFC 1035 master-file format.
@@ -50,16 +51,28 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve(&args),
         Command::Check(args) => {
             let config = Config::resolve(&args)?;
-            let (_, text) = read_manifest(&config)?;
-            let parsed = manifest::parse(&text)?;
+            let (path, text) = read_manifest(&config)?;
+            let report = manifest::check(&text);
+            let parsed = &report.manifest;
             println!(
-                "{} ServiceImports, {} EndpointSlices, {} skipped",
+                "{} ServiceImports, {} EndpointSlices, {} skipped, {} rejected",
                 parsed.imports.len(),
                 parsed.slices.len(),
-                parsed.skipped.len()
+                parsed.skipped.len(),
+                report.rejected.len()
             );
-            for skipped in parsed.skipped {
-                println!("skipped {skipped}");
+            for skipped in &parsed.skipped {
+                eprintln!("skipped {skipped}");
+            }
+            for rejected in &report.rejected {
+                eprintln!("rejected {rejected}");
+            }
+            let problems = parsed.skipped.len() + report.rejected.len();
+            if problems > 0 {
+                anyhow::bail!(
+                    "{}: {problems} object(s) or document(s) would not be served",
+                    path.display()
+                );
             }
             Ok(())
         }

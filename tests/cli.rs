@@ -416,3 +416,52 @@ async fn an_unreachable_apiserver_is_logged_with_its_url_and_cause() {
         }
     }
 }
+
+/// `check` prints every skipped or rejected document (an unknown field, a
+/// CRD limit, a kind DNS does not read) and exits non-zero.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_fails_on_every_skipped_or_rejected_document() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("m.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: multicluster.x-k8s.io/v1beta1
+kind: ServiceImport
+metadata: {name: typo, namespace: prod}
+spec: {type: ClusterSetIP, ip: [10.96.0.1], ports: [{port: 80}]}
+---
+apiVersion: multicluster.x-k8s.io/v1beta1
+kind: ServiceImport
+metadata: {name: good, namespace: prod}
+spec: {type: ClusterSetIP, ips: [10.96.0.2], ports: [{port: 80}]}
+---
+apiVersion: multicluster.x-k8s.io/v1beta1
+kind: ServiceImport
+metadata: {name: twofour, namespace: prod}
+spec: {type: ClusterSetIP, ips: [10.96.0.3, 10.96.0.4], ports: [{port: 80}]}
+---
+apiVersion: multicluster.x-k8s.io/v1beta1
+kind: ServiceExport
+metadata: {name: good, namespace: prod}
+",
+    )
+    .expect("write manifest");
+    let (ok, stdout, stderr) = run(
+        &["check", "--file", path.to_str().expect("UTF-8 path")],
+        &[],
+        dir.path(),
+    )
+    .await;
+    assert!(!ok, "check accepted:\n{stdout}{stderr}");
+    assert!(
+        stdout.contains("1 ServiceImports, 0 EndpointSlices, 1 skipped, 2 rejected"),
+        "{stdout}"
+    );
+    for problem in [
+        "rejected document 1: ServiceImport prod/typo: unknown field \"spec.ip\"",
+        "rejected document 3: ServiceImport prod/twofour: spec.ips: at most one address per IP family",
+        "skipped document 4: multicluster.x-k8s.io/v1beta1 ServiceExport prod/good",
+    ] {
+        assert!(stderr.contains(problem), "{problem}:\n{stderr}");
+    }
+}
