@@ -11,6 +11,10 @@
 //! says nothing of the refused connection underneath). [`Chain`] walks the
 //! whole chain, so the cause is shown, and skips a cause whose message the
 //! text already contains, so it is shown once.
+//!
+//! Errors that hold another error as part of their own message rather than
+//! as its cause (`model::FieldError`: "field: problem") have no source, so
+//! nothing is printed twice either.
 
 use std::error::Error;
 use std::fmt;
