@@ -95,27 +95,7 @@ async fn respond(req: &Request<Incoming>, state: &State) -> Response<Full<Bytes>
 
 /// `/explain?name=<name>&type=<type>` (type defaults to A).
 async fn explain(query: &str, state: &State) -> Result<String, String> {
-    let usage = "usage: /explain?name=<name>[&type=<A|AAAA|SRV|TXT|...>]\n";
-    let mut name = None;
-    let mut rtype = RecordType::A;
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_decode(value).ok_or_else(|| format!("bad escape in {key}\n{usage}"))?;
-        match key {
-            "name" => {
-                let mut parsed = Name::from_ascii(&value)
-                    .map_err(|e| format!("name {value:?}: {e}\n{usage}"))?;
-                parsed.set_fqdn(true);
-                name = Some(parsed);
-            }
-            "type" => {
-                rtype = RecordType::from_str(&value.to_ascii_uppercase())
-                    .map_err(|_| format!("type {value:?} is not a record type\n{usage}"))?;
-            }
-            other => return Err(format!("unknown parameter {other:?}\n{usage}")),
-        }
-    }
-    let name = name.ok_or_else(|| format!("missing name\n{usage}"))?;
+    let (name, rtype) = explain_query(query)?;
     let service = NameReading::of(&name, &state.origin, |_| false).service();
     let asked = service.is_some();
     let report = match service {
@@ -134,34 +114,48 @@ async fn explain(query: &str, state: &State) -> Result<String, String> {
     Ok(json)
 }
 
-/// Decodes `%XX` escapes and `+` (a space in query strings); `None` on a
-/// broken escape or bytes that are not UTF-8.
-fn percent_decode(text: &str) -> Option<String> {
-    let mut bytes = Vec::with_capacity(text.len());
-    let mut rest = text.bytes();
-    while let Some(b) = rest.next() {
-        match b {
-            b'%' => {
-                let hex = [rest.next()?, rest.next()?];
-                bytes.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+/// Reads the `/explain` query string (`application/x-www-form-urlencoded`:
+/// `%XX` escapes, `+` for a space).
+fn explain_query(query: &str) -> Result<(Name, RecordType), String> {
+    let usage = "usage: /explain?name=<name>[&type=<A|AAAA|SRV|TXT|...>]\n";
+    let mut name = None;
+    let mut rtype = RecordType::A;
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        match &*key {
+            "name" => {
+                let mut parsed = Name::from_ascii(&value)
+                    .map_err(|e| format!("name {value:?}: {e}\n{usage}"))?;
+                parsed.set_fqdn(true);
+                name = Some(parsed);
             }
-            b'+' => bytes.push(b' '),
-            other => bytes.push(other),
+            "type" => {
+                rtype = RecordType::from_str(&value.to_ascii_uppercase())
+                    .map_err(|_| format!("type {value:?} is not a record type\n{usage}"))?;
+            }
+            other => return Err(format!("unknown parameter {other:?}\n{usage}")),
         }
     }
-    String::from_utf8(bytes).ok()
+    let name = name.ok_or_else(|| format!("missing name\n{usage}"))?;
+    Ok((name, rtype))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::percent_decode;
+    use super::*;
 
     #[test]
-    fn query_values_are_percent_decoded() {
-        assert_eq!(percent_decode("web.shop").as_deref(), Some("web.shop"));
-        assert_eq!(percent_decode("a%2Eb%2e").as_deref(), Some("a.b."));
-        assert_eq!(percent_decode("a+b").as_deref(), Some("a b"));
-        assert_eq!(percent_decode("bad%2"), None);
-        assert_eq!(percent_decode("bad%zz"), None);
+    fn explain_queries_are_form_decoded() {
+        let (name, rtype) = explain_query("name=web%2Eshop.svc&type=aaaa").unwrap();
+        assert_eq!(name.to_string(), "web.shop.svc.");
+        assert_eq!(rtype, RecordType::AAAA);
+        let (name, rtype) = explain_query("name=web.shop").unwrap();
+        assert_eq!(
+            (name.to_string().as_str(), rtype),
+            ("web.shop.", RecordType::A)
+        );
+        assert!(explain_query("name=a+b").is_err(), "a space is no name");
+        assert!(explain_query("type=A").is_err());
+        assert!(explain_query("name=a&colour=red").is_err());
+        assert!(explain_query("name=bad%2").is_err());
     }
 }

@@ -7,9 +7,11 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::config::Config;
 use crate::dns::{DnsServer, Handler};
+use crate::error::Chain;
 use crate::metrics::Metrics;
 use crate::publish::{Publisher, ZoneHandle};
 use crate::source::FileSource;
@@ -20,19 +22,29 @@ use crate::source::kubernetes::{KubeSource, KubeSourceError, discover_import_api
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// No Kubernetes client could be configured.
-    #[error("Kubernetes client: {0} (pass --file PATH to serve a manifest instead)")]
-    Client(String),
+    #[error(
+        "configuring the Kubernetes client from {origin} (pass --file PATH to serve a manifest instead)"
+    )]
+    Client {
+        /// Where the configuration came from: a kubeconfig path, or
+        /// "the environment" (in-cluster, $KUBECONFIG, ~/.kube/config).
+        origin: String,
+        /// The error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The initial load of the source failed.
     #[error(transparent)]
     Source(#[from] FileSourceError),
     /// A socket could not be bound.
-    #[error("binding {what} on {addr}: {source}")]
+    #[error("binding {what} on {addr}")]
     Bind {
         /// Which listener.
         what: &'static str,
         /// The address.
         addr: SocketAddr,
         /// The error.
+        #[source]
         source: std::io::Error,
     },
 }
@@ -133,15 +145,21 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             tasks.push(tokio::spawn(supervise("file", task, fatal_tx)));
         }
         None => {
-            let client = kube_client(config).await?;
+            let (client, apiserver) = kube_client(config).await?;
+            tracing::info!(%apiserver, "using the Kubernetes source");
+            // Every line the source logs names the apiserver it talks to.
+            let span = tracing::info_span!("kubernetes", %apiserver);
             let publisher = Publisher::new(zone.clone(), metrics.clone(), inquiries);
-            let task = tokio::spawn(run_kubernetes(
-                client,
-                config.clone(),
-                publisher,
-                shutdown_rx.clone(),
-                fatal_tx.clone(),
-            ));
+            let task = tokio::spawn(
+                run_kubernetes(
+                    client,
+                    config.clone(),
+                    publisher,
+                    shutdown_rx.clone(),
+                    fatal_tx.clone(),
+                )
+                .instrument(span),
+            );
             tasks.push(tokio::spawn(supervise("kubernetes", task, fatal_tx)));
         }
     }
@@ -214,23 +232,35 @@ async fn supervise(
     }
 }
 
-async fn kube_client(config: &Config) -> Result<kube::Client, StartError> {
+/// The client for the configured cluster, and the apiserver's URL (for
+/// log lines about it).
+async fn kube_client(config: &Config) -> Result<(kube::Client, String), StartError> {
+    let failed = |origin: String| {
+        move |source: Box<dyn std::error::Error + Send + Sync>| StartError::Client {
+            origin,
+            source,
+        }
+    };
     let client_config = match &config.kubeconfig {
         Some(path) => {
+            let origin = || path.display().to_string();
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| StartError::Client(format!("{}: {e}", path.display())))?;
+                .map_err(|e| failed(origin())(e.into()))?;
             kube::Config::from_custom_kubeconfig(
                 kubeconfig,
                 &kube::config::KubeConfigOptions::default(),
             )
             .await
-            .map_err(|e| StartError::Client(format!("{}: {e}", path.display())))?
+            .map_err(|e| failed(origin())(e.into()))?
         }
         None => kube::Config::infer()
             .await
-            .map_err(|e| StartError::Client(e.to_string()))?,
+            .map_err(|e| failed("the environment".into())(e.into()))?,
     };
-    kube::Client::try_from(client_config).map_err(|e| StartError::Client(e.to_string()))
+    let url = client_config.cluster_url.to_string();
+    let client =
+        kube::Client::try_from(client_config).map_err(|e| failed(url.clone())(e.into()))?;
+    Ok((client, url))
 }
 
 /// Discovers the ServiceImport API (retrying while it is missing: CRDs may
@@ -247,6 +277,7 @@ async fn run_kubernetes(
         match discover_import_api(&client, &config.import_api).await {
             Ok(resource) => break resource,
             Err(error) => {
+                let error = Chain(&error).to_string();
                 tracing::error!(%error, "ServiceImport API not available; answering SERVFAIL, retrying in {delay:?}");
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
@@ -259,7 +290,7 @@ async fn run_kubernetes(
     tracing::info!(api_version = %resource.api_version, kind = %resource.kind, "watching ServiceImports, EndpointSlices and Namespaces");
     let source = KubeSource::new(client, resource, config.zone.clone(), publisher);
     if let Err(error) = source.run(shutdown).await {
-        tracing::error!(%error, "Kubernetes source stopped");
+        tracing::error!(error = %Chain(&error), "Kubernetes source stopped");
         let _ = fatal.send(error.into()).await;
     }
 }

@@ -1,6 +1,7 @@
 //! Configuration: command line, environment (`CLUSTERSET_DNS_*`) and a TOML
-//! file, in that order of precedence, over built-in defaults. Every setting
-//! has all three forms; `config/clusterset-dns.toml` documents each key.
+//! file, in that order of precedence, over built-in defaults. Every option is
+//! defined once, in [`ServeArgs`], and has all three forms;
+//! `config/clusterset-dns.toml` documents each key.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -8,23 +9,35 @@ use std::time::Duration;
 
 use clap::Args;
 use hickory_proto::rr::Name;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::dns::DnsServerConfig;
 use crate::source::kubernetes::ImportApi;
 use crate::zone::ZoneSettings;
 
-/// Default log filter: our own lifecycle at info, libraries quiet.
-pub const DEFAULT_LOG_FILTER: &str = "clusterset_dns=info,hickory_server=warn,kube=warn,warn";
+/// Default log filter: our own lifecycle at info, libraries quiet. kube's
+/// per-request failure line ("failed with error client error (Connect)")
+/// is off: the source logs each failure itself, with its cause and the
+/// apiserver's URL.
+pub const DEFAULT_LOG_FILTER: &str =
+    "clusterset_dns=info,hickory_server=warn,kube=warn,kube_client::client::builder=off,warn";
 
-/// `serve` options. Each is optional here so that the file and the defaults
-/// can fill what the command line and environment leave out.
-#[derive(Debug, Clone, Default, Args)]
+/// The options of `serve` (and, a subset, of `check` and `dump-zone`),
+/// defined once: each field is a flag, an environment variable
+/// (`CLUSTERSET_DNS_*`) and a key of the TOML file (the field name). Every
+/// field is optional so that the layers can be stacked with [`Self::or`]:
+/// command line and environment (clap), then the file, then
+/// [`Self::defaults`].
+#[derive(Debug, Clone, Default, PartialEq, Args, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct ServeArgs {
     /// TOML configuration file.
     #[arg(long, env = "CLUSTERSET_DNS_CONFIG")]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// Manifest file (multi-document YAML) to serve; watched for changes.
+    /// Manifest file (multi-document YAML) to serve; watched for changes
+    /// (relative to the configuration file when set there).
     #[arg(long, env = "CLUSTERSET_DNS_FILE")]
     pub file: Option<PathBuf>,
     /// Zone to be authoritative for.
@@ -33,7 +46,7 @@ pub struct ServeArgs {
     /// UDP and TCP address for DNS.
     #[arg(long, env = "CLUSTERSET_DNS_DNS_LISTEN")]
     pub dns_listen: Option<SocketAddr>,
-    /// HTTP address for /metrics, /ready and /live.
+    /// HTTP address for /metrics, /ready, /live and /explain.
     #[arg(long, env = "CLUSTERSET_DNS_ADMIN_LISTEN")]
     pub admin_listen: Option<SocketAddr>,
     /// TTL of positive answers, seconds.
@@ -64,6 +77,10 @@ pub struct ServeArgs {
     /// tracing filter, e.g. `clusterset_dns=debug`.
     #[arg(long, env = "CLUSTERSET_DNS_LOG")]
     pub log: Option<String>,
+    /// Log line format: `text` (coloured only on a terminal and without
+    /// `NO_COLOR`) or `json` (one object per line, for log collectors).
+    #[arg(long, env = "CLUSTERSET_DNS_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
     /// kubeconfig for the Kubernetes source (default: in-cluster, then $KUBECONFIG, then ~/.kube/config).
     #[arg(long, env = "CLUSTERSET_DNS_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
@@ -78,42 +95,123 @@ pub struct ServeArgs {
     pub import_kind: Option<String>,
 }
 
-/// The TOML file: the same keys as the flags, with `_` for `-`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    /// See [`ServeArgs::file`]; relative to the configuration file.
-    pub file: Option<PathBuf>,
-    /// See [`ServeArgs::zone`].
-    pub zone: Option<String>,
-    /// See [`ServeArgs::dns_listen`].
-    pub dns_listen: Option<SocketAddr>,
-    /// See [`ServeArgs::admin_listen`].
-    pub admin_listen: Option<SocketAddr>,
-    /// See [`ServeArgs::ttl`].
-    pub ttl: Option<u32>,
-    /// See [`ServeArgs::negative_ttl`].
-    pub negative_ttl: Option<u32>,
-    /// See [`ServeArgs::max_records`].
-    pub max_records: Option<usize>,
-    /// See [`ServeArgs::nameserver_addresses`].
-    pub nameserver_addresses: Option<Vec<IpAddr>>,
-    /// See [`ServeArgs::udp_workers`].
-    pub udp_workers: Option<usize>,
-    /// See [`ServeArgs::fast_path`].
-    pub fast_path: Option<bool>,
-    /// See [`ServeArgs::tcp_idle_timeout`].
-    pub tcp_idle_timeout: Option<u64>,
-    /// See [`ServeArgs::log`].
-    pub log: Option<String>,
-    /// See [`ServeArgs::kubeconfig`]; relative to the configuration file.
-    pub kubeconfig: Option<PathBuf>,
-    /// See [`ServeArgs::import_group`].
-    pub import_group: Option<String>,
-    /// See [`ServeArgs::import_version`].
-    pub import_version: Option<String>,
-    /// See [`ServeArgs::import_kind`].
-    pub import_kind: Option<String>,
+/// The options `dump-zone` reads (the others are accepted but hidden);
+/// `check` reads only `config` and `file`.
+pub const ZONE_OPTIONS: &[&str] = &[
+    "config",
+    "file",
+    "zone",
+    "ttl",
+    "negative_ttl",
+    "max_records",
+    "nameserver_addresses",
+];
+
+/// The options `check` reads.
+pub const CHECK_OPTIONS: &[&str] = &["config", "file"];
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl ServeArgs {
+    /// The built-in defaults: the bottom layer.
+    pub fn defaults() -> Self {
+        let zone = ZoneSettings::new(Name::root());
+        let dns = DnsServerConfig::default();
+        let import = ImportApi::default();
+        Self {
+            config: None,
+            file: None,
+            zone: Some("clusterset.local".into()),
+            dns_listen: Some(dns.listen),
+            admin_listen: Some(SocketAddr::from(([0, 0, 0, 0], 9180))),
+            ttl: Some(zone.ttl),
+            negative_ttl: Some(zone.negative_ttl),
+            max_records: Some(zone.max_records),
+            nameserver_addresses: None,
+            udp_workers: Some(dns.udp_workers),
+            fast_path: Some(dns.fast_path),
+            tcp_idle_timeout: Some(dns.tcp_idle_timeout.as_secs()),
+            log: Some(DEFAULT_LOG_FILTER.into()),
+            log_format: Some(LogFormat::default()),
+            kubeconfig: None,
+            import_group: Some(import.group),
+            import_version: import.version,
+            import_kind: Some(import.kind),
+        }
+    }
+
+    /// `self` over `lower`: every option `self` leaves unset is taken from
+    /// `lower`. Generic over the fields (through their serde form), so a new
+    /// option needs no merging code.
+    pub fn or(self, lower: Self) -> Self {
+        let config = self.config.clone().or(lower.config.clone());
+        let (Ok(Value::Object(mut upper)), Ok(Value::Object(lower))) =
+            (serde_json::to_value(&self), serde_json::to_value(&lower))
+        else {
+            unreachable!("options serialize to a JSON object");
+        };
+        for (key, value) in lower {
+            if upper.get(&key).is_none_or(Value::is_null) {
+                upper.insert(key, value);
+            }
+        }
+        let merged: Self = serde_json::from_value(Value::Object(upper))
+            .expect("options read back what they serialized");
+        Self { config, ..merged }
+    }
+
+    /// The default of each option that has one, as `--help` shows it.
+    fn default_texts() -> Vec<(String, String)> {
+        let Ok(Value::Object(defaults)) = serde_json::to_value(Self::defaults()) else {
+            unreachable!("options serialize to a JSON object");
+        };
+        defaults
+            .into_iter()
+            .filter_map(|(key, value)| {
+                let text = match value {
+                    Value::Null => return None,
+                    Value::String(s) => s,
+                    Value::Array(items) => items
+                        .iter()
+                        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    other => other.to_string(),
+                };
+                Some((key, text))
+            })
+            .collect()
+    }
+
+    /// Adapts the options of a subcommand built from `ServeArgs`: shows each
+    /// default in `--help` (`[default: clusterset.local]`) and hides the
+    /// options not in `shown` (`None`: all shown).
+    pub fn help(command: clap::Command, shown: Option<&[&str]>) -> clap::Command {
+        let defaults = Self::default_texts();
+        command.mut_args(|arg| {
+            let id = arg.get_id().as_str();
+            let mut arg = match defaults.iter().find(|(key, _)| key == id) {
+                Some((_, text)) => {
+                    let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                    arg.help(format!("{help} [default: {text}]"))
+                }
+                None => arg,
+            };
+            if shown.is_some_and(|shown| !shown.contains(&arg.get_id().as_str())) {
+                arg = arg.hide(true);
+            }
+            arg
+        })
+    }
 }
 
 /// The validated configuration.
@@ -129,6 +227,8 @@ pub struct Config {
     pub admin_listen: SocketAddr,
     /// tracing filter.
     pub log: String,
+    /// Log line format.
+    pub log_format: LogFormat,
     /// kubeconfig path for the Kubernetes source.
     pub kubeconfig: Option<PathBuf>,
     /// ServiceImport API for the Kubernetes source.
@@ -139,19 +239,21 @@ pub struct Config {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Read {
         /// The file.
         path: PathBuf,
         /// The error.
+        #[source]
         source: std::io::Error,
     },
     /// The file is not valid TOML or has unknown keys.
-    #[error("parsing {path}: {source}")]
+    #[error("parsing {path}")]
     Parse {
         /// The file.
         path: PathBuf,
         /// The error.
+        #[source]
         source: Box<toml::de::Error>,
     },
     /// A value is out of range.
@@ -160,21 +262,22 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// Resolves `args` over the configuration file (if any) and the defaults.
+    /// Resolves `args` (command line and environment) over the configuration
+    /// file (if any) and the defaults.
     pub fn resolve(args: &ServeArgs) -> Result<Self, ConfigError> {
         let file = match &args.config {
             Some(path) => load_file(path)?,
-            None => FileConfig::default(),
+            None => ServeArgs::default(),
         };
-        Self::merge(args, file)
+        Self::from_options(args.clone().or(file).or(ServeArgs::defaults()))
     }
 
-    fn merge(args: &ServeArgs, file: FileConfig) -> Result<Self, ConfigError> {
-        let zone_name = args
-            .zone
-            .clone()
-            .or(file.zone)
-            .unwrap_or_else(|| "clusterset.local".into());
+    /// Validates the layered options (every option with a default is set).
+    fn from_options(options: ServeArgs) -> Result<Self, ConfigError> {
+        fn set<T>(option: Option<T>) -> T {
+            option.expect("ServeArgs::defaults sets every option with a default")
+        }
+        let zone_name = set(options.zone);
         let origin = Name::from_ascii(&zone_name)
             .ok()
             .filter(|n| {
@@ -196,64 +299,33 @@ impl Config {
             )));
         }
         let mut zone = ZoneSettings::new(origin);
-        zone.ttl = args.ttl.or(file.ttl).unwrap_or(zone.ttl);
-        zone.negative_ttl = args
-            .negative_ttl
-            .or(file.negative_ttl)
-            .unwrap_or(zone.negative_ttl);
-        zone.max_records = args
-            .max_records
-            .or(file.max_records)
-            .unwrap_or(zone.max_records);
-        zone.nameserver_addresses = args
-            .nameserver_addresses
-            .clone()
-            .or(file.nameserver_addresses)
-            .unwrap_or_default();
+        zone.ttl = set(options.ttl);
+        zone.negative_ttl = set(options.negative_ttl);
+        zone.max_records = set(options.max_records);
+        zone.nameserver_addresses = options.nameserver_addresses.unwrap_or_default();
         if zone.max_records == 0 {
             return Err(ConfigError::Invalid(
                 "max_records must be at least 1".into(),
             ));
         }
         let dns = DnsServerConfig {
-            listen: args
-                .dns_listen
-                .or(file.dns_listen)
-                .unwrap_or(DnsServerConfig::default().listen),
-            udp_workers: args.udp_workers.or(file.udp_workers).unwrap_or(0),
-            fast_path: args.fast_path.or(file.fast_path).unwrap_or(true),
-            tcp_idle_timeout: Duration::from_secs(
-                args.tcp_idle_timeout
-                    .or(file.tcp_idle_timeout)
-                    .unwrap_or(10),
-            ),
+            listen: set(options.dns_listen),
+            udp_workers: set(options.udp_workers),
+            fast_path: set(options.fast_path),
+            tcp_idle_timeout: Duration::from_secs(set(options.tcp_idle_timeout)),
         };
         Ok(Self {
-            file: args.file.clone().or(file.file),
+            file: options.file,
             zone,
             dns,
-            admin_listen: args
-                .admin_listen
-                .or(file.admin_listen)
-                .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 9180))),
-            log: args
-                .log
-                .clone()
-                .or(file.log)
-                .unwrap_or_else(|| DEFAULT_LOG_FILTER.into()),
-            kubeconfig: args.kubeconfig.clone().or(file.kubeconfig),
+            admin_listen: set(options.admin_listen),
+            log: set(options.log),
+            log_format: set(options.log_format),
+            kubeconfig: options.kubeconfig,
             import_api: ImportApi {
-                group: args
-                    .import_group
-                    .clone()
-                    .or(file.import_group)
-                    .unwrap_or_else(|| ImportApi::default().group),
-                version: args.import_version.clone().or(file.import_version),
-                kind: args
-                    .import_kind
-                    .clone()
-                    .or(file.import_kind)
-                    .unwrap_or_else(|| ImportApi::default().kind),
+                group: set(options.import_group),
+                version: options.import_version,
+                kind: set(options.import_kind),
             },
         })
     }
@@ -261,12 +333,12 @@ impl Config {
 
 /// Reads a TOML configuration file; relative paths in it are taken relative
 /// to the file's directory, so a config works from any working directory.
-pub fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
+pub fn load_file(path: &Path) -> Result<ServeArgs, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.into(),
         source,
     })?;
-    let mut config: FileConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+    let mut config: ServeArgs = toml::from_str(&text).map_err(|source| ConfigError::Parse {
         path: path.into(),
         source: Box::new(source),
     })?;
@@ -287,24 +359,54 @@ pub fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
 mod tests {
     use super::*;
 
+    fn layered(args: ServeArgs, file: ServeArgs) -> Result<Config, ConfigError> {
+        Config::from_options(args.or(file).or(ServeArgs::defaults()))
+    }
+
     #[test]
     fn flags_override_file_and_file_overrides_defaults() {
-        let file: FileConfig =
-            toml::from_str("ttl = 30\nnegative_ttl = 7\nzone = \"example.org\"").unwrap();
+        let file: ServeArgs = toml::from_str(
+            "ttl = 30\nnegative_ttl = 7\nzone = \"example.org\"\nlog_format = \"json\"",
+        )
+        .unwrap();
         let args = ServeArgs {
             ttl: Some(9),
             ..Default::default()
         };
-        let config = Config::merge(&args, file).unwrap();
+        let config = layered(args, file).unwrap();
         assert_eq!(config.zone.ttl, 9);
         assert_eq!(config.zone.negative_ttl, 7);
         assert_eq!(config.zone.origin.to_string(), "example.org.");
         assert_eq!(config.zone.max_records, 1000);
+        assert_eq!(config.log_format, LogFormat::Json);
+        assert_eq!(config.dns.listen, DnsServerConfig::default().listen);
+    }
+
+    #[test]
+    fn layering_fills_only_unset_options() {
+        let upper = ServeArgs {
+            config: Some("a.toml".into()),
+            nameserver_addresses: Some(vec!["10.0.0.1".parse().unwrap()]),
+            fast_path: Some(false),
+            ..Default::default()
+        };
+        let merged = upper.clone().or(ServeArgs::defaults());
+        assert_eq!(merged.config, upper.config);
+        assert_eq!(merged.nameserver_addresses, upper.nameserver_addresses);
+        assert_eq!(merged.fast_path, Some(false));
+        assert_eq!(merged.zone.as_deref(), Some("clusterset.local"));
+        assert_eq!(
+            ServeArgs::default().or(ServeArgs::defaults()),
+            ServeArgs::defaults()
+        );
     }
 
     #[test]
     fn unknown_keys_are_rejected() {
-        assert!(toml::from_str::<FileConfig>("tll = 5").is_err());
+        assert!(toml::from_str::<ServeArgs>("tll = 5").is_err());
+        // `config` is a flag, not a key of the file it names.
+        assert!(toml::from_str::<ServeArgs>("config = \"x.toml\"").is_err());
+        assert!(toml::from_str::<ServeArgs>("log_format = \"xml\"").is_err());
     }
 
     #[test]
@@ -313,7 +415,7 @@ mod tests {
             zone: Some("bad_zone!".into()),
             ..Default::default()
         };
-        assert!(Config::merge(&args, FileConfig::default()).is_err());
+        assert!(layered(args, ServeArgs::default()).is_err());
     }
 
     /// A zone too long to hold `<63 bytes>.<63 bytes>.svc.<zone>` is refused
@@ -326,9 +428,9 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(crate::zone::MAX_ORIGIN_LEN, 60 + 1 + 60 + 1 + 1);
-        let fits = Config::merge(&zone(60, 60), FileConfig::default());
+        let fits = layered(zone(60, 60), ServeArgs::default());
         assert!(fits.is_ok(), "{fits:?}");
-        let error = Config::merge(&zone(60, 61), FileConfig::default())
+        let error = layered(zone(60, 61), ServeArgs::default())
             .unwrap_err()
             .to_string();
         assert!(error.contains("too long"), "{error}");
@@ -339,5 +441,36 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/clusterset-dns.toml");
         let config = load_file(&path).unwrap();
         assert!(config.file.unwrap().ends_with("example-clusterset.yaml"));
+    }
+
+    /// Every key the shipped file documents (commented out or not) is an
+    /// option, and every option is documented there.
+    #[test]
+    fn the_shipped_config_file_documents_every_option() {
+        let text = include_str!("../config/clusterset-dns.toml");
+        let Ok(Value::Object(all)) = serde_json::to_value(ServeArgs::defaults()) else {
+            unreachable!()
+        };
+        for key in all.keys() {
+            let documented = text
+                .lines()
+                .any(|l| l.trim_start_matches("# ").starts_with(&format!("{key} = ")));
+            assert!(documented, "{key} is not in config/clusterset-dns.toml");
+        }
+        // The commented-out defaults parse too.
+        let uncommented: String = text
+            .lines()
+            .map(|l| {
+                let key = |l: &&str| {
+                    l.split_once(" = ").is_some_and(|(k, _)| {
+                        !k.is_empty() && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+                    })
+                };
+                l.strip_prefix("# ").filter(key).unwrap_or(l)
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let options: ServeArgs = toml::from_str(&uncommented).unwrap();
+        assert_eq!(options.log_format, Some(LogFormat::Text));
     }
 }

@@ -24,6 +24,7 @@
 //! - [`watch`]: the generic watch → store layer (relists in one step,
 //!   health, backoff), for the DNS source and the controller alike.
 //! - [`config`]: command line, environment and TOML configuration.
+//! - [`error`]: how errors and their causes are printed.
 //! - [`metrics`], [`admin`], [`explain`], [`telemetry`]: operations.
 
 pub mod admin;
@@ -31,6 +32,7 @@ pub mod api;
 pub mod app;
 pub mod config;
 pub mod dns;
+pub mod error;
 pub mod explain;
 pub mod index;
 pub mod metrics;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use clusterset_dns::config::{Config, ServeArgs};
+use clusterset_dns::config::{CHECK_OPTIONS, Config, ServeArgs, ZONE_OPTIONS};
 use clusterset_dns::index::Index;
 use clusterset_dns::source::manifest;
 
@@ -22,10 +22,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve DNS for the clusterset zone.
+    #[command(defer(|c| ServeArgs::help(c, None)))]
     Serve(ServeArgs),
-    /// Validate a manifest file and print what it contains.
+    /// Validate a manifest file and print what it contains; exits non-zero
+    /// if any document is skipped or rejected.
+    #[command(defer(|c| ServeArgs::help(c, Some(CHECK_OPTIONS))))]
     Check(ServeArgs),
     /// Print the zone built from a manifest in RFC 1035 master-file format.
+    #[command(defer(|c| ServeArgs::help(c, Some(ZONE_OPTIONS))))]
     DumpZone(ServeArgs),
     /// Print the CustomResourceDefinitions (ServiceImport, ServiceExport, ClusterProperty).
     Crds,
@@ -35,7 +39,8 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            let error: &(dyn std::error::Error + 'static) = error.as_ref();
+            eprintln!("error: {}", clusterset_dns::error::Chain(error));
             ExitCode::FAILURE
         }
     }
@@ -46,16 +51,28 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve(&args),
         Command::Check(args) => {
             let config = Config::resolve(&args)?;
-            let (_, text) = read_manifest(&config)?;
-            let parsed = manifest::parse(&text)?;
+            let (path, text) = read_manifest(&config)?;
+            let report = manifest::check(&text);
+            let parsed = &report.manifest;
             println!(
-                "{} ServiceImports, {} EndpointSlices, {} skipped",
+                "{} ServiceImports, {} EndpointSlices, {} skipped, {} rejected",
                 parsed.imports.len(),
                 parsed.slices.len(),
-                parsed.skipped.len()
+                parsed.skipped.len(),
+                report.rejected.len()
             );
-            for skipped in parsed.skipped {
-                println!("skipped {skipped}");
+            for skipped in &parsed.skipped {
+                eprintln!("skipped {skipped}");
+            }
+            for rejected in &report.rejected {
+                eprintln!("rejected {rejected}");
+            }
+            let problems = parsed.skipped.len() + report.rejected.len();
+            if problems > 0 {
+                anyhow::bail!(
+                    "{}: {problems} object(s) or document(s) would not be served",
+                    path.display()
+                );
             }
             Ok(())
         }
@@ -89,7 +106,7 @@ fn read_manifest(config: &Config) -> anyhow::Result<(std::path::PathBuf, String)
 
 fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let config = Config::resolve(args)?;
-    clusterset_dns::telemetry::init(&config.log);
+    clusterset_dns::telemetry::init(&config.log, config.log_format);
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     runtime.block_on(async {
         // Register the handlers before any socket is bound: a SIGTERM that

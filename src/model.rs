@@ -176,6 +176,9 @@ pub enum ModelError {
         /// Its value.
         value: String,
     },
+    /// A limit of the CRD or of the apiserver's validation.
+    #[error("{0}")]
+    Limit(String),
     /// A field with a value outside its enum.
     #[error("{field}: unsupported value {value:?}")]
     Unsupported {
@@ -281,6 +284,15 @@ pub struct FieldError {
     pub error: ModelError,
 }
 
+impl FieldError {
+    fn limit(violation: crate::api::limits::Violation) -> Self {
+        Self {
+            field: violation.field,
+            error: ModelError::Limit(violation.message),
+        }
+    }
+}
+
 fn at(field: impl Into<String>) -> impl FnOnce(ModelError) -> FieldError {
     let field = field.into();
     move |error| FieldError { field, error }
@@ -289,6 +301,7 @@ fn at(field: impl Into<String>) -> impl FnOnce(ModelError) -> FieldError {
 impl ImportedService {
     /// Projects a ServiceImport (either API version; the schemas are identical).
     pub fn from_api(import: &crate::api::ServiceImport) -> Result<Self, FieldError> {
+        crate::api::limits::service_import(import).map_err(FieldError::limit)?;
         let namespace = import.metadata.namespace.as_deref().unwrap_or("default");
         let name = import.metadata.name.as_deref().unwrap_or_default();
         if !is_dns_label(name) {
@@ -348,6 +361,7 @@ impl SliceEndpoints {
         let Some(service) = labels.and_then(|l| l.get(LABEL_SERVICE_NAME)) else {
             return Ok(None);
         };
+        crate::api::limits::endpoint_slice(slice).map_err(FieldError::limit)?;
         let namespace = slice.metadata.namespace.as_deref().unwrap_or("default");
         let label_field = |key: &str| format!("metadata.labels[{key:?}]");
         if !is_dns_label(service) {

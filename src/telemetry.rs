@@ -1,9 +1,16 @@
-//! Logging: a `tracing` subscriber with the configured filter.
+//! Logging: a `tracing` subscriber with the configured filter and format.
+//! Text lines are coloured only when stderr is a terminal and `NO_COLOR` is
+//! unset (<https://no-color.org>); `json` writes one object per line.
+
+use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-/// Installs the global subscriber; `filter` uses `RUST_LOG` syntax.
-pub fn init(filter: &str) {
+use crate::config::LogFormat;
+
+/// Installs the global subscriber, writing to stderr; `filter` uses
+/// `RUST_LOG` syntax.
+pub fn init(filter: &str, format: LogFormat) {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|error| {
         eprintln!(
             "invalid log filter {filter:?} ({error}); using {}",
@@ -11,8 +18,36 @@ pub fn init(filter: &str) {
         );
         EnvFilter::new(crate::config::DEFAULT_LOG_FILTER)
     });
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_target(false)
-        .try_init();
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(use_colour(
+                std::io::stderr().is_terminal(),
+                std::env::var_os("NO_COLOR").as_deref(),
+            ))
+            .try_init(),
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    };
+}
+
+/// Colour only on a terminal, and not when `NO_COLOR` is set to anything
+/// but the empty string.
+fn use_colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(use_colour(true, None));
+        assert!(use_colour(true, Some("".as_ref())));
+        assert!(!use_colour(true, Some("1".as_ref())));
+        assert!(!use_colour(false, None));
+    }
 }

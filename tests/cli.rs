@@ -170,3 +170,298 @@ spec: {type: ClusterSetIP, ips: [10.96.0.2, not-an-ip], ports: [{port: 80}]}
     assert!(stderr.contains("ServiceImport prod/bad"), "{stderr}");
     assert!(stderr.contains("spec.ips[1]"), "{stderr}");
 }
+
+/// Runs the binary with `args` and `env` (and no `CLUSTERSET_DNS_*` from
+/// the caller's environment) in `dir`; returns exit success, stdout, stderr.
+async fn run(args: &[&str], env: &[(&str, &str)], dir: &std::path::Path) -> (bool, String, String) {
+    let mut command = Command::new(BIN);
+    command.args(args).current_dir(dir);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("CLUSTERSET_DNS_") {
+            command.env_remove(key);
+        }
+    }
+    command.envs(env.iter().copied());
+    let output = within(STOP_LIMIT, "run clusterset-dns", command.output())
+        .await
+        .expect("run clusterset-dns");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// `--help` shows each default; `check` and `dump-zone` show only the
+/// options they read.
+#[tokio::test(flavor = "multi_thread")]
+async fn help_shows_defaults_and_only_the_options_a_command_reads() {
+    let here = std::env::temp_dir();
+    let (ok, serve, _) = run(&["serve", "--help"], &[], &here).await;
+    assert!(ok);
+    for shown in [
+        "[default: clusterset.local]",
+        "[default: 0.0.0.0:53]",
+        "[default: 0.0.0.0:9180]",
+        "[default: 5]",
+        "[default: 1000]",
+        "[default: true]",
+        "[default: text]",
+        "[default: multicluster.x-k8s.io]",
+        "--log-format",
+        "CLUSTERSET_DNS_LOG_FORMAT",
+    ] {
+        assert!(
+            serve.contains(shown),
+            "serve --help lacks {shown}:\n{serve}"
+        );
+    }
+    let (ok, check, _) = run(&["check", "--help"], &[], &here).await;
+    assert!(ok);
+    assert!(
+        check.contains("--file") && check.contains("--config"),
+        "{check}"
+    );
+    for hidden in ["--dns-listen", "--ttl", "--log", "--kubeconfig"] {
+        assert!(
+            !check.contains(hidden),
+            "check --help shows {hidden}:\n{check}"
+        );
+    }
+    let (ok, dump, _) = run(&["dump-zone", "--help"], &[], &here).await;
+    assert!(ok);
+    assert!(
+        dump.contains("--negative-ttl") && dump.contains("[default: 5]"),
+        "{dump}"
+    );
+    for hidden in ["--dns-listen", "--fast-path", "--log", "--import-group"] {
+        assert!(
+            !dump.contains(hidden),
+            "dump-zone --help shows {hidden}:\n{dump}"
+        );
+    }
+}
+
+/// Flag over environment over file over default, seen in the zone
+/// `dump-zone` prints; the file's relative `file` is taken from its own
+/// directory, whatever the working directory.
+#[tokio::test(flavor = "multi_thread")]
+async fn flags_win_over_environment_over_file_over_defaults() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(repo_path(common::EXAMPLE), dir.path().join("m.yaml")).expect("copy example");
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        "file = \"m.yaml\"\nzone = \"file.example\"\nttl = 30\nnegative_ttl = 31\nmax_records = 1\n",
+    )
+    .expect("write config");
+    let config = config.to_str().expect("UTF-8 path");
+    let elsewhere = std::env::temp_dir();
+    let (ok, zone, stderr) = run(
+        &["dump-zone", "--config", config, "--ttl", "10"],
+        &[
+            ("CLUSTERSET_DNS_TTL", "20"),
+            ("CLUSTERSET_DNS_NEGATIVE_TTL", "21"),
+        ],
+        &elsewhere,
+    )
+    .await;
+    assert!(ok, "{stderr}");
+    // ttl: flag (10) over environment (20) over file (30).
+    assert!(
+        zone.contains("web.shop.svc.file.example. 10 IN A "),
+        "{zone}"
+    );
+    // negative_ttl: environment (21) over file (31), in the SOA.
+    let soa = zone.lines().find(|l| l.contains(" SOA ")).expect("an SOA");
+    assert!(
+        soa.starts_with("file.example. 21 IN SOA ") && soa.ends_with(" 21"),
+        "{soa}"
+    );
+    // max_records: file (1) over default (1000); db has three IPv4 endpoints.
+    let db = zone
+        .lines()
+        .filter(|l| l.starts_with("db.shop.svc.file.example. 10 IN A "))
+        .count();
+    assert_eq!(db, 1, "{zone}");
+    // Defaults without flag, environment or file.
+    let example = repo_path(common::EXAMPLE);
+    let (ok, zone, stderr) = run(
+        &["dump-zone", "--file", example.to_str().expect("UTF-8 path")],
+        &[],
+        &elsewhere,
+    )
+    .await;
+    assert!(ok, "{stderr}");
+    assert!(
+        zone.contains("web.shop.svc.clusterset.local. 5 IN A "),
+        "{zone}"
+    );
+    // An unknown key in the file is an error naming it.
+    std::fs::write(dir.path().join("bad.toml"), "tll = 5\n").expect("write config");
+    let bad = dir.path().join("bad.toml");
+    let (ok, _, stderr) = run(
+        &["check", "--config", bad.to_str().expect("UTF-8 path")],
+        &[],
+        &elsewhere,
+    )
+    .await;
+    assert!(!ok);
+    assert!(stderr.contains("tll"), "{stderr}");
+}
+
+/// An error is printed once, with its cause once: `reading <path>: No such
+/// file or directory (os error 2)`, not the cause twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn errors_show_their_cause_exactly_once() {
+    let here = std::env::temp_dir();
+    let cause = "No such file or directory";
+    for args in [
+        &["check", "--file", "/nonexistent/m.yaml"][..],
+        &["check", "--config", "/nonexistent/c.toml"],
+        &["dump-zone", "--file", "/nonexistent/m.yaml"],
+        &["serve", "--file", "/nonexistent/m.yaml"],
+    ] {
+        let (ok, _, stderr) = run(args, &[], &here).await;
+        assert!(!ok, "{args:?} succeeded");
+        assert_eq!(stderr.matches(cause).count(), 1, "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.matches("/nonexistent/").count(),
+            1,
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            stderr.starts_with("error: reading /nonexistent/"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+/// Reads `child`'s stderr lines until one satisfies `wanted`; returns all
+/// lines read.
+async fn stderr_until(child: &mut Child, wanted: impl Fn(&str) -> bool) -> Vec<String> {
+    use tokio::io::AsyncBufReadExt;
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    let read = async {
+        while let Some(line) = lines.next_line().await.expect("read stderr") {
+            let done = wanted(&line);
+            seen.push(line);
+            if done {
+                return;
+            }
+        }
+    };
+    if tokio::time::timeout(START_LIMIT, read).await.is_err() {
+        panic!("no such line within {START_LIMIT:?}:\n{}", seen.join("\n"));
+    }
+    seen
+}
+
+/// An apiserver that refuses connections is logged with its URL and the
+/// cause, in plain text (stderr is a pipe, not a terminal) or as JSON.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_apiserver_is_logged_with_its_url_and_cause() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A port nothing listens on: bound, then released.
+    let port = free_tcp_port();
+    let url = format!("https://127.0.0.1:{port}");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: \"{url}\"}}}}]\nusers: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\ncurrent-context: c\n"
+        ),
+    )
+    .expect("write kubeconfig");
+    for format in ["text", "json"] {
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args([
+                "--dns-listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--log-format", format])
+            .env_remove("NO_COLOR")
+            .env_remove("CLUSTERSET_DNS_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn serve");
+        let lines = stderr_until(&mut child, |l| {
+            l.contains("ServiceImport API not available")
+        })
+        .await;
+        child.kill().await.expect("kill serve");
+        let line = lines.last().expect("a line");
+        assert!(line.contains(&url), "{format}: {line}");
+        assert!(line.contains("Connection refused"), "{format}: {line}");
+        let all = lines.join("\n");
+        assert!(
+            !all.contains('\u{1b}'),
+            "{format}: colour codes on a pipe:\n{all}"
+        );
+        assert!(!all.contains("failed with error"), "{format}: {all}");
+        if format == "json" {
+            for line in &lines {
+                let value: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+                assert!(value.get("level").is_some(), "{line}");
+            }
+        }
+    }
+}
+
+/// `check` prints every skipped or rejected document (an unknown field, a
+/// CRD limit, a kind DNS does not read) and exits non-zero.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_fails_on_every_skipped_or_rejected_document() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("m.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: multicluster.x-k8s.io/v1beta1
+kind: ServiceImport
+metadata: {name: typo, namespace: prod}
+spec: {type: ClusterSetIP, ip: [10.96.0.1], ports: [{port: 80}]}
+---
+apiVersion: multicluster.x-k8s.io/v1beta1
+kind: ServiceImport
+metadata: {name: good, namespace: prod}
+spec: {type: ClusterSetIP, ips: [10.96.0.2], ports: [{port: 80}]}
+---
+apiVersion: multicluster.x-k8s.io/v1beta1
+kind: ServiceImport
+metadata: {name: twofour, namespace: prod}
+spec: {type: ClusterSetIP, ips: [10.96.0.3, 10.96.0.4], ports: [{port: 80}]}
+---
+apiVersion: multicluster.x-k8s.io/v1beta1
+kind: ServiceExport
+metadata: {name: good, namespace: prod}
+",
+    )
+    .expect("write manifest");
+    let (ok, stdout, stderr) = run(
+        &["check", "--file", path.to_str().expect("UTF-8 path")],
+        &[],
+        dir.path(),
+    )
+    .await;
+    assert!(!ok, "check accepted:\n{stdout}{stderr}");
+    assert!(
+        stdout.contains("1 ServiceImports, 0 EndpointSlices, 1 skipped, 2 rejected"),
+        "{stdout}"
+    );
+    for problem in [
+        "rejected document 1: ServiceImport prod/typo: unknown field \"spec.ip\"",
+        "rejected document 3: ServiceImport prod/twofour: spec.ips: at most one address per IP family",
+        "skipped document 4: multicluster.x-k8s.io/v1beta1 ServiceExport prod/good",
+    ] {
+        assert!(stderr.contains(problem), "{problem}:\n{stderr}");
+    }
+}

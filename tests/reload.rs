@@ -320,7 +320,7 @@ async fn the_server_refuses_to_start_with_a_broken_manifest() {
             panic!("started with an invalid IP");
         }
         Err(error) => {
-            let message = error.to_string();
+            let message = clusterset_dns::error::Chain(&error).to_string();
             assert!(message.contains("document 2"), "{message}");
             assert!(message.contains("ServiceImport prod/bad"), "{message}");
             assert!(message.contains("spec.ips[0]"), "{message}");
@@ -334,7 +334,7 @@ async fn the_server_refuses_to_start_with_a_broken_manifest() {
             panic!("started with broken YAML");
         }
         Err(error) => {
-            let message = error.to_string();
+            let message = clusterset_dns::error::Chain(&error).to_string();
             assert!(message.contains("YAML"), "{message}");
         }
     }

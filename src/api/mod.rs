@@ -12,12 +12,15 @@
 //!   `From`.
 //! - [`well_known`]: label, annotation, property, condition and group names.
 //! - [`crds`]: the merged multi-version CRDs and their YAML rendering.
+//! - [`limits`]: the CRD and apiserver limits both sources check objects
+//!   against.
 //!
 //! This module only describes data: no client, no reconciliation. Field
 //! types follow the Go API (`omitempty` lists and maps are empty
 //! collections that are skipped when serializing; optional scalars and
 //! objects are `Option`s). Unknown fields are ignored when deserializing, so
-//! objects written against a newer schema still load.
+//! objects written against a newer schema still load; the manifest source
+//! rejects them itself, as `kubectl apply` would.
 
 /// Implements `From` in both directions between the `v1alpha1` and
 /// `v1beta1` versions of a kind and its spec, in the module that invokes it.
@@ -52,6 +55,7 @@ macro_rules! convert_between_versions {
 
 mod cluster_property;
 pub mod crds;
+pub mod limits;
 mod service_export;
 mod service_import;
 pub mod well_known;

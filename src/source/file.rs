@@ -23,11 +23,12 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 #[derive(Debug, thiserror::Error)]
 pub enum FileSourceError {
     /// The file could not be read.
-    #[error("{path}: {source}")]
+    #[error("reading {path}")]
     Read {
         /// The file.
         path: PathBuf,
         /// The I/O error.
+        #[source]
         source: io::Error,
     },
     /// The file is empty: a writer truncated it and has not written yet,
@@ -40,11 +41,12 @@ pub enum FileSourceError {
         path: PathBuf,
     },
     /// The file is not a valid manifest.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Manifest {
         /// The file.
         path: PathBuf,
         /// What is wrong.
+        #[source]
         source: ManifestError,
     },
 }
@@ -237,7 +239,7 @@ impl FileSource {
 
     fn report_error(&mut self, last_error: &mut Option<String>, error: &FileSourceError) {
         self.publisher.set_failing(true);
-        let message = error.to_string();
+        let message = crate::error::Chain(error).to_string();
         if last_error.as_deref() != Some(message.as_str()) {
             tracing::error!(error = %message, "manifest not loaded; still serving the last good index");
             *last_error = Some(message);

@@ -54,6 +54,58 @@ pub fn parse(text: &str) -> Result<Manifest, ManifestError> {
     Parser::default().parse(text)
 }
 
+/// A manifest with every problem in it, not only the first: what `check`
+/// reports.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// The objects that would be served.
+    pub manifest: Manifest,
+    /// Documents and objects that were rejected, in document order
+    /// (duplicates last); each document reports its first problem.
+    pub rejected: Vec<ManifestError>,
+}
+
+/// Parses `text` like [`parse`], but goes on past invalid documents and
+/// reports them all.
+pub fn check(text: &str) -> Report {
+    let mut rejected = Vec::new();
+    let mut documents = Vec::new();
+    let mut project =
+        |document, number, rejected: &mut Vec<_>| match project_document(document, number) {
+            Ok(objects) => documents.push((number, objects)),
+            Err(error) => rejected.push(error),
+        };
+    match split_documents(text) {
+        Some(pieces) => {
+            for piece in pieces {
+                match serde_saphyr::from_str_with_options(piece.text, yaml_options()) {
+                    Ok(document) => project(document, piece.number, &mut rejected),
+                    // Only the first syntax error can be placed by parsing
+                    // the whole stream again.
+                    Err(error) if !rejected.iter().any(|e| matches!(e, ManifestError::Yaml(_))) => {
+                        rejected.push(yaml_error(text, &piece, error));
+                    }
+                    Err(error) => rejected.push(ManifestError::Yaml(format!(
+                        "document {}: line {} and after: {error}",
+                        piece.number, piece.first_line
+                    ))),
+                }
+            }
+        }
+        None => match serde_saphyr::from_multiple_with_options::<Value>(text, yaml_options()) {
+            Ok(values) => {
+                for (i, document) in values.into_iter().enumerate() {
+                    project(document, i + 1, &mut rejected);
+                }
+            }
+            Err(error) => rejected.push(ManifestError::Yaml(error.to_string())),
+        },
+    }
+    let (manifest, duplicates) = collect(&documents);
+    rejected.extend(duplicates);
+    Report { manifest, rejected }
+}
+
 /// What one document holds: `(item in a kind: List, object)`.
 type DocumentObjects = Arc<[(Option<usize>, Object)]>;
 
@@ -175,6 +227,17 @@ fn project_document(document: Value, number: usize) -> Result<DocumentObjects, M
 
 /// Collects the documents' objects in order, rejecting duplicates.
 fn assemble(documents: &[(usize, DocumentObjects)]) -> Result<Manifest, ManifestError> {
+    let (manifest, mut duplicates) = collect(documents);
+    match duplicates.is_empty() {
+        true => Ok(manifest),
+        false => Err(duplicates.swap_remove(0)),
+    }
+}
+
+/// Collects the documents' objects in order; a duplicate is left out and
+/// reported.
+fn collect(documents: &[(usize, DocumentObjects)]) -> (Manifest, Vec<ManifestError>) {
+    let mut duplicates = Vec::new();
     let mut manifest = Manifest::default();
     let mut seen_imports = HashSet::new();
     let mut seen_slices = HashSet::new();
@@ -191,17 +254,19 @@ fn assemble(documents: &[(usize, DocumentObjects)]) -> Result<Manifest, Manifest
                 Object::Import(import) => {
                     if !seen_imports.insert(import.service.clone()) {
                         let service = &import.service;
-                        return Err(duplicate(
+                        duplicates.push(duplicate(
                             "ServiceImport",
                             &service.namespace,
                             &service.name,
                         ));
+                        continue;
                     }
                     manifest.imports.push(import.clone());
                 }
                 Object::Slice(key, slice) => {
                     if !seen_slices.insert(key.clone()) {
-                        return Err(duplicate("EndpointSlice", &key.namespace, &key.name));
+                        duplicates.push(duplicate("EndpointSlice", &key.namespace, &key.name));
+                        continue;
                     }
                     manifest.slices.push((key.clone(), slice.clone()));
                 }
@@ -211,7 +276,7 @@ fn assemble(documents: &[(usize, DocumentObjects)]) -> Result<Manifest, Manifest
             }
         }
     }
-    Ok(manifest)
+    (manifest, duplicates)
 }
 
 /// One document of a multi-document stream.
@@ -341,6 +406,64 @@ fn stringify_string_fields(object: &mut Value) {
     }
 }
 
+/// Rejects a field of `input` that `decoded` (what `input` decoded into)
+/// does not have, naming it as `kubectl apply` does: the typed decoding
+/// drops unknown fields silently, so `ip:` for `ips:` would otherwise leave
+/// a service without addresses and without an error. Found by encoding
+/// `decoded` again and comparing; empty values (`null`, `[]`, `{}`) are
+/// not compared, because encoding leaves out empty optional fields.
+fn reject_unknown_fields(input: &Value, decoded: &impl serde::Serialize) -> Result<(), String> {
+    fn empty(value: &Value) -> bool {
+        match value {
+            Value::Null => true,
+            Value::Array(items) => items.is_empty(),
+            Value::Object(map) => map.is_empty(),
+            _ => false,
+        }
+    }
+    fn walk(input: &Value, known: &Value, path: &mut String) -> bool {
+        match (input, known) {
+            (Value::Object(input), Value::Object(known)) => input.iter().any(|(key, value)| {
+                let len = path.len();
+                if len > 0 {
+                    path.push('.');
+                }
+                path.push_str(key);
+                let unknown = match known.get(key) {
+                    Some(known) => walk(value, known, path),
+                    None => !empty(value),
+                };
+                if !unknown {
+                    path.truncate(len);
+                }
+                unknown
+            }),
+            (Value::Array(input), Value::Array(known)) => {
+                input
+                    .iter()
+                    .zip(known)
+                    .enumerate()
+                    .any(|(i, (value, known))| {
+                        let len = path.len();
+                        path.push_str(&format!("[{i}]"));
+                        let unknown = walk(value, known, path);
+                        if !unknown {
+                            path.truncate(len);
+                        }
+                        unknown
+                    })
+            }
+            _ => false,
+        }
+    }
+    let known = serde_json::to_value(decoded).expect("API objects encode as JSON");
+    let mut path = String::new();
+    match walk(input, &known, &mut path) {
+        true => Err(format!("unknown field {path:?}")),
+        false => Ok(()),
+    }
+}
+
 /// Validates and projects one object; duplicates are checked by [`assemble`].
 fn project_object(mut object: Value, at: Position) -> Result<Object, ManifestError> {
     stringify_string_fields(&mut object);
@@ -387,12 +510,14 @@ fn project_object(mut object: Value, at: Position) -> Result<Object, ManifestErr
             // Both versions share one schema, so both decode into the v1beta1 type.
             let import: ServiceImport =
                 serde_path_to_error::deserialize(&object).map_err(|e| fail(e.to_string()))?;
+            reject_unknown_fields(&object, &import).map_err(fail)?;
             let projected = ImportedService::from_api(&import).map_err(|e| fail(e.to_string()))?;
             Ok(Object::Import(projected))
         }
         ("discovery.k8s.io", "v1", "EndpointSlice") => {
             let slice: EndpointSlice =
                 serde_path_to_error::deserialize(&object).map_err(|e| fail(e.to_string()))?;
+            reject_unknown_fields(&object, &slice).map_err(fail)?;
             Ok(
                 match SliceEndpoints::from_api(&slice).map_err(|e| fail(e.to_string()))? {
                     Some(projected) => Object::Slice(SliceKey { namespace, name }, projected),
@@ -473,6 +598,104 @@ items:
         let err = parse(&text).unwrap_err().to_string();
         assert!(err.contains("document 2 item 0"), "{err}");
         assert!(err.contains("source-cluster"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_field_names_document_object_and_path() {
+        let text = GOOD.replace("ips: [", "ip: [");
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(err.contains("document 1"), "{err}");
+        assert!(err.contains("ServiceImport prod/web"), "{err}");
+        assert!(err.contains("unknown field \"spec.ip\""), "{err}");
+        let text = GOOD.replace(
+            "endpoints: [{addresses:",
+            "endpoints: [{adresses: [x], addresses:",
+        );
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(err.contains("document 2 item 0"), "{err}");
+        assert!(
+            err.contains("unknown field \"endpoints[0].adresses\""),
+            "{err}"
+        );
+        let text = GOOD.replace(
+            "metadata: {name: web, namespace: prod}",
+            "metadata: {name: web, namespace: prod, lables: {a: b}}",
+        );
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(err.contains("unknown field \"metadata.lables\""), "{err}");
+        // Empty values of known optional fields are not unknown.
+        let text = GOOD.replace(
+            "ports: [{name: http",
+            "ipFamilies: []\n  sessionAffinity: null\n  ports: [{name: http",
+        );
+        parse(&text).unwrap();
+        // Kinds DNS does not read are skipped, not checked.
+        parse(&GOOD.replace("kind: ServiceExport", "kind: ServiceExport\n  bogus: 1")).unwrap();
+    }
+
+    #[test]
+    fn crd_limits_name_the_field() {
+        let text = GOOD.replace(
+            r#"ips: [10.42.0.1, "fd00::1"]"#,
+            "ips: [10.42.0.1, 10.42.0.2]",
+        );
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(
+            err.contains("ServiceImport prod/web: spec.ips: at most one address per IP family"),
+            "{err}"
+        );
+        let text = GOOD.replace(
+            r#"ips: [10.42.0.1, "fd00::1"]"#,
+            r#"ips: [10.42.0.1, "fd00::1", 10.42.0.2]"#,
+        );
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(
+            err.contains("spec.ips: 3 items, at most 2 allowed"),
+            "{err}"
+        );
+        let text = GOOD.replace(
+            "endpoints: [{addresses: [10.1.0.1]}]",
+            "endpoints: [{addresses: []}]",
+        );
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(
+            err.contains("endpoints[0].addresses: at least one address"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn check_reports_every_rejected_document() {
+        let doc = GOOD.split("---").next().unwrap();
+        let text = format!(
+            "{}---{}---\nkind: [unclosed\n---{}---{doc}",
+            doc.replace("ips: [", "ip: ["),
+            doc.replace("name: web", "name: ok"),
+            doc.replace("name: web", "name: other")
+                .replace("port: 80", "port: x"),
+        );
+        let report = check(&text);
+        let rejected: Vec<String> = report.rejected.iter().map(ToString::to_string).collect();
+        assert_eq!(rejected.len(), 3, "{rejected:#?}");
+        assert!(
+            rejected[0].starts_with("document 1:") && rejected[0].contains("spec.ip"),
+            "{rejected:#?}"
+        );
+        assert!(rejected[1].contains("document 3"), "{rejected:#?}");
+        assert!(rejected[2].starts_with("document 4:"), "{rejected:#?}");
+        // Document 5 is served: document 1, the same service, was rejected.
+        let served: Vec<_> = report
+            .manifest
+            .imports
+            .iter()
+            .map(|i| i.service.name.as_str())
+            .collect();
+        assert_eq!(served, ["ok", "web"]);
+        // Duplicates are reported too, and the good manifest has no problem.
+        let report = check(&format!("{doc}---{doc}"));
+        assert_eq!(report.rejected.len(), 1);
+        assert!(report.rejected[0].to_string().contains("duplicate"));
+        assert!(check(GOOD).rejected.is_empty());
     }
 
     #[test]

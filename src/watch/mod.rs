@@ -247,7 +247,9 @@ impl<K, S: IndexResource<K>> Watch<K, S> {
         if started {
             self.health.failing_since = Some(now);
         }
-        let error = error.to_string();
+        // The whole cause chain, once: "client error (Connect)" alone
+        // does not say the apiserver refused the connection.
+        let error = crate::error::Chain(error).to_string();
         self.health.last_error = Some(error.clone());
         Outcome::Failed {
             started,

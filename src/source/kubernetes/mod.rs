@@ -92,11 +92,12 @@ pub enum KubeSourceError {
         message: String,
     },
     /// Discovery failed.
-    #[error("discovering {group}: {source}")]
+    #[error("discovering {group}")]
     Discovery {
         /// The group.
         group: String,
         /// The error.
+        #[source]
         source: kube::Error,
     },
 }
