@@ -55,13 +55,14 @@ pub enum FatalError {
     /// The Kubernetes source cannot go on (missing permissions).
     #[error(transparent)]
     Kubernetes(#[from] KubeSourceError),
-    /// The source task died (a bug): without it the answers would go stale
-    /// while `/ready` still said ready, so the process stops instead and
-    /// its supervisor restarts it.
-    #[error("the {source_kind} source stopped unexpectedly: {reason}")]
-    SourceDied {
-        /// `file` or `kubernetes`.
-        source_kind: &'static str,
+    /// A long-running task died (a bug): without the source the answers
+    /// would go stale while `/ready` still said ready, and without the
+    /// admin endpoint nothing could tell, so the process stops instead and
+    /// its supervisor (the kubelet) restarts it.
+    #[error("the {task} stopped unexpectedly: {reason}")]
+    TaskDied {
+        /// Which task: `file source`, `kubernetes source`, `admin endpoint`.
+        task: &'static str,
         /// The panic message.
         reason: String,
     },
@@ -142,7 +143,11 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
                 "manifest loaded"
             );
             let task = tokio::spawn(source.watch(shutdown_rx.clone()));
-            tasks.push(tokio::spawn(supervise("file", task, fatal_tx)));
+            tasks.push(tokio::spawn(supervise(
+                "file source",
+                task,
+                fatal_tx.clone(),
+            )));
         }
         None => {
             let (client, apiserver) = kube_client(config).await?;
@@ -160,7 +165,11 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
                 )
                 .instrument(span),
             );
-            tasks.push(tokio::spawn(supervise("kubernetes", task, fatal_tx)));
+            tasks.push(tokio::spawn(supervise(
+                "kubernetes source",
+                task,
+                fatal_tx.clone(),
+            )));
         }
     }
 
@@ -176,7 +185,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         addr: config.admin_listen,
         source,
     })?;
-    tasks.push(tokio::spawn(crate::admin::serve(
+    let admin_task = tokio::spawn(crate::admin::serve(
         admin,
         crate::admin::State {
             zone: zone.clone(),
@@ -185,6 +194,11 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             origin: config.zone.origin.clone(),
         },
         shutdown_rx,
+    ));
+    tasks.push(tokio::spawn(supervise(
+        "admin endpoint",
+        admin_task,
+        fatal_tx,
     )));
     tracing::info!(%admin_addr, "admin endpoint listening (/metrics, /ready, /live, /explain)");
 
@@ -207,12 +221,9 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     })
 }
 
-/// Waits for the source task; if it panicked, reports it as fatal.
-async fn supervise(
-    source_kind: &'static str,
-    task: JoinHandle<()>,
-    fatal: mpsc::Sender<FatalError>,
-) {
+/// Waits for a long-running task; if it panicked, reports it as fatal.
+/// (The UDP workers survive a panicking batch themselves: see `dns::udp`.)
+async fn supervise(task_name: &'static str, task: JoinHandle<()>, fatal: mpsc::Sender<FatalError>) {
     if let Err(error) = task.await
         && error.is_panic()
     {
@@ -222,10 +233,10 @@ async fn supervise(
             .map(|s| (*s).to_owned())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "panic".to_owned());
-        tracing::error!(source_kind, %reason, "source stopped unexpectedly; shutting down");
+        tracing::error!(task = task_name, %reason, "task stopped unexpectedly; shutting down");
         let _ = fatal
-            .send(FatalError::SourceDied {
-                source_kind,
+            .send(FatalError::TaskDied {
+                task: task_name,
                 reason,
             })
             .await;
@@ -303,7 +314,7 @@ mod tests {
     async fn a_source_task_that_panics_is_reported_as_fatal() {
         let (tx, mut rx) = mpsc::channel(1);
         let task = tokio::spawn(async { panic!("index invariant broken") });
-        supervise("file", task, tx).await;
+        supervise("file source", task, tx).await;
         let error = rx.recv().await.expect("a fatal error");
         assert_eq!(
             error.to_string(),
@@ -314,7 +325,7 @@ mod tests {
     #[tokio::test]
     async fn a_source_task_that_returns_is_not_fatal() {
         let (tx, mut rx) = mpsc::channel(1);
-        supervise("file", tokio::spawn(async {}), tx).await;
+        supervise("file source", tokio::spawn(async {}), tx).await;
         assert!(rx.recv().await.is_none());
     }
 }
