@@ -10,7 +10,7 @@ use hickory_proto::serialize::binary::BinEncoder;
 use hickory_server::net::runtime::Time;
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
-use hickory_server::zone_handler::{MessageResponse, MessageResponseBuilder};
+use hickory_server::zone_handler::MessageResponseBuilder;
 use std::sync::Arc;
 
 use super::plan::{
@@ -172,7 +172,18 @@ impl RequestHandler for Handler {
             soa.iter(),
             additionals.iter(),
         );
-        let info = send(&mut response_handle, response, &request.metadata).await;
+        let info = match response_handle.send_response(response).await {
+            Ok(info) => info,
+            Err(error) => {
+                tracing::debug!(%error, "failed to send response");
+                let mut metadata = Metadata::response_from_request(&request.metadata);
+                metadata.response_code = ResponseCode::ServFail;
+                ResponseInfo::from(Header {
+                    metadata,
+                    counts: HeaderCounts::default(),
+                })
+            }
+        };
         if info.truncation {
             self.metrics.truncated.inc();
         }
@@ -207,30 +218,4 @@ fn encodes_whole(
         )
         .destructive_emit(&mut encoder)
         .is_ok_and(|info| !info.truncation)
-}
-
-async fn send<'a, R: ResponseHandler>(
-    handle: &mut R,
-    response: MessageResponse<
-        '_,
-        'a,
-        impl Iterator<Item = &'a Record> + Send + 'a,
-        impl Iterator<Item = &'a Record> + Send + 'a,
-        impl Iterator<Item = &'a Record> + Send + 'a,
-        impl Iterator<Item = &'a Record> + Send + 'a,
-    >,
-    request: &Metadata,
-) -> ResponseInfo {
-    match handle.send_response(response).await {
-        Ok(info) => info,
-        Err(error) => {
-            tracing::debug!(%error, "failed to send response");
-            let mut metadata = Metadata::response_from_request(request);
-            metadata.response_code = ResponseCode::ServFail;
-            ResponseInfo::from(Header {
-                metadata,
-                counts: HeaderCounts::default(),
-            })
-        }
-    }
 }
