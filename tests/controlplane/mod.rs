@@ -83,7 +83,7 @@ pub fn bin_dir() -> &'static Path {
             .collect();
         assert!(
             missing.is_empty(),
-            "the testenv tests need {} in {} (from {from}), not found: {HOW_TO_BUILD}",
+            "the testenv tests need {}, which {} (from {from}) does not hold; {HOW_TO_BUILD}",
             missing.join(", "),
             dir.display()
         );
