@@ -7,6 +7,15 @@
 //! processes.
 #![allow(dead_code)]
 
+// Only the `testenv` tier may start a control plane: a test target that
+// uses this module needs `required-features = ["testenv"]` in Cargo.toml,
+// so that plain `cargo test` neither compiles it nor needs the binaries.
+#[cfg(not(feature = "testenv"))]
+compile_error!(
+    "tests/controlplane needs the Go-built testenv binaries: give the test target \
+     `required-features = [\"testenv\"]` in Cargo.toml (README.md, \"Tests\")"
+);
+
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
