@@ -6,9 +6,10 @@
 #
 # Steps: install missing tools (apt), find or build the testenv binaries
 # (etcd, kube-apiserver, coredns; scripts/testenv-build.sh), `cargo build
-# --release`, compile the bench (tests/bench/kube.rs, release profile), wait
-# until the machine is quiet, then run `cargo bench --bench kube` under a
-# hard time limit. The bench itself starts the control plane, loads
+# --release`, compile the bench (tests/bench/kube.rs, release profile; it is
+# behind the `testenv` cargo feature), wait until the machine is quiet, then
+# run `cargo bench --features testenv --bench kube` under a hard time limit.
+# The bench itself starts the control plane, loads
 # 10,000 ServiceImports / 100,000 endpoints, starts both servers pinned to
 # CPU 0, loads each with dnsperf pinned to CPU 1 (3 interleaved rounds),
 # times 200 EndpointSlice changes end to end per server, and prints a
@@ -85,8 +86,8 @@ done
 # ---- build ----------------------------------------------------------------------
 log "cargo build --release"
 cargo build --release --quiet || die "cargo build --release failed"
-log "cargo bench --bench kube --no-run"
-cargo bench --bench kube --no-run --quiet || die "compiling the bench failed"
+log "cargo bench --features testenv --bench kube --no-run"
+cargo bench --features testenv --bench kube --no-run --quiet || die "compiling the bench failed"
 
 # ---- quiet machine --------------------------------------------------------------
 deadline=$((SECONDS + LOAD_WAIT))
@@ -106,11 +107,11 @@ log "uptime: $(uptime)"
 
 # ---- run ------------------------------------------------------------------------
 export BENCH_KUBE_RESULTS=${BENCH_KUBE_RESULTS:-$REPO/target/bench-kube/results.md}
-log "cargo bench --bench kube (limit ${TIMEOUT}s)"
+log "cargo bench --features testenv --bench kube (limit ${TIMEOUT}s)"
 # timeout signals its whole process group: cargo and the bench; the bench's
 # children die with it (PR_SET_PDEATHSIG).
 status=0
-timeout --kill-after=15 "$TIMEOUT" cargo bench --bench kube --quiet || status=$?
+timeout --kill-after=15 "$TIMEOUT" cargo bench --features testenv --bench kube --quiet || status=$?
 if ((status == 124)); then
 	die "the bench did not finish within BENCH_TIMEOUT=${TIMEOUT}s"
 elif ((status != 0)); then

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Runs the whole test suite on a fresh machine:
+# Runs the whole test suite, both tiers (README.md, "Tests"), on a fresh
+# machine:
 #  1. installs the tools the tests drive when missing (dig, kdig, curl, openssl);
 #  2. builds kube-apiserver, etcd and CoreDNS from the Go module proxy into
 #     ~/.cache/clusterset-dns/testenv (first run only: ~25 min on 2 cores;
 #     later runs reuse the cache) — see scripts/testenv-build.sh;
-#  3. cargo test.
-# Extra arguments go to `cargo test` (e.g. `scripts/test.sh --test dns_cases`).
+#  3. cargo test --features testenv: tier 1 (what plain `cargo test` runs)
+#     plus the tests that start etcd, kube-apiserver and CoreDNS.
+# Extra arguments go to `cargo test` (e.g. `scripts/test.sh --test coredns`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,4 +29,4 @@ if [ -z "${CLUSTERSET_DNS_TESTENV_BIN:-}" ]; then
     export CLUSTERSET_DNS_TESTENV_BIN
 fi
 
-exec cargo test --locked "$@"
+exec cargo test --locked --features testenv "$@"

@@ -2,7 +2,7 @@
 # Build real kube-apiserver, etcd and coredns binaries for clusterset-dns
 # integration tests, from the Go module proxy only (no GitHub, no Docker).
 #
-#   scripts/testenv-build.sh [--regen] [--rebuild]
+#   scripts/testenv-build.sh [--regen] [--rebuild] [--check]
 #
 # Needs only Go (>= the `go` line of k8s.io/kubernetes' go.mod, 1.26 for
 # v1.37) and the Go module proxy. Everything goes to a cache directory outside
@@ -33,6 +33,9 @@
 # Options:
 #   --regen    regenerate tests/testenv/*/go.mod and go.sum even if current
 #   --rebuild  rebuild the binaries even if the bin directory is complete
+#   --check    never build: print the bin directory when it holds the three
+#              binaries, else say what is missing and exit 1 (the `testenv`
+#              tests run this when CLUSTERSET_DNS_TESTENV_BIN is unset)
 #
 # To bump a version, edit the pins below; the new key gives a new bin directory.
 
@@ -49,10 +52,12 @@ die() { log "ERROR: $*"; exit 1; }
 
 regen=0
 rebuild=0
+check=0
 for arg in "$@"; do
 	case $arg in
 	--regen) regen=1 ;;
 	--rebuild) rebuild=1 ;;
+	--check) check=1 ;;
 	-h | --help)
 		sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
 		exit 0
@@ -79,6 +84,14 @@ cache_inside_repo() {
 	return 1
 }
 ! cache_inside_repo "$CACHE" || die "cache dir $CACHE is inside the repository; point CLUSTERSET_DNS_TESTENV_CACHE elsewhere"
+if ((check)); then
+	for b in "${BINARIES[@]}"; do
+		[[ -f $CACHE/bin/$KEY/$b && -x $CACHE/bin/$KEY/$b ]] ||
+			die "--check: no $b in $CACHE/bin/$KEY; build the binaries with scripts/testenv-build.sh (first time ~25 min on 2 cores)"
+	done
+	echo "$CACHE/bin/$KEY"
+	exit 0
+fi
 mkdir -p "$CACHE/bin"
 CACHE=$(cd "$CACHE" && pwd -P)
 ! cache_inside_repo "$CACHE" || die "cache dir $CACHE is inside the repository; point CLUSTERSET_DNS_TESTENV_CACHE elsewhere"

@@ -3,6 +3,11 @@
 //! except for the deviations listed in docs/coredns.md (each with its
 //! reason). And CoreDNS forwarding the `clusterset.local` stub domain to
 //! clusterset-dns — how users deploy it — returns our answers.
+//!
+//! Tier 2: needs the Go-built kube-apiserver, etcd and coredns, so this
+//! target requires the `testenv` feature (Cargo.toml; `scripts/test.sh` or
+//! `cargo test --features testenv`). A missing binary fails the tests with
+//! the command that builds it (`tests/controlplane`).
 
 mod common;
 mod controlplane;

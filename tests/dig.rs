@@ -67,7 +67,7 @@ async fn require(tool: &str, package: &str) {
     if let Err(error) = probe {
         panic!(
             "`{tool}` is required by this test but could not be run ({error}); \
-             install it with `apt-get install {package}` (CI installs it)"
+             install it with `apt-get install {package}` (scripts/test.sh installs it)"
         );
     }
 }

@@ -1,6 +1,11 @@
 //! The Kubernetes source against a real kube-apiserver and etcd: answers
 //! follow API writes, readiness means "indexed", the server survives an
 //! apiserver restart, mirror API groups work, and RBAC is exactly enough.
+//!
+//! Tier 2: needs the Go-built kube-apiserver and etcd, so this target
+//! requires the `testenv` feature (Cargo.toml; `scripts/test.sh` or
+//! `cargo test --features testenv`). A missing binary fails the tests with
+//! the command that builds it (`tests/controlplane`).
 
 mod common;
 mod controlplane;

@@ -15,7 +15,9 @@
 //! 5. a summary table (stdout, and markdown into `BENCH_KUBE_RESULTS`).
 //!
 //! Run it with `scripts/bench-kube.sh` (builds first, waits for a quiet
-//! machine, bounds the run in time). Every process started here is killed
+//! machine, bounds the run in time); it needs the Go-built binaries, so it
+//! is behind the `testenv` cargo feature (`cargo bench --features testenv
+//! --bench kube`). Every process started here is killed
 //! when the bench ends, also on panic (guards), and gets `PR_SET_PDEATHSIG`
 //! so that even a killed bench leaks nothing. Environment knobs are listed
 //! in [`Settings::from_env`].

@@ -7,6 +7,15 @@
 //! processes.
 #![allow(dead_code)]
 
+// Only the `testenv` tier may start a control plane: a test target that
+// uses this module needs `required-features = ["testenv"]` in Cargo.toml,
+// so that plain `cargo test` neither compiles it nor needs the binaries.
+#[cfg(not(feature = "testenv"))]
+compile_error!(
+    "tests/controlplane needs the Go-built testenv binaries: give the test target \
+     `required-features = [\"testenv\"]` in Cargo.toml (README.md, \"Tests\")"
+);
+
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -21,31 +30,73 @@ pub const DNS_TOKEN: &str = "clusterset-dns-token";
 /// User name behind [`DNS_TOKEN`].
 pub const DNS_USER: &str = "clusterset-dns";
 
-/// The directory holding kube-apiserver, etcd and coredns.
+/// The Go-built binaries the `testenv` tier needs, and the apt packages of
+/// the tools this module runs.
+const BINARIES: [&str; 3] = ["kube-apiserver", "etcd", "coredns"];
+const TOOLS: [(&str, &str); 2] = [("curl", "curl"), ("openssl", "openssl")];
+
+/// How to get the binaries, for failure messages.
+const HOW_TO_BUILD: &str = "build them with `scripts/testenv-build.sh` (Go module proxy; \
+     ~25 min on 2 cores the first time, then cached in ~/.cache/clusterset-dns/testenv), \
+     or run `scripts/test.sh`, which builds them and runs every test; \
+     CLUSTERSET_DNS_TESTENV_BIN=DIR uses binaries from DIR";
+
+/// The directory holding kube-apiserver, etcd and coredns:
+/// `CLUSTERSET_DNS_TESTENV_BIN`, else the cache of `scripts/testenv-build.sh`
+/// (asked with `--check`, which never builds). Panics — failing the test,
+/// never skipping it — when a binary or a tool is missing.
 pub fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        if let Some(dir) = std::env::var_os("CLUSTERSET_DNS_TESTENV_BIN") {
-            return PathBuf::from(dir);
+        for (tool, package) in TOOLS {
+            let found = Command::new(tool)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok();
+            assert!(
+                found,
+                "`{tool}` not found: the testenv tests need it; \
+                 `apt-get install {package}` (scripts/test.sh installs it)"
+            );
         }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testenv-build.sh");
-        let output = Command::new("bash")
-            .arg(&script)
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run scripts/testenv-build.sh");
+        let (dir, from) = match std::env::var_os("CLUSTERSET_DNS_TESTENV_BIN") {
+            Some(dir) => (PathBuf::from(dir), "CLUSTERSET_DNS_TESTENV_BIN"),
+            None => {
+                let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testenv-build.sh");
+                let output = Command::new("bash")
+                    .arg(&script)
+                    .arg("--check")
+                    .stderr(Stdio::inherit())
+                    .output()
+                    .expect("run scripts/testenv-build.sh --check");
+                assert!(
+                    output.status.success(),
+                    "the testenv tests need kube-apiserver, etcd and coredns, and \
+                     CLUSTERSET_DNS_TESTENV_BIN is unset and the testenv cache has none \
+                     (see `scripts/testenv-build.sh --check` above): {HOW_TO_BUILD}"
+                );
+                let stdout = String::from_utf8_lossy(&output.stdout);
+                let dir = stdout
+                    .lines()
+                    .last()
+                    .expect("testenv-build.sh --check prints the bin dir")
+                    .trim();
+                (PathBuf::from(dir), "scripts/testenv-build.sh --check")
+            }
+        };
+        let missing: Vec<&str> = BINARIES
+            .into_iter()
+            .filter(|b| !dir.join(b).is_file())
+            .collect();
         assert!(
-            output.status.success(),
-            "scripts/testenv-build.sh failed; see its output above"
+            missing.is_empty(),
+            "the testenv tests need {}, which {} (from {from}) does not hold; {HOW_TO_BUILD}",
+            missing.join(", "),
+            dir.display()
         );
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        PathBuf::from(
-            stdout
-                .lines()
-                .last()
-                .expect("testenv-build.sh prints the bin dir")
-                .trim(),
-        )
+        dir
     })
 }
 
