@@ -721,6 +721,24 @@ mod tests {
             read("_tcp.db.shop.svc.clusterset.local."),
             NameReading::Other
         );
+        // A dotted cluster id the service has is a cluster, not a host.
+        assert_eq!(
+            read("east.registry1.db.shop.svc.clusterset.local."),
+            NameReading::Cluster {
+                namespace: "shop".into(),
+                service: "db".into(),
+                cluster: "east.registry1".into()
+            }
+        );
+        assert_eq!(
+            read("db-0.east.registry1.db.shop.svc.clusterset.local."),
+            NameReading::Endpoint {
+                namespace: "shop".into(),
+                service: "db".into(),
+                host: "db-0".into(),
+                cluster: "east.registry1".into()
+            }
+        );
         assert_eq!(read("foo.clusterset.local."), NameReading::Other);
     }
 
