@@ -3,7 +3,7 @@
 # machine:
 #  1. installs the tools the tests drive when missing (dig, kdig, curl, openssl);
 #  2. builds kube-apiserver, etcd and CoreDNS from the Go module proxy into
-#     ~/.cache/clusterset-dns/testenv (first run only: ~25 min on 2 cores;
+#     ~/.cache/clusterset-dns/testenv (first run only: ~12 min on 2 cores;
 #     later runs reuse the cache) — see scripts/testenv-build.sh;
 #  3. cargo test --features testenv: tier 1 (what plain `cargo test` runs)
 #     plus the tests that start etcd, kube-apiserver and CoreDNS.

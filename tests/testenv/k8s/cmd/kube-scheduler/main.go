@@ -1,0 +1,22 @@
+// Command kube-scheduler is the upstream Kubernetes scheduler, built from the
+// Go module proxy for clusterset-dns integration tests.
+//
+// It mirrors k8s.io/kubernetes/cmd/kube-scheduler/scheduler.go (the upstream
+// main package cannot be imported). Build it with scripts/testenv-build.sh.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"          // JSON log format registration
+	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go prometheus plugins
+	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric registration
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+)
+
+func main() {
+	command := app.NewSchedulerCommand()
+	code := cli.Run(command)
+	os.Exit(code)
+}
