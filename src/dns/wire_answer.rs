@@ -204,7 +204,7 @@ pub fn render(
     if let Some(zone) = plan.soa {
         // The zone origin is the question name's suffix: the SOA's names
         // point at it.
-        let origin_len = crate::zone::wire_len(&zone.settings().origin);
+        let origin_len = zone.origin_wire_len();
         let origin_at = (question_end - 4 - origin_len) as u16;
         len += zone.soa_wire().write(origin_at, &mut out[len..]);
     }

@@ -169,6 +169,16 @@ impl Zone {
         &self.origin_labels
     }
 
+    /// Length of the zone origin on the wire (labels, their length bytes
+    /// and the root).
+    pub fn origin_wire_len(&self) -> usize {
+        self.origin_labels
+            .iter()
+            .map(|l| l.len() + 1)
+            .sum::<usize>()
+            + 1
+    }
+
     /// The SOA serial.
     pub fn serial(&self) -> u32 {
         self.serial
