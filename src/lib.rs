@@ -23,6 +23,8 @@
 //!   the Kubernetes API (a pure state machine driven by an async shell).
 //! - [`watch`]: the generic watch → store layer (relists in one step,
 //!   health, backoff), for the DNS source and the controller alike.
+//! - [`controller`]: the pure decision core of the MCS controller: names,
+//!   the merge of exports into an import, and status conditions.
 //! - [`config`]: command line, environment and TOML configuration.
 //! - [`error`]: how errors and their causes are printed.
 //! - [`metrics`], [`admin`], [`explain`], [`telemetry`]: operations.
@@ -31,6 +33,7 @@ pub mod admin;
 pub mod api;
 pub mod app;
 pub mod config;
+pub mod controller;
 pub mod dns;
 pub mod error;
 pub mod explain;
