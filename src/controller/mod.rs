@@ -14,4 +14,5 @@
 //!   with `meta.SetStatusCondition` semantics so idle reconciles write
 //!   nothing.
 
+pub mod merge;
 pub mod naming;
