@@ -14,5 +14,6 @@
 //!   with `meta.SetStatusCondition` semantics so idle reconciles write
 //!   nothing.
 
+pub mod conditions;
 pub mod merge;
 pub mod naming;
