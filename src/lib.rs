@@ -23,8 +23,9 @@
 //!   the Kubernetes API (a pure state machine driven by an async shell).
 //! - [`watch`]: the generic watch → store layer (relists in one step,
 //!   health, backoff), for the DNS source and the controller alike.
-//! - [`controller`]: the pure decision core of the MCS controller: names,
-//!   the merge of exports into an import, and status conditions.
+//! - [`controller`]: the MCS controller (ServiceExports of every member
+//!   cluster → this cluster's ServiceImports, EndpointSlices, derived
+//!   Services), a pull mesh over the same watch layer.
 //! - [`config`]: command line, environment and TOML configuration.
 //! - [`error`]: how errors and their causes are printed.
 //! - [`metrics`], [`admin`], [`explain`], [`telemetry`]: operations.

@@ -1,4 +1,5 @@
-//! The `clusterset-dns` command: `serve`, `check`, `dump-zone` and `crds`.
+//! The `clusterset-dns` command: `serve`, `controller`, `check`, `dump-zone`
+//! and `crds`.
 
 use std::process::ExitCode;
 
@@ -31,6 +32,10 @@ enum Command {
     /// Print the zone built from a manifest in RFC 1035 master-file format.
     #[command(defer(|c| ServeArgs::help(c, Some(ZONE_OPTIONS))))]
     DumpZone(ServeArgs),
+    /// Run the MCS controller: ServiceExports of every member cluster
+    /// become this cluster's ServiceImports, EndpointSlices and derived
+    /// Services.
+    Controller(clusterset_dns::controller::ControllerArgs),
     /// Print the CustomResourceDefinitions (ServiceImport, ServiceExport, ClusterProperty).
     Crds,
 }
@@ -49,6 +54,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(&args),
+        Command::Controller(args) => controller(&args),
         Command::Check(args) => {
             let config = Config::resolve(&args)?;
             let (path, text) = read_manifest(&config)?;
@@ -121,6 +127,17 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down");
         running.stop().await;
         result
+    })
+}
+
+fn controller(args: &clusterset_dns::controller::ControllerArgs) -> anyhow::Result<()> {
+    clusterset_dns::telemetry::init(&args.log, args.log_format);
+    let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+    runtime.block_on(async {
+        let shutdown = ShutdownSignal::register().context("installing signal handlers")?;
+        clusterset_dns::controller::run(args, shutdown.received()).await?;
+        tracing::info!("shutting down");
+        Ok(())
     })
 }
 

@@ -1,19 +1,140 @@
-//! The multi-cluster services controller: ServiceExports of every cluster
-//! in, ServiceImports, derived Services and MCS EndpointSlices out.
+//! The MCS controller (`clusterset-dns controller`): in every member
+//! cluster, it turns the ServiceExports of all member clusters into this
+//! cluster's ServiceImports, imported EndpointSlices and derived Services,
+//! and writes the status of this cluster's own ServiceExports.
 //!
-//! This module holds only the decision core, with no I/O: every cluster runs
-//! its own controller against the same peer data and no shared store, so
-//! each decision must be a deterministic function of its inputs, and pure
-//! functions are the easiest way to test that.
+//! Pull mesh, no broker: each controller reads its own cluster and every
+//! peer (read-only credentials from Secrets), and writes only into its own
+//! cluster. Every decision is a deterministic function of what every
+//! cluster can read, so all clusters reach the same merge and the same
+//! conditions without talking to each other.
 //!
-//! - [`naming`]: names of derived Services and mirrored slices, and the
-//!   labels and field manager the controller writes with.
-//! - [`merge`]: the exports of one service → the ServiceImport spec and its
-//!   conflicts (oldest export wins, cluster id breaks ties).
-//! - [`conditions`]: the ServiceExport and ServiceImport status conditions,
-//!   with `meta.SetStatusCondition` semantics so idle reconciles write
-//!   nothing.
+//! ```text
+//!  peer Secrets ─▶ connection (watches, probe) ─┐
+//!  local cluster ─▶ connection (watches) ───────┼─▶ run: one loop owning every
+//!                                               │   cluster's state (cluster)
+//!                                               ▼
+//!            reconcile::plan (merge, conditions, naming; pure) ─▶ apply (SSA)
+//! ```
+//!
+//! - [`naming`], [`merge`], [`conditions`]: the pure rules (names, the
+//!   export merge and its conflicts, status conditions).
+//! - [`cluster`]: what the watches indexed, per cluster.
+//! - [`reconcile`]: desired state and the writes that reach it.
+//! - [`connection`]: the watch and probe tasks of one cluster.
+//! - [`run`]: the loop: membership, grace periods, peer Leases, start-up.
+//! - [`apply`]: server-side apply and deletes.
+//! - [`leader`]: leader election on a Lease.
+//! - [`admin`], [`metrics`], [`args`]: operations.
 
+pub mod admin;
+pub mod apply;
+pub mod args;
+pub mod cluster;
 pub mod conditions;
+pub mod connection;
+pub mod leader;
 pub mod merge;
+pub mod metrics;
 pub mod naming;
+pub mod reconcile;
+pub mod run;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
+use tokio::sync::mpsc;
+
+pub use self::args::ControllerArgs;
+use self::metrics::ControllerMetrics;
+use self::reconcile::NamespaceFilter;
+use self::run::{Controller, Settings};
+
+/// Why the controller stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// No Kubernetes credentials.
+    #[error("Kubernetes client: no kubeconfig or in-cluster credentials")]
+    Client(#[source] kube::Error),
+    /// The admin port could not be bound.
+    #[error("binding the admin endpoint on {addr}")]
+    Admin {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The controller could not start.
+    #[error(transparent)]
+    Start(#[from] run::StartError),
+    /// Leadership was lost: exit, so a restart comes back as a standby.
+    #[error("leadership lost: {0}")]
+    LostLeadership(String),
+}
+
+/// Runs the controller until `shutdown` resolves or an error stops it.
+pub async fn run(
+    args: &ControllerArgs,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ControllerError> {
+    let client = Client::try_default()
+        .await
+        .map_err(ControllerError::Client)?;
+    let metrics = Arc::new(ControllerMetrics::new());
+    let (queries_tx, queries) = mpsc::channel(16);
+    let (leading_tx, leading) = tokio::sync::watch::channel(!args.leader_election);
+    let listener = tokio::net::TcpListener::bind(args.admin_addr)
+        .await
+        .map_err(|source| ControllerError::Admin {
+            addr: args.admin_addr,
+            source,
+        })?;
+    tokio::spawn(admin::serve(
+        listener,
+        admin::State {
+            metrics: metrics.clone(),
+            queries: queries_tx,
+            leading,
+        },
+    ));
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        std::env::var("HOSTNAME").unwrap_or_else(|_| format!("pid-{}", std::process::id()))
+    });
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &args.namespace);
+    let mut shutdown = std::pin::pin!(shutdown);
+    if args.leader_election {
+        tokio::select! {
+            _ = leader::acquire(&leases, &args.lease_name, &identity) => {}
+            _ = &mut shutdown => return Ok(()),
+        }
+        let _ = leading_tx.send(true);
+        metrics.leader.set(1);
+    }
+    let settings = Settings {
+        namespace: args.namespace.clone(),
+        peer_selector: args.peer_selector.clone(),
+        grace: args.peer_grace_period,
+        startup_sync_timeout: args.startup_sync_timeout,
+        deny: NamespaceFilter::new(args.deny_namespaces.iter().cloned()),
+        probe_interval: Duration::from_secs(2),
+        probe_timeout: Duration::from_secs(3),
+        instance: identity.clone(),
+    };
+    let controller = Controller::start(client, settings, metrics).await?;
+    let hold = async {
+        if args.leader_election {
+            leader::hold(&leases, &args.lease_name, &identity).await
+        } else {
+            std::future::pending().await
+        }
+    };
+    tokio::select! {
+        () = controller.run(queries) => Ok(()),
+        lost = hold => Err(ControllerError::LostLeadership(lost)),
+        () = &mut shutdown => Ok(()),
+    }
+}

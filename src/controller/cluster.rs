@@ -1,0 +1,372 @@
+//! What the controller knows of one cluster: the objects its watches have
+//! indexed, keyed by the service they belong to.
+//!
+//! Every cluster (this one and each peer) has a [`ClusterData`] holding
+//! ServiceExports, Services and MCS EndpointSlices. This cluster's store also
+//! holds what only the local cluster has: the Kubernetes EndpointSlices of
+//! local Services (mirrored for export), the ServiceImports, the Namespaces
+//! and the ServiceCIDRs. Each kind is fed by a [`crate::watch::Watch`], so a
+//! relist replaces a kind's state in one step, and each store remembers the
+//! services its changes touched ([`Objects::take_touched`]), so the
+//! reconciler recomputes only those.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
+use kube::ResourceExt;
+
+use crate::api::well_known::{LABEL_KUBERNETES_SERVICE_NAME, LABEL_SERVICE_NAME};
+use crate::api::{ServiceExport, ServiceImport};
+use crate::model::ServiceRef;
+use crate::watch::IndexResource;
+
+/// Objects of one kind, keyed by (namespace, name), with the services they
+/// belong to.
+#[derive(Debug)]
+pub struct Objects<K> {
+    by_name: BTreeMap<(String, String), Arc<K>>,
+    by_service: BTreeMap<ServiceRef, BTreeSet<String>>,
+    owner: fn(&K) -> Option<ServiceRef>,
+    touched: Touched,
+}
+
+impl<K: kube::Resource> Objects<K> {
+    fn new(owner: fn(&K) -> Option<ServiceRef>) -> Self {
+        Self {
+            by_name: BTreeMap::new(),
+            by_service: BTreeMap::new(),
+            owner,
+            touched: Touched::default(),
+        }
+    }
+
+    /// The services changed since the last call.
+    pub fn take_touched(&mut self) -> Touched {
+        std::mem::take(&mut self.touched)
+    }
+
+    /// The object named `name` in `namespace`.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<&Arc<K>> {
+        self.by_name.get(&(namespace.to_owned(), name.to_owned()))
+    }
+
+    /// The objects that belong to `service`.
+    pub fn of(&self, service: &ServiceRef) -> impl Iterator<Item = &Arc<K>> {
+        self.by_service
+            .get(service)
+            .into_iter()
+            .flatten()
+            .filter_map(move |name| self.get(&service.namespace, name))
+    }
+
+    /// Every service some object belongs to.
+    pub fn services(&self) -> impl Iterator<Item = &ServiceRef> {
+        self.by_service.keys()
+    }
+
+    /// Number of objects.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    fn insert(&mut self, object: K) {
+        let key = (object.namespace().unwrap_or_default(), object.name_any());
+        self.remove(&key);
+        let service = (self.owner)(&object);
+        if let Some(service) = service {
+            self.by_service
+                .entry(service.clone())
+                .or_default()
+                .insert(key.1.clone());
+            self.touched.service(service);
+        }
+        self.by_name.insert(key, Arc::new(object));
+    }
+
+    fn remove(&mut self, key: &(String, String)) {
+        let Some(old) = self.by_name.remove(key) else {
+            return;
+        };
+        if let Some(service) = (self.owner)(&old) {
+            if let Some(names) = self.by_service.get_mut(&service) {
+                names.remove(&key.1);
+                if names.is_empty() {
+                    self.by_service.remove(&service);
+                }
+            }
+            self.touched.service(service);
+        }
+    }
+
+    fn replace(&mut self, objects: Vec<K>) {
+        for service in std::mem::take(&mut self.by_service).into_keys() {
+            self.touched.service(service);
+        }
+        self.by_name.clear();
+        for object in objects {
+            self.insert(object);
+        }
+    }
+}
+
+/// The services a change touched.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Touched {
+    /// Services whose inputs or outputs changed.
+    pub services: BTreeSet<ServiceRef>,
+    /// Something that may affect every service changed (a namespace, the
+    /// cluster's IP families).
+    pub all: bool,
+}
+
+impl Touched {
+    fn service(&mut self, service: ServiceRef) {
+        self.services.insert(service);
+    }
+
+    /// Adds another change's services.
+    pub fn merge(&mut self, other: Touched) {
+        self.all |= other.all;
+        self.services.extend(other.services);
+    }
+
+    /// Whether nothing was touched.
+    pub fn is_empty(&self) -> bool {
+        !self.all && self.services.is_empty()
+    }
+}
+
+fn named(object: &impl kube::Resource) -> Option<ServiceRef> {
+    Some(ServiceRef::new(
+        &object.meta().namespace.clone().unwrap_or_default(),
+        object.meta().name.as_deref()?,
+    ))
+}
+
+/// The service a Service belongs to: itself, or for a derived Service the
+/// imported service named in its `multicluster.kubernetes.io/service-name`
+/// label.
+fn service_owner(service: &Service) -> Option<ServiceRef> {
+    let namespace = service.namespace().unwrap_or_default();
+    match service.labels().get(LABEL_SERVICE_NAME) {
+        Some(imported) if is_ours(service) => Some(ServiceRef::new(&namespace, imported)),
+        _ => named(service),
+    }
+}
+
+fn mcs_slice_owner(slice: &EndpointSlice) -> Option<ServiceRef> {
+    let service = slice.labels().get(LABEL_SERVICE_NAME)?;
+    Some(ServiceRef::new(
+        &slice.namespace().unwrap_or_default(),
+        service,
+    ))
+}
+
+fn kubernetes_slice_owner(slice: &EndpointSlice) -> Option<ServiceRef> {
+    let service = slice.labels().get(LABEL_KUBERNETES_SERVICE_NAME)?;
+    Some(ServiceRef::new(
+        &slice.namespace().unwrap_or_default(),
+        service,
+    ))
+}
+
+/// Whether an object carries our managed-by label.
+pub fn is_ours(object: &impl kube::Resource) -> bool {
+    use super::naming::{LABEL_APP_MANAGED_BY, MANAGED_BY};
+    use crate::api::well_known::LABEL_MANAGED_BY;
+    let labels = &object.meta().labels;
+    labels.as_ref().is_some_and(|labels| {
+        labels.get(LABEL_APP_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY)
+            || labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY)
+    })
+}
+
+/// What the controller reads from any cluster, this one or a peer.
+#[derive(Debug)]
+pub struct ClusterData {
+    /// ServiceExports.
+    pub exports: Objects<ServiceExport>,
+    /// Services (exported ones, and in this cluster the derived ones).
+    pub services: Objects<Service>,
+    /// MCS EndpointSlices managed by a clusterset-dns controller: in a peer,
+    /// the ones it mirrored from its own Services; here, all we wrote.
+    pub mcs_slices: Objects<EndpointSlice>,
+}
+
+impl Default for ClusterData {
+    fn default() -> Self {
+        Self {
+            exports: Objects::new(named),
+            services: Objects::new(service_owner),
+            mcs_slices: Objects::new(mcs_slice_owner),
+        }
+    }
+}
+
+/// What only this cluster's store has.
+#[derive(Debug)]
+pub struct LocalData {
+    /// Kubernetes EndpointSlices of local Services, by Service.
+    pub kubernetes_slices: Objects<EndpointSlice>,
+    /// ServiceImports, ours or not.
+    pub imports: Objects<ServiceImport>,
+    /// Namespaces that exist and are not terminating.
+    pub namespaces: BTreeSet<String>,
+    /// IP families the cluster's Services can have (from its ServiceCIDRs),
+    /// primary first.
+    pub ip_families: Vec<String>,
+    service_cidrs: BTreeMap<String, Vec<String>>,
+    all_touched: bool,
+}
+
+impl Default for LocalData {
+    fn default() -> Self {
+        Self {
+            kubernetes_slices: Objects::new(kubernetes_slice_owner),
+            imports: Objects::new(named),
+            namespaces: BTreeSet::new(),
+            ip_families: Vec::new(),
+            service_cidrs: BTreeMap::new(),
+            all_touched: false,
+        }
+    }
+}
+
+macro_rules! objects_store {
+    ($kind:ty) => {
+        impl IndexResource<$kind> for Objects<$kind> {
+            type Listed = $kind;
+
+            fn apply(&mut self, object: $kind) {
+                self.insert(strip(object));
+            }
+
+            fn delete(&mut self, object: $kind) {
+                let key = (object.namespace().unwrap_or_default(), object.name_any());
+                self.remove(&key);
+            }
+
+            fn listed(&mut self, object: $kind) -> Option<$kind> {
+                Some(strip(object))
+            }
+
+            fn reset(&mut self, listed: Vec<$kind>) {
+                self.replace(listed);
+            }
+        }
+    };
+}
+
+objects_store!(ServiceExport);
+objects_store!(Service);
+objects_store!(EndpointSlice);
+objects_store!(ServiceImport);
+
+/// Drops what no decision reads and what would only cost memory.
+fn strip<K: kube::Resource>(mut object: K) -> K {
+    object.meta_mut().managed_fields = None;
+    object
+}
+
+impl IndexResource<Namespace> for LocalData {
+    type Listed = String;
+
+    fn apply(&mut self, namespace: Namespace) {
+        let name = namespace.name_any();
+        let live = namespace.metadata.deletion_timestamp.is_none();
+        let changed = if live {
+            self.namespaces.insert(name)
+        } else {
+            self.namespaces.remove(&name)
+        };
+        self.all_touched |= changed;
+    }
+
+    fn delete(&mut self, namespace: Namespace) {
+        self.all_touched |= self.namespaces.remove(&namespace.name_any());
+    }
+
+    fn listed(&mut self, namespace: Namespace) -> Option<String> {
+        namespace
+            .metadata
+            .deletion_timestamp
+            .is_none()
+            .then(|| namespace.name_any())
+    }
+
+    fn reset(&mut self, listed: Vec<String>) {
+        let listed: BTreeSet<String> = listed.into_iter().collect();
+        if listed != self.namespaces {
+            self.namespaces = listed;
+            self.all_touched = true;
+        }
+    }
+}
+
+impl IndexResource<ServiceCIDR> for LocalData {
+    type Listed = (String, Vec<String>);
+
+    fn apply(&mut self, cidr: ServiceCIDR) {
+        let (name, cidrs) = cidrs_of(cidr);
+        self.service_cidrs.insert(name, cidrs);
+        self.recompute_families();
+    }
+
+    fn delete(&mut self, cidr: ServiceCIDR) {
+        self.service_cidrs.remove(&cidr.name_any());
+        self.recompute_families();
+    }
+
+    fn listed(&mut self, cidr: ServiceCIDR) -> Option<Self::Listed> {
+        Some(cidrs_of(cidr))
+    }
+
+    fn reset(&mut self, listed: Vec<Self::Listed>) {
+        self.service_cidrs = listed.into_iter().collect();
+        self.recompute_families();
+    }
+}
+
+fn cidrs_of(cidr: ServiceCIDR) -> (String, Vec<String>) {
+    let name = cidr.name_any();
+    let cidrs = cidr.spec.and_then(|spec| spec.cidrs).unwrap_or_default();
+    (name, cidrs)
+}
+
+impl LocalData {
+    /// Whether a namespace or the IP families changed since the last call:
+    /// that may change any service.
+    pub fn take_all_touched(&mut self) -> bool {
+        std::mem::take(&mut self.all_touched)
+    }
+
+    /// The families of the ServiceCIDRs, the default one (`kubernetes`,
+    /// whose first CIDR is the primary family) first.
+    fn recompute_families(&mut self) {
+        let mut families = Vec::new();
+        let default = self.service_cidrs.get("kubernetes");
+        let others = self
+            .service_cidrs
+            .iter()
+            .filter(|(name, _)| name.as_str() != "kubernetes")
+            .map(|(_, cidrs)| cidrs);
+        for cidr in default.into_iter().chain(others).flatten() {
+            let family = if cidr.contains(':') { "IPv6" } else { "IPv4" };
+            if !families.iter().any(|f| f == family) {
+                families.push(family.to_owned());
+            }
+        }
+        if families != self.ip_families {
+            self.ip_families = families;
+            self.all_touched = true;
+        }
+    }
+}

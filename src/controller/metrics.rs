@@ -1,0 +1,172 @@
+//! The controller's Prometheus metrics. Labels are bounded: peers (a few),
+//! kinds, reasons; never object names (unlike per-object gauges, which grow
+//! with the clusterset).
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// Every controller metric.
+#[derive(Debug, Clone)]
+pub struct ControllerMetrics {
+    registry: Registry,
+    /// `(name, help, labels)` of every metric, for the docs test.
+    catalog: Vec<(String, Vec<String>)>,
+    /// 1 while a peer is synced and its probe succeeds, by peer.
+    pub peer_up: IntGaugeVec,
+    /// Unix time a peer was last seen healthy, by peer.
+    pub peer_last_seen: IntGaugeVec,
+    /// Watch and probe errors reading a peer, by peer and kind.
+    pub peer_sync_errors: IntCounterVec,
+    /// Peers refused, by reason.
+    pub peers_refused: IntCounterVec,
+    /// Peer input dropped as invalid, by peer and reason.
+    pub rejected: IntCounterVec,
+    /// Writes issued, by kind and operation.
+    pub writes: IntCounterVec,
+    /// Writes that failed, by kind.
+    pub write_errors: IntCounterVec,
+    /// ServiceImports this controller keeps.
+    pub imports: IntGauge,
+    /// Local ServiceExports, by `Valid` reason.
+    pub exports: IntGaugeVec,
+    /// Imported services in conflict, by reason.
+    pub conflicts: IntGaugeVec,
+    /// Seconds from a change arriving to the writes it caused finishing.
+    pub change_to_write: Histogram,
+    /// 1 while this replica holds the leader Lease.
+    pub leader: IntGauge,
+}
+
+impl Default for ControllerMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ControllerMetrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let registry = Registry::new_custom(Some("clusterset_dns_controller".into()), None)
+            .expect("static prefix is valid");
+        let mut catalog = Vec::new();
+        let mut counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            catalog.push((
+                format!("clusterset_dns_controller_{name}"),
+                labels.iter().map(|l| l.to_string()).collect(),
+            ));
+            let metric = IntCounterVec::new(Opts::new(name, help), labels).expect("static metric");
+            registry.register(Box::new(metric.clone())).expect("unique");
+            metric
+        };
+        let peer_sync_errors = counter_vec(
+            "peer_sync_errors_total",
+            "Errors reading a peer (watch or probe), by peer and kind.",
+            &["peer", "kind"],
+        );
+        let peers_refused = counter_vec(
+            "peers_refused_total",
+            "Peer Secrets refused (invalid kubeconfig, unreadable identity, duplicate or own id, other clusterset, id not a DNS label), by reason.",
+            &["reason"],
+        );
+        let rejected = counter_vec(
+            "peer_objects_rejected_total",
+            "Peer objects dropped as untrusted input, by peer and reason.",
+            &["peer", "reason"],
+        );
+        let writes = counter_vec(
+            "writes_total",
+            "Writes to the local apiserver, by kind and operation (apply, delete).",
+            &["kind", "op"],
+        );
+        let write_errors = counter_vec(
+            "write_errors_total",
+            "Writes that failed (retried), by kind.",
+            &["kind"],
+        );
+        let mut gauge_vec = |name: &str, help: &str, labels: &[&str]| {
+            catalog.push((
+                format!("clusterset_dns_controller_{name}"),
+                labels.iter().map(|l| l.to_string()).collect(),
+            ));
+            let metric = IntGaugeVec::new(Opts::new(name, help), labels).expect("static metric");
+            registry.register(Box::new(metric.clone())).expect("unique");
+            metric
+        };
+        let peer_up = gauge_vec(
+            "peer_up",
+            "1 while a peer is synced and answers its probe, else 0, by peer.",
+            &["peer"],
+        );
+        let peer_last_seen = gauge_vec(
+            "peer_last_seen_timestamp_seconds",
+            "Unix time a peer was last seen healthy, by peer.",
+            &["peer"],
+        );
+        let exports = gauge_vec(
+            "exports",
+            "Local ServiceExports, by Valid reason.",
+            &["reason"],
+        );
+        let conflicts = gauge_vec(
+            "conflicts",
+            "Imported services with a Conflict, by reason (one per reason raised).",
+            &["reason"],
+        );
+        let mut gauge = |name: &str, help: &str| {
+            catalog.push((format!("clusterset_dns_controller_{name}"), Vec::new()));
+            let metric = IntGauge::new(name, help).expect("static metric");
+            registry.register(Box::new(metric.clone())).expect("unique");
+            metric
+        };
+        let imports = gauge("service_imports", "ServiceImports this controller keeps.");
+        let leader = gauge("leader", "1 while this replica holds the leader Lease.");
+        catalog.push((
+            "clusterset_dns_controller_change_to_write_seconds".into(),
+            Vec::new(),
+        ));
+        let change_to_write = Histogram::with_opts(
+            HistogramOpts::new(
+                "change_to_write_seconds",
+                "Seconds from a change arriving (watch event) to the writes it caused being done.",
+            )
+            .buckets(vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+        )
+        .expect("static metric");
+        registry
+            .register(Box::new(change_to_write.clone()))
+            .expect("unique");
+        Self {
+            registry,
+            catalog,
+            peer_up,
+            peer_last_seen,
+            peer_sync_errors,
+            peers_refused,
+            rejected,
+            writes,
+            write_errors,
+            imports,
+            exports,
+            conflicts,
+            change_to_write,
+            leader,
+        }
+    }
+
+    /// `(name, labels)` of every metric.
+    pub fn catalog(&self) -> &[(String, Vec<String>)] {
+        &self.catalog
+    }
+
+    /// Renders all metrics in the Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        // Encoding gathered families into a Vec cannot fail.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}

@@ -1,0 +1,1195 @@
+//! The controller's one loop: it owns every cluster's indexed state, takes
+//! watch events, probe results and membership changes from the connection
+//! tasks, and after each batch of events plans and writes the services
+//! they touched.
+//!
+//! One owner, no locks: connection tasks only forward events; decisions
+//! ([`super::reconcile::plan`]) are pure functions of the state here.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::watcher::{self, Event as WatcherEvent};
+use kube::{Client, ResourceExt};
+use tokio::sync::{mpsc, oneshot};
+
+use super::apply::{Written, execute};
+use super::cluster::{ClusterData, LocalData, Objects, Touched};
+use super::connection::{
+    ClusterKey, Connection, Identity, Report, Scope, WatchEvent, connect, identity,
+};
+use super::metrics::ControllerMetrics;
+use super::naming::{FIELD_MANAGER, is_dns_label};
+use super::reconcile::{Inputs, NamespaceFilter, PeerView, Plan, Write, plan};
+use crate::api::{ServiceExport, ServiceImport};
+use crate::model::ServiceRef;
+use crate::watch::{Outcome, Watch};
+
+/// The key of a peer Secret's kubeconfig.
+pub const KUBECONFIG_KEY: &str = "kubeconfig";
+
+/// Label of the per-peer Leases.
+pub const PEER_LEASE_LABEL: &str = "clusterset-dns.io/peer-lease";
+/// Annotation of a peer Lease naming the peer's Secret.
+pub const PEER_SECRET_ANNOTATION: &str = "clusterset-dns.io/peer-secret";
+
+/// How many writes run at once.
+const WRITE_CONCURRENCY: usize = 16;
+
+/// How long a deleted peer Secret may take to come back (a replace is a
+/// delete and a create) before the peer's data is dropped.
+const SECRET_DELETE_DEBOUNCE: Duration = Duration::from_secs(3);
+
+/// Settings of the loop.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Namespace of peer Secrets and Leases.
+    pub namespace: String,
+    /// Peer Secret label selector.
+    pub peer_selector: String,
+    /// How long an unreachable peer's data stays.
+    pub grace: Duration,
+    /// How long start-up waits for peers.
+    pub startup_sync_timeout: Duration,
+    /// Denied namespaces.
+    pub deny: NamespaceFilter,
+    /// Probe interval.
+    pub probe_interval: Duration,
+    /// Probe timeout.
+    pub probe_timeout: Duration,
+    /// This replica's name in Events.
+    pub instance: String,
+}
+
+/// A question for the loop, answered between events.
+#[derive(Debug)]
+pub enum Query {
+    /// Readiness: peers synced or within grace.
+    Ready(oneshot::Sender<Result<(), String>>),
+    /// The merge of one service, as JSON.
+    Explain(ServiceRef, oneshot::Sender<serde_json::Value>),
+}
+
+/// One connection to a peer and what it read.
+struct PeerConn {
+    generation: u64,
+    client: Option<Client>,
+    identity: Option<Identity>,
+    data: ClusterData,
+    exports: Watch<ServiceExport, Objects<ServiceExport>>,
+    services:
+        Watch<k8s_openapi::api::core::v1::Service, Objects<k8s_openapi::api::core::v1::Service>>,
+    slices: Watch<
+        k8s_openapi::api::discovery::v1::EndpointSlice,
+        Objects<k8s_openapi::api::discovery::v1::EndpointSlice>,
+    >,
+    probe: Result<(), String>,
+    connection: Option<Connection>,
+    identity_task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for PeerConn {
+    fn drop(&mut self) {
+        if let Some(task) = &self.identity_task {
+            task.abort();
+        }
+    }
+}
+
+impl PeerConn {
+    fn new(generation: u64) -> Self {
+        Self {
+            generation,
+            client: None,
+            identity: None,
+            data: ClusterData::default(),
+            exports: Watch::new("serviceexports"),
+            services: Watch::new("services"),
+            slices: Watch::new("endpointslices"),
+            probe: Err("not probed yet".into()),
+            connection: None,
+            identity_task: None,
+        }
+    }
+
+    fn synced(&self) -> bool {
+        self.exports.health().synced()
+            && self.services.health().synced()
+            && self.slices.health().synced()
+    }
+
+    fn healthy(&self) -> bool {
+        self.synced()
+            && self.probe.is_ok()
+            && !self.exports.health().failing()
+            && !self.services.health().failing()
+            && !self.slices.health().failing()
+    }
+
+    fn problem(&self) -> Option<String> {
+        if let Err(error) = &self.probe {
+            return Some(format!("probe: {error}"));
+        }
+        [
+            self.exports.health(),
+            self.services.health(),
+            self.slices.health(),
+        ]
+        .into_iter()
+        .find_map(|h| {
+            h.last_error()
+                .map(|e| format!("watch of {}: {e}", h.resource()))
+        })
+    }
+}
+
+/// A peer named by a Secret.
+struct Peer {
+    secret: String,
+    kubeconfig: Vec<u8>,
+    /// The connection whose data counts.
+    current: Option<PeerConn>,
+    /// A replacement (rotated Secret) being synced; swapped in once synced.
+    next: Option<PeerConn>,
+    refused: Option<String>,
+    removing_at: Option<Instant>,
+    /// Last time the peer was healthy (from its Lease across restarts).
+    last_seen: Option<SystemTime>,
+    lease_renewed: Option<Instant>,
+    /// The peer's id as its Lease recorded it, before the peer answers.
+    lease_id: Option<String>,
+}
+
+impl Peer {
+    fn id(&self) -> Option<&str> {
+        self.current
+            .as_ref()
+            .and_then(|c| c.identity.as_ref())
+            .map(|i| i.cluster_id.as_str())
+    }
+
+    fn within_grace(&self, grace: Duration) -> bool {
+        self.last_seen
+            .and_then(|seen| SystemTime::now().duration_since(seen).ok())
+            .is_some_and(|age| age < grace)
+    }
+
+    fn conn_mut(&mut self, generation: u64) -> Option<&mut PeerConn> {
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|c| c.generation == generation)
+        {
+            self.current.as_mut()
+        } else if self
+            .next
+            .as_ref()
+            .is_some_and(|c| c.generation == generation)
+        {
+            self.next.as_mut()
+        } else {
+            None
+        }
+    }
+}
+
+/// The controller's state and loop.
+pub struct Controller {
+    settings: Settings,
+    client: Client,
+    local_id: String,
+    local_clusterset: String,
+    local: ClusterData,
+    local_only: LocalData,
+    local_watches: LocalWatches,
+    peers: BTreeMap<String, Peer>,
+    generation: u64,
+    reports_tx: mpsc::Sender<Report>,
+    reports: mpsc::Receiver<Report>,
+    identities_tx: mpsc::Sender<(String, u64, Contact)>,
+    identities: mpsc::Receiver<(String, u64, Contact)>,
+    metrics: Arc<ControllerMetrics>,
+    recorder: Recorder,
+    started_at: Instant,
+    started: bool,
+    dirty: Touched,
+    first_change: Option<Instant>,
+    retry: BTreeSet<ServiceRef>,
+    /// Per service: the local export's `Valid` reason and the conflict
+    /// reasons, for the gauges.
+    summaries: BTreeMap<ServiceRef, (Option<&'static str>, Option<String>)>,
+    /// Peer Leases found at start-up: Secret name → (peer id, last seen).
+    leases: BTreeMap<String, (String, SystemTime)>,
+    _local_connection: Connection,
+}
+
+struct LocalWatches {
+    exports: Watch<ServiceExport, Objects<ServiceExport>>,
+    services:
+        Watch<k8s_openapi::api::core::v1::Service, Objects<k8s_openapi::api::core::v1::Service>>,
+    mcs_slices: Watch<
+        k8s_openapi::api::discovery::v1::EndpointSlice,
+        Objects<k8s_openapi::api::discovery::v1::EndpointSlice>,
+    >,
+    kubernetes_slices: Watch<
+        k8s_openapi::api::discovery::v1::EndpointSlice,
+        Objects<k8s_openapi::api::discovery::v1::EndpointSlice>,
+    >,
+    imports: Watch<ServiceImport, Objects<ServiceImport>>,
+    namespaces: Watch<k8s_openapi::api::core::v1::Namespace, LocalData>,
+    cidrs: Watch<k8s_openapi::api::networking::v1::ServiceCIDR, LocalData>,
+}
+
+impl LocalWatches {
+    fn new() -> Self {
+        Self {
+            exports: Watch::new("serviceexports"),
+            services: Watch::new("services"),
+            mcs_slices: Watch::new("endpointslices (ours)"),
+            kubernetes_slices: Watch::new("endpointslices (of local services)"),
+            imports: Watch::new("serviceimports"),
+            namespaces: Watch::new("namespaces"),
+            cidrs: Watch::new("servicecidrs"),
+        }
+    }
+
+    fn synced(&self) -> bool {
+        self.exports.health().synced()
+            && self.services.health().synced()
+            && self.mcs_slices.health().synced()
+            && self.kubernetes_slices.health().synced()
+            && self.imports.health().synced()
+            && self.namespaces.health().synced()
+            && self.cidrs.health().synced()
+    }
+}
+
+/// Why the controller could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The local cluster's identity is missing or invalid.
+    #[error("this cluster's identity: {0}")]
+    Identity(String),
+}
+
+impl Controller {
+    /// Reads this cluster's identity and starts the local watches.
+    pub async fn start(
+        client: Client,
+        settings: Settings,
+        metrics: Arc<ControllerMetrics>,
+    ) -> Result<Self, StartError> {
+        let identity = identity(&client).await.map_err(StartError::Identity)?;
+        if !is_dns_label(&identity.cluster_id) {
+            return Err(StartError::Identity(format!(
+                "cluster id {:?} (ClusterProperty cluster.clusterset.k8s.io) is not a DNS label: it becomes one label of <host>.<clusterid>.<svc>.<ns>.svc.clusterset.local",
+                identity.cluster_id
+            )));
+        }
+        tracing::info!(cluster = %identity.cluster_id, clusterset = %identity.clusterset, "cluster identity");
+        let leases = peer_leases(&client, &settings.namespace).await;
+        let (reports_tx, reports) = mpsc::channel(4096);
+        let (identities_tx, identities) = mpsc::channel(64);
+        let local_connection = connect(
+            client.clone(),
+            ClusterKey::Local,
+            Scope::Local,
+            reports_tx.clone(),
+        );
+        // Peer Secrets, through the same channel as a pseudo-cluster.
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
+        let secret_stream = crate::watch::stream(
+            secrets,
+            watcher::Config::default().labels(&settings.peer_selector),
+        );
+        let secret_tx = reports_tx.clone();
+        let secret_task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(secret_stream);
+            while let Some(event) = stream.next().await {
+                if secret_tx.send(Report::Secrets(event)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut local_connection = local_connection;
+        local_connection.adopt(secret_task);
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: Some(settings.instance.clone()),
+            },
+        );
+        Ok(Self {
+            settings,
+            client,
+            local_id: identity.cluster_id,
+            local_clusterset: identity.clusterset,
+            local: ClusterData::default(),
+            local_only: LocalData::default(),
+            local_watches: LocalWatches::new(),
+            peers: BTreeMap::new(),
+            generation: 0,
+            reports_tx,
+            reports,
+            identities_tx,
+            identities,
+            metrics,
+            recorder,
+            started_at: Instant::now(),
+            started: false,
+            dirty: Touched::default(),
+            first_change: None,
+            retry: BTreeSet::new(),
+            summaries: BTreeMap::new(),
+            leases,
+            _local_connection: local_connection,
+        })
+    }
+
+    /// Runs until the process stops.
+    pub async fn run(mut self, mut queries: mpsc::Receiver<Query>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                Some(report) = self.reports.recv() => {
+                    self.handle(report);
+                    // Take whatever else is queued before planning: one
+                    // plan per batch, not per event.
+                    while let Ok(report) = self.reports.try_recv() {
+                        self.handle(report);
+                    }
+                }
+                Some((secret, generation, contact)) = self.identities.recv() => {
+                    self.identified(&secret, generation, contact).await;
+                }
+                Some(query) = queries.recv() => self.answer(query),
+                _ = tick.tick() => self.tick().await,
+            }
+            self.maybe_start();
+            if self.started && !self.dirty.is_empty() {
+                self.reconcile().await;
+            }
+        }
+    }
+
+    fn mark(&mut self, touched: Touched) {
+        if !touched.is_empty() && self.first_change.is_none() {
+            self.first_change = Some(Instant::now());
+        }
+        self.dirty.merge(touched);
+    }
+
+    fn handle(&mut self, report: Report) {
+        let now = Instant::now();
+        match report {
+            Report::Watch(ClusterKey::Local, event) => {
+                let w = &mut self.local_watches;
+                let outcome = match event {
+                    WatchEvent::Exports(e) => w.exports.handle(&mut self.local.exports, e, now),
+                    WatchEvent::Services(e) => w.services.handle(&mut self.local.services, e, now),
+                    WatchEvent::McsSlices(e) => {
+                        w.mcs_slices.handle(&mut self.local.mcs_slices, e, now)
+                    }
+                    WatchEvent::KubernetesSlices(e) => {
+                        w.kubernetes_slices
+                            .handle(&mut self.local_only.kubernetes_slices, e, now)
+                    }
+                    WatchEvent::Imports(e) => {
+                        w.imports.handle(&mut self.local_only.imports, e, now)
+                    }
+                    WatchEvent::Namespaces(e) => w.namespaces.handle(&mut self.local_only, e, now),
+                    WatchEvent::ServiceCidrs(e) => w.cidrs.handle(&mut self.local_only, e, now),
+                };
+                if let Outcome::Failed {
+                    started: true,
+                    error,
+                    ..
+                } = &outcome
+                {
+                    tracing::warn!(%error, "local watch failing");
+                }
+                let mut touched = self.take_local_touched();
+                touched.all |= self.local_only.take_all_touched();
+                self.mark(touched);
+            }
+            Report::Watch(ClusterKey::Peer { secret, generation }, event) => {
+                let Some(peer) = self.peers.get_mut(&secret) else {
+                    return;
+                };
+                let peer_name = peer.id().unwrap_or(&secret).to_owned();
+                let Some(conn) = peer.conn_mut(generation) else {
+                    return;
+                };
+                let outcome = match event {
+                    WatchEvent::Exports(e) => conn.exports.handle(&mut conn.data.exports, e, now),
+                    WatchEvent::Services(e) => {
+                        conn.services.handle(&mut conn.data.services, e, now)
+                    }
+                    WatchEvent::McsSlices(e) => {
+                        conn.slices.handle(&mut conn.data.mcs_slices, e, now)
+                    }
+                    _ => return,
+                };
+                if let Outcome::Failed { started, error, .. } = &outcome {
+                    self.metrics
+                        .peer_sync_errors
+                        .with_label_values(&[&peer_name, "watch"])
+                        .inc();
+                    if *started {
+                        tracing::warn!(peer = %peer_name, %error, "peer watch failing; its services stay imported within the grace period");
+                    }
+                }
+                let mut touched = conn.data.exports.take_touched();
+                touched.merge(conn.data.services.take_touched());
+                touched.merge(conn.data.mcs_slices.take_touched());
+                let is_current = peer
+                    .current
+                    .as_ref()
+                    .is_some_and(|c| c.generation == generation);
+                if is_current {
+                    self.mark(touched);
+                } else if peer.next.as_ref().is_some_and(PeerConn::synced) {
+                    // A rotated Secret's new connection has synced: it
+                    // replaces the old one without a gap.
+                    tracing::info!(peer = %peer_name, "peer credentials replaced");
+                    peer.current = peer.next.take();
+                    self.dirty.all = true;
+                }
+            }
+            Report::Probe(ClusterKey::Peer { secret, generation }, result) => {
+                let Some(peer) = self.peers.get_mut(&secret) else {
+                    return;
+                };
+                let peer_name = peer.id().unwrap_or(&secret).to_owned();
+                if let Some(conn) = peer.conn_mut(generation) {
+                    if let Err(error) = &result {
+                        self.metrics
+                            .peer_sync_errors
+                            .with_label_values(&[&peer_name, "probe"])
+                            .inc();
+                        if conn.probe.is_ok() {
+                            tracing::warn!(peer = %peer_name, %error, "peer probe failing");
+                        }
+                    } else if conn.probe.is_err() && conn.synced() {
+                        tracing::info!(peer = %peer_name, "peer answers again");
+                    }
+                    conn.probe = result;
+                }
+            }
+            Report::Probe(ClusterKey::Local, _) => {}
+            Report::Secrets(event) => self.secrets(event),
+        }
+    }
+
+    fn take_local_touched(&mut self) -> Touched {
+        let mut touched = self.local.exports.take_touched();
+        touched.merge(self.local.services.take_touched());
+        touched.merge(self.local.mcs_slices.take_touched());
+        touched.merge(self.local_only.kubernetes_slices.take_touched());
+        touched.merge(self.local_only.imports.take_touched());
+        touched
+    }
+
+    fn secrets(&mut self, event: Result<WatcherEvent<Secret>, watcher::Error>) {
+        match event {
+            Ok(WatcherEvent::Apply(secret) | WatcherEvent::InitApply(secret)) => {
+                self.peer_secret(secret)
+            }
+            Ok(WatcherEvent::Delete(secret)) => {
+                if let Some(peer) = self.peers.get_mut(&secret.name_any()) {
+                    peer.removing_at = Some(Instant::now() + SECRET_DELETE_DEBOUNCE);
+                }
+            }
+            Ok(WatcherEvent::Init | WatcherEvent::InitDone) => {}
+            Err(error) => {
+                tracing::warn!(error = %crate::error::Chain(&error), "watch of peer Secrets failing");
+            }
+        }
+    }
+
+    fn peer_secret(&mut self, secret: Secret) {
+        let name = secret.name_any();
+        let kubeconfig = secret
+            .data
+            .as_ref()
+            .and_then(|data| data.get(KUBECONFIG_KEY))
+            .map(|bytes| bytes.0.clone())
+            .unwrap_or_default();
+        if let Some(peer) = self.peers.get_mut(&name) {
+            peer.removing_at = None;
+            if peer.kubeconfig == kubeconfig {
+                return;
+            }
+        }
+        self.generation += 1;
+        let mut conn = PeerConn::new(self.generation);
+        conn.identity_task = Some(self.spawn_identity(&name, self.generation, kubeconfig.clone()));
+        let peer = self.peers.entry(name.clone()).or_insert_with(|| Peer {
+            secret: name.clone(),
+            kubeconfig: Vec::new(),
+            current: None,
+            next: None,
+            refused: None,
+            removing_at: None,
+            last_seen: None,
+            lease_renewed: None,
+            lease_id: None,
+        });
+        if peer.last_seen.is_none()
+            && let Some((id, seen)) = self.leases.get(&name)
+        {
+            peer.lease_id = Some(id.clone());
+            peer.last_seen = Some(*seen);
+        }
+        peer.kubeconfig = kubeconfig;
+        peer.refused = None;
+        if peer.current.as_ref().is_some_and(PeerConn::synced) {
+            tracing::info!(secret = %name, "peer Secret changed: connecting with the new credentials beside the old");
+            peer.next = Some(conn);
+        } else {
+            peer.current = Some(conn);
+        }
+    }
+
+    /// Builds the peer's client and reads its identity, retrying while the
+    /// peer does not answer.
+    fn spawn_identity(
+        &self,
+        secret: &str,
+        generation: u64,
+        kubeconfig: Vec<u8>,
+    ) -> tokio::task::JoinHandle<()> {
+        let tx = self.identities_tx.clone();
+        let secret = secret.to_owned();
+        tokio::spawn(async move {
+            let client = match client_from(&kubeconfig).await {
+                Ok(client) => client,
+                Err(error) => {
+                    let _ = tx.send((secret, generation, Contact::Invalid(error))).await;
+                    return;
+                }
+            };
+            let mut delay = Duration::from_millis(500);
+            loop {
+                let result = tokio::time::timeout(Duration::from_secs(10), identity(&client))
+                    .await
+                    .unwrap_or_else(|_| Err("no answer within 10s".into()));
+                let contact = match result {
+                    Ok(identity) => Contact::Identified(client.clone(), identity),
+                    Err(error) => Contact::Unreachable(error),
+                };
+                let done = matches!(contact, Contact::Identified(..));
+                if tx
+                    .send((secret.clone(), generation, contact))
+                    .await
+                    .is_err()
+                    || done
+                {
+                    return;
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        })
+    }
+
+    async fn identified(&mut self, secret: &str, generation: u64, contact: Contact) {
+        let (client, identity) = match contact {
+            Contact::Identified(client, identity) => (client, identity),
+            Contact::Invalid(error) => {
+                self.refuse(
+                    secret,
+                    "InvalidKubeconfig",
+                    &format!("Secret {secret}: {error}"),
+                );
+                return;
+            }
+            Contact::Unreachable(error) => {
+                if let Some(peer) = self.peers.get(secret)
+                    && peer
+                        .current
+                        .as_ref()
+                        .is_some_and(|c| c.generation == generation && !c.synced())
+                {
+                    tracing::warn!(secret, %error, "cannot read the peer's identity yet; retrying");
+                }
+                return;
+            }
+        };
+        let refusal = if !is_dns_label(&identity.cluster_id) {
+            Some((
+                "InvalidClusterId",
+                format!(
+                    "peer cluster id {:?} is not a DNS label",
+                    identity.cluster_id
+                ),
+            ))
+        } else if identity.cluster_id == self.local_id {
+            Some((
+                "SelfReference",
+                format!("Secret {secret} points at this cluster ({})", self.local_id),
+            ))
+        } else if identity.clusterset != self.local_clusterset {
+            Some((
+                "OtherClusterSet",
+                format!(
+                    "peer {} belongs to clusterset {:?}, this cluster to {:?}",
+                    identity.cluster_id, identity.clusterset, self.local_clusterset
+                ),
+            ))
+        } else if let Some(other) = self
+            .peers
+            .values()
+            .find(|p| p.secret != secret && p.id() == Some(identity.cluster_id.as_str()))
+        {
+            Some((
+                "DuplicateClusterId",
+                format!(
+                    "Secrets {} and {secret} both name cluster {}",
+                    other.secret, identity.cluster_id
+                ),
+            ))
+        } else {
+            None
+        };
+        if let Some((reason, message)) = refusal {
+            self.refuse(secret, reason, &message);
+            return;
+        }
+        let scope = Scope::Peer {
+            id: identity.cluster_id.clone(),
+            probe_interval: self.settings.probe_interval,
+            probe_timeout: self.settings.probe_timeout,
+        };
+        let reports = self.reports_tx.clone();
+        let Some(peer) = self.peers.get_mut(secret) else {
+            return;
+        };
+        if let Some(previous) = peer.current.as_ref().and_then(|c| c.identity.as_ref())
+            && previous.cluster_id != identity.cluster_id
+            && peer
+                .current
+                .as_ref()
+                .is_some_and(|c| c.generation != generation)
+        {
+            tracing::warn!(secret, old = %previous.cluster_id, new = %identity.cluster_id, "the Secret now names another cluster");
+        }
+        let Some(conn) = peer.conn_mut(generation) else {
+            return;
+        };
+        let key = ClusterKey::Peer {
+            secret: secret.to_owned(),
+            generation,
+        };
+        conn.connection = Some(connect(client.clone(), key, scope, reports));
+        conn.client = Some(client);
+        tracing::info!(secret, peer = %identity.cluster_id, "peer accepted");
+        conn.identity = Some(identity);
+        self.dirty.all = true;
+    }
+
+    fn refuse(&mut self, secret: &str, reason: &'static str, message: &str) {
+        tracing::error!(secret, reason, "peer refused: {message}");
+        self.metrics
+            .peers_refused
+            .with_label_values(&[reason])
+            .inc();
+        if let Some(peer) = self.peers.get_mut(secret) {
+            peer.refused = Some(message.to_owned());
+            peer.current = None;
+            peer.next = None;
+        } else {
+            self.peers.insert(
+                secret.to_owned(),
+                Peer {
+                    secret: secret.to_owned(),
+                    kubeconfig: Vec::new(),
+                    current: None,
+                    next: None,
+                    refused: Some(message.to_owned()),
+                    removing_at: None,
+                    last_seen: None,
+                    lease_renewed: None,
+                    lease_id: None,
+                },
+            );
+        }
+        self.dirty.all = true;
+        let recorder = self.recorder.clone();
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Secret".into()),
+            name: Some(secret.to_owned()),
+            namespace: Some(self.settings.namespace.clone()),
+            ..ObjectReference::default()
+        };
+        let event = KubeEvent {
+            type_: EventType::Warning,
+            reason: "PeerRefused".into(),
+            note: Some(format!("{reason}: {message}")),
+            action: "Connect".into(),
+            secondary: None,
+        };
+        tokio::spawn(async move {
+            if let Err(error) = recorder.publish(&event, &reference).await {
+                tracing::debug!(error = %crate::error::Chain(&error), "could not record an Event");
+            }
+        });
+    }
+
+    /// Once a second: drop peers whose Secret is gone, keep Leases and
+    /// metrics current, and notice peers crossing their grace period.
+    async fn tick(&mut self) {
+        let now = Instant::now();
+        let removed: Vec<String> = self
+            .peers
+            .values()
+            .filter(|p| p.removing_at.is_some_and(|at| at <= now))
+            .map(|p| p.secret.clone())
+            .collect();
+        for secret in removed {
+            let peer = self.peers.remove(&secret);
+            let id = peer.as_ref().and_then(|p| p.id().map(str::to_owned));
+            tracing::info!(secret, peer = ?id, "peer Secret deleted: its services are no longer imported");
+            if let Some(id) = id {
+                self.metrics.peer_up.remove_label_values(&[&id]).ok();
+            }
+            self.dirty.all = true;
+        }
+        let grace = self.settings.grace;
+        let renew_every = (grace / 4).clamp(Duration::from_secs(5), Duration::from_secs(60));
+        let mut usable_changed = false;
+        let mut leases: Vec<(String, String, SystemTime)> = Vec::new();
+        for peer in self.peers.values_mut() {
+            let Some(id) = peer.id().map(str::to_owned) else {
+                continue;
+            };
+            let was_usable = usable(peer, grace);
+            let healthy = peer.current.as_ref().is_some_and(PeerConn::healthy);
+            self.metrics
+                .peer_up
+                .with_label_values(&[&id])
+                .set(healthy as i64);
+            if healthy {
+                peer.last_seen = Some(SystemTime::now());
+                if peer
+                    .lease_renewed
+                    .is_none_or(|at| now.duration_since(at) >= renew_every)
+                {
+                    peer.lease_renewed = Some(now);
+                    leases.push((id.clone(), peer.secret.clone(), SystemTime::now()));
+                }
+            }
+            if let Some(seen) = peer.last_seen
+                && let Ok(since) = seen.duration_since(SystemTime::UNIX_EPOCH)
+            {
+                self.metrics
+                    .peer_last_seen
+                    .with_label_values(&[&id])
+                    .set(since.as_secs() as i64);
+            }
+            if usable(peer, grace) != was_usable {
+                usable_changed = true;
+                if was_usable {
+                    tracing::warn!(peer = %id, problem = ?peer.current.as_ref().and_then(PeerConn::problem), "peer unreachable beyond the grace period: its services are no longer imported");
+                }
+            }
+        }
+        for (id, secret, seen) in leases {
+            self.renew_lease(&id, &secret, seen).await;
+        }
+        if usable_changed {
+            self.dirty.all = true;
+        }
+        if !self.retry.is_empty() {
+            let retry = std::mem::take(&mut self.retry);
+            self.dirty.services.extend(retry);
+        }
+    }
+
+    fn lease_name(id: &str) -> String {
+        format!("clusterset-dns-peer-{id}")
+    }
+
+    async fn renew_lease(&self, id: &str, secret: &str, seen: SystemTime) {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.settings.namespace);
+        let renew = k8s_openapi::jiff::Timestamp::try_from(seen)
+            .ok()
+            .map(MicroTime);
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(Self::lease_name(id)),
+                namespace: Some(self.settings.namespace.clone()),
+                labels: Some(BTreeMap::from([(
+                    PEER_LEASE_LABEL.to_owned(),
+                    "true".to_owned(),
+                )])),
+                annotations: Some(BTreeMap::from([(
+                    PEER_SECRET_ANNOTATION.to_owned(),
+                    secret.to_owned(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.local_id.clone()),
+                lease_duration_seconds: Some(
+                    self.settings.grace.as_secs().min(i32::MAX as u64) as i32
+                ),
+                renew_time: renew,
+                ..LeaseSpec::default()
+            }),
+        };
+        let mut body = serde_json::to_value(&lease).unwrap_or_default();
+        body["apiVersion"] = "coordination.k8s.io/v1".into();
+        body["kind"] = "Lease".into();
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        if let Err(error) = api
+            .patch(&Self::lease_name(id), &params, &Patch::Apply(body))
+            .await
+        {
+            tracing::warn!(peer = id, error = %crate::error::Chain(&error), "cannot renew the peer Lease");
+        }
+    }
+
+    /// Starts reconciling once this cluster is listed and every peer has
+    /// synced, or the start-up timeout has passed.
+    fn maybe_start(&mut self) {
+        if self.started || !self.local_watches.synced() {
+            return;
+        }
+        let peers_synced = self
+            .peers
+            .values()
+            .filter(|p| p.refused.is_none())
+            .all(|p| p.current.as_ref().is_some_and(PeerConn::synced));
+        let timed_out = self.started_at.elapsed() >= self.settings.startup_sync_timeout;
+        if peers_synced || timed_out {
+            if !peers_synced {
+                tracing::warn!(
+                    "start-up: not every peer synced within the start-up timeout; services naming an unread peer are left as they are"
+                );
+            }
+            tracing::info!(peers = self.peers.len(), "reconciling");
+            self.started = true;
+            self.dirty.all = true;
+        }
+    }
+
+    fn readiness(&self) -> Result<(), String> {
+        if !self.local_watches.synced() {
+            return Err("the local cluster is not listed yet".into());
+        }
+        if !self.started {
+            return Err("waiting for peers' first sync".into());
+        }
+        let grace = self.settings.grace;
+        let waiting: Vec<String> = self
+            .peers
+            .values()
+            .filter(|p| p.refused.is_none() && !usable(p, grace))
+            .map(|p| p.id().unwrap_or(&p.secret).to_owned())
+            .collect();
+        if waiting.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "peers neither synced nor within grace: {}",
+                waiting.join(", ")
+            ))
+        }
+    }
+
+    fn answer(&self, query: Query) {
+        match query {
+            Query::Ready(reply) => {
+                let _ = reply.send(self.readiness());
+            }
+            Query::Explain(service, reply) => {
+                let _ = reply.send(self.explain(&service));
+            }
+        }
+    }
+
+    fn peer_views(&self) -> (Vec<PeerView<'_>>, BTreeSet<String>) {
+        let grace = self.settings.grace;
+        let mut views = Vec::new();
+        let mut unknown = BTreeSet::new();
+        for peer in self.peers.values() {
+            let Some(conn) = &peer.current else { continue };
+            let Some(identity) = &conn.identity else {
+                if peer.within_grace(grace)
+                    && let Some(id) = &peer.lease_id
+                {
+                    unknown.insert(id.clone());
+                }
+                continue;
+            };
+            let id = identity.cluster_id.as_str();
+            if !conn.synced() {
+                if peer.within_grace(grace) {
+                    unknown.insert(id.to_owned());
+                }
+                continue;
+            }
+            views.push(PeerView {
+                id,
+                data: &conn.data,
+                usable: usable(peer, grace),
+            });
+        }
+        (views, unknown)
+    }
+
+    fn explain(&self, service: &ServiceRef) -> serde_json::Value {
+        let (views, unknown) = self.peer_views();
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let inputs = Inputs {
+            local_id: &self.local_id,
+            local: &self.local,
+            local_only: &self.local_only,
+            peers: &views,
+            unknown_peers: &unknown,
+            deny: &self.settings.deny,
+            deletions_allowed: self.started,
+            now: &now,
+        };
+        let plan = plan(&inputs, service);
+        serde_json::json!({
+            "service": service.to_string(),
+            "cluster": self.local_id,
+            "peers": views.iter().map(|v| serde_json::json!({"id": v.id, "usable": v.usable})).collect::<Vec<_>>(),
+            "exporters": plan.merged.as_ref().map(|m| m.clusters.clone()),
+            "excluded": plan.merged.as_ref().map(|m| m.excluded.clone()),
+            "winner": plan.merged.as_ref().map(|m| m.winner().to_owned()),
+            "conflict": plan.merged.as_ref().and_then(|m| m.conflict.as_ref()).map(|c| serde_json::json!({"reason": c.reason, "message": c.message})),
+            "spec": plan.merged.as_ref().map(|m| serde_json::to_value(&m.spec).unwrap_or_default()),
+            "pending_writes": plan.writes.iter().map(|w| format!("{:?}", w.kind())).collect::<Vec<_>>(),
+            "deferred": plan.deferred,
+        })
+    }
+
+    async fn reconcile(&mut self) {
+        let touched = std::mem::take(&mut self.dirty);
+        let keys: BTreeSet<ServiceRef> = if touched.all {
+            self.all_services()
+        } else {
+            touched.services
+        };
+        let (views, unknown) = self.peer_views();
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let inputs = Inputs {
+            local_id: &self.local_id,
+            local: &self.local,
+            local_only: &self.local_only,
+            peers: &views,
+            unknown_peers: &unknown,
+            deny: &self.settings.deny,
+            deletions_allowed: true,
+            now: &now,
+        };
+        let mut summaries = Vec::new();
+        let plans: Vec<(ServiceRef, Plan)> = keys
+            .into_iter()
+            .map(|key| {
+                let plan = plan(&inputs, &key);
+                let conflict = plan
+                    .merged
+                    .as_ref()
+                    .and_then(|m| m.conflict.as_ref())
+                    .map(|c| c.reason.clone());
+                summaries.push((key.clone(), (plan.export_reason, conflict)));
+                (key, plan)
+            })
+            .filter(|(_, plan)| !plan.writes.is_empty() || !plan.rejected.is_empty())
+            .collect();
+        drop(views);
+        for (key, summary) in summaries {
+            if summary == (None, None) {
+                self.summaries.remove(&key);
+            } else {
+                self.summaries.insert(key, summary);
+            }
+        }
+        self.update_gauges();
+        for (_, plan) in &plans {
+            for (peer, why) in &plan.rejected {
+                self.metrics
+                    .rejected
+                    .with_label_values(&[peer.as_str(), why])
+                    .inc();
+            }
+        }
+        let client = self.client.clone();
+        let metrics = self.metrics.clone();
+        let results: Vec<(ServiceRef, Vec<Result<Written, ()>>)> = futures::stream::iter(plans)
+            .map(|(key, plan)| {
+                let client = client.clone();
+                let metrics = metrics.clone();
+                async move {
+                    let mut results = Vec::new();
+                    for write in &plan.writes {
+                        let op = if matches!(write, Write::Delete { .. }) { "delete" } else { "apply" };
+                        metrics.writes.with_label_values(&[write.kind().as_str(), op]).inc();
+                        match execute(&client, write).await {
+                            Ok(written) => results.push(Ok(written)),
+                            Err(error) if error.namespace_terminating() => {}
+                            Err(error) => {
+                                metrics.write_errors.with_label_values(&[write.kind().as_str()]).inc();
+                                tracing::warn!(service = %key, error = %crate::error::Chain(&error), "write failed; retrying");
+                                results.push(Err(()));
+                                // Later writes of this service may depend on it.
+                                break;
+                            }
+                        }
+                    }
+                    (key, results)
+                }
+            })
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .collect()
+            .await;
+        let mut wrote = false;
+        for (key, results) in results {
+            for result in results {
+                match result {
+                    Ok(written) => {
+                        wrote = true;
+                        self.write_through(written);
+                    }
+                    Err(()) => {
+                        self.retry.insert(key.clone());
+                    }
+                }
+            }
+        }
+        // Our own writes come back as touched services; their plans are
+        // empty, which ends the cycle.
+        let touched = self.take_local_touched();
+        self.dirty.merge(touched);
+        if let Some(first) = self.first_change.take()
+            && wrote
+        {
+            self.metrics
+                .change_to_write
+                .observe(first.elapsed().as_secs_f64());
+        }
+        self.metrics
+            .imports
+            .set(self.local_only.imports.services().count() as i64);
+    }
+
+    fn update_gauges(&self) {
+        let mut exports: BTreeMap<&str, i64> = BTreeMap::new();
+        let mut conflicts: BTreeMap<&str, i64> = BTreeMap::new();
+        for (reason, conflict) in self.summaries.values() {
+            if let Some(reason) = reason {
+                *exports.entry(reason).or_default() += 1;
+            }
+            for reason in conflict.iter().flat_map(|c| c.split(',')) {
+                *conflicts.entry(reason).or_default() += 1;
+            }
+        }
+        self.metrics.exports.reset();
+        for (reason, count) in exports {
+            self.metrics.exports.with_label_values(&[reason]).set(count);
+        }
+        self.metrics.conflicts.reset();
+        for (reason, count) in conflicts {
+            self.metrics
+                .conflicts
+                .with_label_values(&[reason])
+                .set(count);
+        }
+    }
+
+    fn write_through(&mut self, written: Written) {
+        use crate::watch::IndexResource;
+        match written {
+            Written::Import(import) => self.local_only.imports.apply(import),
+            Written::Service(service) => self.local.services.apply(service),
+            Written::Slice(slice) => self.local.mcs_slices.apply(slice),
+            Written::Export(export) => self.local.exports.apply(export),
+            Written::Deleted => {}
+        }
+    }
+
+    fn all_services(&self) -> BTreeSet<ServiceRef> {
+        let mut all: BTreeSet<ServiceRef> = self.local.exports.services().cloned().collect();
+        all.extend(self.local.mcs_slices.services().cloned());
+        all.extend(self.local_only.imports.services().cloned());
+        for peer in self.peers.values() {
+            if let Some(conn) = &peer.current {
+                all.extend(conn.data.exports.services().cloned());
+            }
+        }
+        all
+    }
+}
+
+/// The peer Leases of an earlier run: when each peer was last seen healthy,
+/// so a restarted controller keeps honouring the grace period.
+async fn peer_leases(client: &Client, namespace: &str) -> BTreeMap<String, (String, SystemTime)> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let params = kube::api::ListParams::default().labels(&format!("{PEER_LEASE_LABEL}=true"));
+    let leases = match api.list(&params).await {
+        Ok(list) => list.items,
+        Err(error) => {
+            tracing::warn!(error = %crate::error::Chain(&error), "cannot list peer Leases: peers that do not answer at start-up get no grace");
+            return BTreeMap::new();
+        }
+    };
+    leases
+        .into_iter()
+        .filter_map(|lease| {
+            let secret = lease.annotations().get(PEER_SECRET_ANNOTATION)?.clone();
+            let peer = lease
+                .name_any()
+                .strip_prefix("clusterset-dns-peer-")?
+                .to_owned();
+            let seen = lease.spec?.renew_time.map(|t| SystemTime::from(t.0))?;
+            Some((secret, (peer, seen)))
+        })
+        .collect()
+}
+
+/// Whether a peer's data counts: synced and healthy, or within grace.
+fn usable(peer: &Peer, grace: Duration) -> bool {
+    let Some(conn) = &peer.current else {
+        return false;
+    };
+    conn.identity.is_some() && conn.synced() && (conn.healthy() || peer.within_grace(grace))
+}
+
+/// What reading a peer's identity gave.
+enum Contact {
+    /// The kubeconfig cannot be used.
+    Invalid(String),
+    /// The peer did not answer (retrying).
+    Unreachable(String),
+    /// The peer's client and identity.
+    Identified(Client, Identity),
+}
+
+async fn client_from(kubeconfig: &[u8]) -> Result<Client, String> {
+    if kubeconfig.is_empty() {
+        return Err(format!("no data.{KUBECONFIG_KEY}"));
+    }
+    let text = std::str::from_utf8(kubeconfig)
+        .map_err(|_| format!("data.{KUBECONFIG_KEY} is not UTF-8"))?;
+    let parsed = Kubeconfig::from_yaml(text)
+        .map_err(|e| format!("data.{KUBECONFIG_KEY}: {}", crate::error::Chain(&e)))?;
+    let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| format!("data.{KUBECONFIG_KEY}: {}", crate::error::Chain(&e)))?;
+    Client::try_from(config).map_err(|e| format!("building a client: {}", crate::error::Chain(&e)))
+}
