@@ -836,39 +836,4 @@ pub fn export_status_object(service: &ServiceRef, conditions: Vec<Condition>) ->
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn deny_patterns_match_names_and_prefixes() {
-        let deny = NamespaceFilter::new(["kube-*".to_owned(), "secret".to_owned()]);
-        assert!(deny.denies("kube-system"));
-        assert!(deny.denies("kube-public"));
-        assert!(deny.denies("secret"));
-        assert!(!deny.denies("secrets"));
-        assert!(!deny.denies("demo"));
-        assert!(!NamespaceFilter::new([String::new()]).denies("demo"));
-    }
-
-    #[test]
-    fn only_routable_unicast_addresses_of_the_family_pass() {
-        for good in ["10.1.2.3", "192.168.0.1"] {
-            assert!(routable(good, "IPv4"), "{good}");
-        }
-        assert!(routable("fd00::1", "IPv6"));
-        for bad in [
-            "127.0.0.1",
-            "169.254.1.1",
-            "0.0.0.0",
-            "224.0.0.1",
-            "255.255.255.255",
-            "x",
-            "fd00::1",
-        ] {
-            assert!(!routable(bad, "IPv4"), "{bad}");
-        }
-        for bad in ["::1", "fe80::1", "::", "ff02::1", "10.0.0.1"] {
-            assert!(!routable(bad, "IPv6"), "{bad}");
-        }
-    }
-}
+mod tests;

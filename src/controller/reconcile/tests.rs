@@ -1,0 +1,531 @@
+//! [`super::plan`] over synthetic cluster state. A tiny in-memory
+//! "apiserver" ([`World::apply`]) applies each plan's writes the way the
+//! real one would for the fields the plan reads back (uids, cluster IPs),
+//! so the tests can check the property that matters most: planning again
+//! after the writes converges to an empty plan (no idle writes).
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::ResourceExt;
+
+use super::*;
+use crate::watch::IndexResource;
+
+const NS: &str = "demo";
+
+fn time(secs: i64) -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(1_700_000_000 + secs).unwrap())
+}
+
+fn meta(name: &str, labels: &[(&str, &str)]) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some(NS.into()),
+        labels: Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        creation_timestamp: Some(time(0)),
+        ..ObjectMeta::default()
+    }
+}
+
+fn export(name: &str, created: i64) -> ServiceExport {
+    let mut export = ServiceExport::new(name, Default::default());
+    export.metadata.namespace = Some(NS.into());
+    export.metadata.creation_timestamp = Some(time(created));
+    export
+}
+
+fn service(name: &str, port: i32) -> Service {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "type": "ClusterIP",
+            "clusterIP": "10.0.0.10",
+            "clusterIPs": ["10.0.0.10"],
+            "ipFamilies": ["IPv4"],
+            "ports": [{"name": "http", "protocol": "TCP", "port": port}],
+        },
+    }))
+    .unwrap()
+}
+
+fn endpoint(ip: &str) -> Endpoint {
+    Endpoint {
+        addresses: vec![ip.into()],
+        conditions: Some(EndpointConditions {
+            ready: Some(true),
+            serving: Some(true),
+            terminating: Some(false),
+        }),
+        node_name: Some("node-1".into()),
+        ..Endpoint::default()
+    }
+}
+
+/// The in-tree controller's slice of a local Service.
+fn kubernetes_slice(service: &str, ips: &[&str]) -> EndpointSlice {
+    EndpointSlice {
+        metadata: meta(
+            &format!("{service}-abcde"),
+            &[
+                (LABEL_KUBERNETES_SERVICE_NAME, service),
+                (LABEL_MANAGED_BY, "endpointslice-controller.k8s.io"),
+            ],
+        ),
+        address_type: "IPv4".into(),
+        endpoints: ips.iter().map(|ip| endpoint(ip)).collect(),
+        ports: Some(vec![EndpointPort {
+            name: Some("http".into()),
+            protocol: Some("TCP".into()),
+            port: Some(8080),
+            app_protocol: None,
+        }]),
+    }
+}
+
+/// A slice as peer `cluster` mirrored it (what its controller writes).
+fn peer_slice(cluster: &str, service: &str, ips: &[&str]) -> EndpointSlice {
+    let mut slice = kubernetes_slice(service, ips);
+    slice.metadata.name = Some(mirrored_slice_name(NS, service, cluster, "x"));
+    slice.metadata.labels = Some(
+        [
+            (LABEL_SERVICE_NAME, service),
+            (LABEL_SOURCE_CLUSTER, cluster),
+            (LABEL_MANAGED_BY, MANAGED_BY),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+    );
+    for endpoint in &mut slice.endpoints {
+        endpoint.node_name = None;
+    }
+    slice
+}
+
+/// This cluster and its peers, as their watches would have indexed them.
+struct World {
+    local: ClusterData,
+    local_only: LocalData,
+    peers: Vec<(String, ClusterData, bool)>,
+    unknown: BTreeSet<String>,
+    deletions_allowed: bool,
+    next_ip: u8,
+}
+
+impl World {
+    fn new() -> Self {
+        let mut local_only = LocalData::default();
+        local_only.apply(
+            serde_json::from_value::<Namespace>(serde_json::json!({"metadata": {"name": NS}}))
+                .unwrap(),
+        );
+        local_only.ip_families = vec!["IPv4".into()];
+        Self {
+            local: ClusterData::default(),
+            local_only,
+            peers: Vec::new(),
+            unknown: BTreeSet::new(),
+            deletions_allowed: true,
+            next_ip: 1,
+        }
+    }
+
+    fn peer(&mut self, id: &str) -> &mut ClusterData {
+        if !self.peers.iter().any(|(p, _, _)| p == id) {
+            self.peers.push((id.into(), ClusterData::default(), true));
+        }
+        &mut self.peers.iter_mut().find(|(p, _, _)| p == id).unwrap().1
+    }
+
+    fn plan(&self, name: &str) -> Plan {
+        let views: Vec<PeerView<'_>> = self
+            .peers
+            .iter()
+            .map(|(id, data, usable)| PeerView {
+                id,
+                data,
+                usable: *usable,
+            })
+            .collect();
+        let now = time(1000);
+        let deny = NamespaceFilter::new(["kube-*".to_owned()]);
+        let inputs = Inputs {
+            local_id: "a",
+            local: &self.local,
+            local_only: &self.local_only,
+            peers: &views,
+            unknown_peers: &self.unknown,
+            deny: &deny,
+            deletions_allowed: self.deletions_allowed,
+            now: &now,
+        };
+        plan(&inputs, &ServiceRef::new(NS, name))
+    }
+
+    /// Applies writes as the apiserver would, for what plans read back.
+    fn apply(&mut self, writes: &[Write]) {
+        for write in writes {
+            match write.clone() {
+                Write::Import(import) => {
+                    let mut import = *import;
+                    let existing = self.local_only.imports.get(NS, &import.name_any()).cloned();
+                    import.metadata.uid = Some(format!("uid-{}", import.name_any()));
+                    import.status = existing.and_then(|e| e.status.clone());
+                    self.local_only.imports.apply(import);
+                }
+                Write::ImportStatus(import) => {
+                    let mut existing =
+                        (**self.local_only.imports.get(NS, &import.name_any()).unwrap()).clone();
+                    existing.status = import.status;
+                    self.local_only.imports.apply(existing);
+                }
+                Write::DerivedService(service) => {
+                    let mut service = *service;
+                    let existing = self.local.services.get(NS, &service.name_any()).cloned();
+                    let ips = existing
+                        .and_then(|e| e.spec.clone()?.cluster_ips)
+                        .unwrap_or_else(|| {
+                            self.next_ip += 1;
+                            vec![format!("10.1.0.{}", self.next_ip)]
+                        });
+                    let spec = service.spec.as_mut().unwrap();
+                    spec.cluster_ip = Some(ips[0].clone());
+                    spec.cluster_ips = Some(ips);
+                    self.local.services.apply(service);
+                }
+                Write::Slice(slice) => self.local.mcs_slices.apply(*slice),
+                Write::ExportStatus {
+                    service,
+                    conditions,
+                } => {
+                    let mut export = (**self.local.exports.get(NS, &service.name).unwrap()).clone();
+                    export.status = Some(crate::api::ServiceExportStatus { conditions });
+                    self.local.exports.apply(export);
+                }
+                Write::Delete { kind, name, .. } => match kind {
+                    Kind::ServiceImport | Kind::ServiceImportStatus => {
+                        let object = (**self.local_only.imports.get(NS, &name).unwrap()).clone();
+                        self.local_only.imports.delete(object);
+                    }
+                    Kind::Service => {
+                        let object = (**self.local.services.get(NS, &name).unwrap()).clone();
+                        self.local.services.delete(object);
+                    }
+                    Kind::EndpointSlice => {
+                        let object = (**self.local.mcs_slices.get(NS, &name).unwrap()).clone();
+                        self.local.mcs_slices.delete(object);
+                    }
+                    Kind::ServiceExportStatus => {}
+                },
+            }
+        }
+    }
+
+    /// Plans and applies until a plan is empty; returns every write, and
+    /// fails if that takes more than `passes`.
+    fn converge(&mut self, name: &str, passes: usize) -> Vec<Write> {
+        let mut all = Vec::new();
+        for _ in 0..passes {
+            let plan = self.plan(name);
+            if plan.writes.is_empty() {
+                return all;
+            }
+            self.apply(&plan.writes);
+            all.extend(plan.writes);
+        }
+        panic!(
+            "{name}: no fixpoint in {passes} passes; last plan: {:#?}",
+            self.plan(name).writes
+        );
+    }
+
+    fn import(&self, name: &str) -> Option<&ServiceImport> {
+        self.local_only.imports.get(NS, name).map(|i| &**i)
+    }
+
+    fn slices(&self) -> Vec<&EndpointSlice> {
+        self.local
+            .mcs_slices
+            .of(&ServiceRef::new(NS, "web"))
+            .map(|s| &**s)
+            .collect()
+    }
+}
+
+fn kinds(writes: &[Write]) -> Vec<Kind> {
+    writes.iter().map(Write::kind).collect()
+}
+
+fn local_export(world: &mut World) {
+    world.local.exports.apply(export("web", 0));
+    world.local.services.apply(service("web", 80));
+    world
+        .local_only
+        .kubernetes_slices
+        .apply(kubernetes_slice("web", &["10.2.0.1", "10.2.0.2"]));
+}
+
+#[test]
+fn a_local_export_converges_then_plans_nothing() {
+    let mut world = World::new();
+    local_export(&mut world);
+
+    // First pass: the import and statuses; what it owns waits for its uid.
+    let first = world.plan("web");
+    assert_eq!(
+        kinds(&first.writes),
+        [
+            Kind::ServiceImport,
+            Kind::ServiceImportStatus,
+            Kind::ServiceExportStatus
+        ]
+    );
+    let writes = world.converge("web", 5);
+    assert!(
+        kinds(&writes).contains(&Kind::Service),
+        "{:?}",
+        kinds(&writes)
+    );
+    assert!(kinds(&writes).contains(&Kind::EndpointSlice));
+
+    // The fixpoint: the import has the derived Service's IP and is Ready,
+    // the mirrored slice has the endpoints without node names, the export
+    // is Valid, Ready and without conflicts.
+    let import = world.import("web").unwrap();
+    assert_eq!(import.spec.ips, ["10.1.0.2"]);
+    let status = import.status.as_ref().unwrap();
+    assert_eq!(
+        status.clusters,
+        [ClusterStatus {
+            cluster: "a".into()
+        }]
+    );
+    assert_eq!(
+        status.conditions[0].status, "True",
+        "{:?}",
+        status.conditions
+    );
+    let slices = world.slices();
+    assert_eq!(slices.len(), 1);
+    assert_eq!(slices[0].endpoints.len(), 2);
+    assert!(slices[0].endpoints.iter().all(|e| e.node_name.is_none()));
+    assert_eq!(
+        slices[0]
+            .labels()
+            .get(LABEL_KUBERNETES_SERVICE_NAME)
+            .map(String::as_str),
+        Some(derived_service_name(NS, "web").as_str())
+    );
+    let export = world.local.exports.get(NS, "web").unwrap();
+    let conditions: Vec<(&str, &str)> = export
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .map(|c| (c.type_.as_str(), c.status.as_str()))
+        .collect();
+    assert_eq!(
+        conditions,
+        [("Valid", "True"), ("Ready", "True"), ("Conflict", "False")]
+    );
+
+    // Idle: nothing to write.
+    assert_eq!(world.plan("web").writes, []);
+}
+
+#[test]
+fn a_peer_export_is_imported_with_the_peers_slices() {
+    let mut world = World::new();
+    let peer = world.peer("b");
+    peer.exports.apply(export("web", 0));
+    peer.services.apply(service("web", 80));
+    peer.mcs_slices.apply(peer_slice("b", "web", &["10.3.0.1"]));
+    world.converge("web", 5);
+    let slices = world.slices();
+    assert_eq!(slices.len(), 1);
+    assert_eq!(
+        slices[0]
+            .labels()
+            .get(LABEL_SOURCE_CLUSTER)
+            .map(String::as_str),
+        Some("b")
+    );
+    assert_eq!(slices[0].endpoints[0].addresses, ["10.3.0.1"]);
+    assert!(
+        world.local.exports.is_empty(),
+        "no local export: no status written"
+    );
+    assert_eq!(world.plan("web").writes, []);
+
+    // The peer unexports: everything goes.
+    let peer = world.peer("b");
+    peer.exports.delete(export("web", 0));
+    let writes = world.converge("web", 3);
+    assert!(
+        writes.iter().all(|w| matches!(w, Write::Delete { .. })),
+        "{writes:?}"
+    );
+    assert!(world.import("web").is_none());
+    assert!(world.slices().is_empty());
+    assert!(
+        world
+            .local
+            .services
+            .get(NS, &derived_service_name(NS, "web"))
+            .is_none()
+    );
+}
+
+#[test]
+fn untrusted_peer_slices_are_rejected_and_loops_are_impossible() {
+    let mut world = World::new();
+    let peer = world.peer("b");
+    peer.exports.apply(export("web", 0));
+    peer.services.apply(service("web", 80));
+    // A loopback address, and a slice b copied from c (not b's own).
+    peer.mcs_slices
+        .apply(peer_slice("b", "web", &["127.0.0.1"]));
+    let mut relayed = peer_slice("c", "web", &["10.4.0.1"]);
+    relayed.metadata.name = Some("relayed".into());
+    peer.mcs_slices.apply(relayed);
+    world.converge("web", 5);
+    assert!(world.slices().is_empty(), "{:?}", world.slices());
+    let rejected = world.plan("web").rejected;
+    assert_eq!(rejected.len(), 2, "{rejected:?}");
+}
+
+#[test]
+fn a_peer_past_grace_drops_out_and_an_unknown_peer_defers() {
+    let mut world = World::new();
+    local_export(&mut world);
+    let peer = world.peer("b");
+    peer.exports.apply(export("web", 5));
+    peer.services.apply(service("web", 80));
+    peer.mcs_slices.apply(peer_slice("b", "web", &["10.3.0.1"]));
+    world.converge("web", 5);
+    assert_eq!(world.slices().len(), 2);
+
+    // Not usable (past grace): its slice and its place in clusters go.
+    world.peers[0].2 = false;
+    world.converge("web", 3);
+    assert_eq!(world.slices().len(), 1);
+    let clusters = &world
+        .import("web")
+        .unwrap()
+        .status
+        .as_ref()
+        .unwrap()
+        .clusters;
+    assert_eq!(
+        clusters,
+        &[ClusterStatus {
+            cluster: "a".into()
+        }]
+    );
+
+    // A restarted controller that has not read "a"-listed peer "x" yet
+    // leaves a service naming it alone.
+    let mut import = world.import("web").unwrap().clone();
+    import
+        .status
+        .as_mut()
+        .unwrap()
+        .clusters
+        .push(ClusterStatus {
+            cluster: "x".into(),
+        });
+    world.local_only.imports.apply(import);
+    world.unknown.insert("x".into());
+    let plan = world.plan("web");
+    assert!(plan.deferred);
+    assert_eq!(plan.writes, []);
+}
+
+#[test]
+fn nothing_is_deleted_before_deletions_are_allowed() {
+    let mut world = World::new();
+    local_export(&mut world);
+    world.converge("web", 5);
+    world.local.exports.delete(export("web", 0));
+    world.deletions_allowed = false;
+    assert!(
+        world
+            .plan("web")
+            .writes
+            .iter()
+            .all(|w| !matches!(w, Write::Delete { .. }))
+    );
+    world.deletions_allowed = true;
+    world.converge("web", 3);
+    assert!(world.import("web").is_none());
+}
+
+#[test]
+fn a_user_service_with_the_derived_name_is_never_touched() {
+    let mut world = World::new();
+    local_export(&mut world);
+    let mut user = service(&derived_service_name(NS, "web"), 9999);
+    user.metadata.labels = None;
+    world.local.services.apply(user.clone());
+    world.converge("web", 5);
+    let kept = world
+        .local
+        .services
+        .get(NS, &derived_service_name(NS, "web"))
+        .unwrap();
+    assert_eq!(**kept, user, "untouched");
+    let import = world.import("web").unwrap();
+    assert!(import.spec.ips.is_empty());
+    let ready = &import.status.as_ref().unwrap().conditions[0];
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "DerivedServiceNameTaken")
+    );
+}
+
+#[test]
+fn denied_namespaces_and_missing_namespaces_get_no_import() {
+    let mut world = World::new();
+    let peer = world.peer("b");
+    peer.exports.apply(export("web", 0));
+    peer.services.apply(service("web", 80));
+    world.local_only.namespaces.clear();
+    assert_eq!(world.plan("web").writes, [], "namespace missing here");
+
+    let deny = NamespaceFilter::new(["kube-*".to_owned(), "secret".to_owned()]);
+    assert!(deny.denies("kube-system"));
+    assert!(deny.denies("secret"));
+    assert!(!deny.denies("secrets"));
+    assert!(!NamespaceFilter::new([String::new()]).denies("demo"));
+}
+
+#[test]
+fn only_routable_unicast_addresses_of_the_family_pass() {
+    for good in ["10.1.2.3", "192.168.0.1"] {
+        assert!(routable(good, "IPv4"), "{good}");
+    }
+    assert!(routable("fd00::1", "IPv6"));
+    for bad in [
+        "127.0.0.1",
+        "169.254.1.1",
+        "0.0.0.0",
+        "224.0.0.1",
+        "255.255.255.255",
+        "x",
+        "fd00::1",
+    ] {
+        assert!(!routable(bad, "IPv4"), "{bad}");
+    }
+    for bad in ["::1", "fe80::1", "::", "ff02::1", "10.0.0.1"] {
+        assert!(!routable(bad, "IPv6"), "{bad}");
+    }
+}
