@@ -1,0 +1,914 @@
+//! The MCS controller on three member clusters that behave like real ones
+//! (kube-apiserver, kube-controller-manager, kube-scheduler, kwok; cluster1
+//! dual-stack), one controller per cluster running with exactly the shipped
+//! roles: the local role of deploy/controller.yaml, and peers read with
+//! tokens of the peer-reader role of deploy/peer-reader.yaml.
+//!
+//! Workloads are real: Deployments whose pods kwok runs, Services whose
+//! EndpointSlices the in-tree controller writes. One scenario shares the
+//! three clusters (they take seconds to start); each step uses its own
+//! namespace and names the reference test it covers (controller.md §6.8).
+
+mod common;
+mod controlplane;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use controlplane::{Cluster, ControlPlane, ControllerProcess};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use clusterset_dns::api::{ServiceExport, ServiceImport};
+use clusterset_dns::app::Running;
+use clusterset_dns::config::{Config, ServeArgs};
+use hickory_proto::rr::RecordType;
+
+/// Conformance's deadline for imports and their removal.
+const WAIT: Duration = Duration::from_secs(20);
+/// A peer's grace period in this test (production default: 5 m).
+const GRACE: &str = "8s";
+
+/// clusterset-dns serving from `cluster`'s apiserver, as its DaemonSet would.
+async fn start_dns(cluster: &Cluster) -> Running {
+    common::init_tracing();
+    let args = ServeArgs {
+        kubeconfig: Some(cluster.admin_kubeconfig.clone()),
+        dns_listen: Some("127.0.0.1:0".parse().unwrap()),
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+        udp_workers: Some(1),
+        ..Default::default()
+    };
+    clusterset_dns::app::start(&Config::resolve(&args).unwrap())
+        .await
+        .unwrap()
+}
+
+/// The A or AAAA addresses `name` resolves to through `dns`.
+async fn resolve(dns: &Running, name: &str, rtype: RecordType) -> Vec<String> {
+    let mut addresses: Vec<String> = common::answers(dns.dns_addr(), name, rtype)
+        .await
+        .iter()
+        .filter_map(|line| line.rsplit(' ').next().map(str::to_owned))
+        .collect();
+    addresses.sort();
+    addresses
+}
+
+struct Member<'a> {
+    cluster: &'a Cluster,
+    client: Client,
+    controller: ControllerProcess,
+}
+
+impl Member<'_> {
+    fn id(&self) -> &str {
+        &self.cluster.name
+    }
+
+    async fn metric(&self, name: &str) -> f64 {
+        let body = http_get(self.controller.admin_port(), "/metrics").await;
+        body.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+async fn http_get(port: u16, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return String::new();
+    };
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return String::new();
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response).await;
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
+}
+
+/// The last 60 lines of a log.
+fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(60)..].join("\n")
+}
+
+fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+    serde_json::from_value(value).unwrap()
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    api.create(
+        &PostParams::default(),
+        &object(json!({"metadata": {"name": name}})),
+    )
+    .await
+    .unwrap();
+}
+
+async fn deploy(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    replicas: i32,
+    headless: bool,
+    ports: serde_json::Value,
+) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    deployments
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {
+                        "metadata": {"labels": {"app": name}},
+                        "spec": {"containers": [{"name": "app", "image": "example/app"}]},
+                    },
+                },
+            })),
+        )
+        .await
+        .unwrap();
+    let mut spec = json!({"selector": {"app": name}, "ports": ports});
+    if headless {
+        spec["clusterIP"] = "None".into();
+    }
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    services
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": name}, "spec": spec})),
+        )
+        .await
+        .unwrap();
+}
+
+async fn export(client: &Client, ns: &str, name: &str) {
+    let api: Api<ServiceExport> = Api::namespaced(client.clone(), ns);
+    api.create(
+        &PostParams::default(),
+        &object(json!({"metadata": {"name": name}})),
+    )
+    .await
+    .unwrap();
+}
+
+async fn unexport(client: &Client, ns: &str, name: &str) {
+    let api: Api<ServiceExport> = Api::namespaced(client.clone(), ns);
+    api.delete(name, &DeleteParams::default()).await.unwrap();
+}
+
+async fn import(client: &Client, ns: &str, name: &str) -> Option<ServiceImport> {
+    Api::<ServiceImport>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+async fn mcs_slices(client: &Client, ns: &str, name: &str) -> Vec<EndpointSlice> {
+    Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .list(
+            &ListParams::default()
+                .labels(&format!("multicluster.kubernetes.io/service-name={name}")),
+        )
+        .await
+        .unwrap()
+        .items
+}
+
+/// Ready endpoint addresses of the MCS slices from `source`.
+fn ready_addresses(slices: &[EndpointSlice], source: &str) -> Vec<String> {
+    let mut addresses: Vec<String> = slices
+        .iter()
+        .filter(|s| {
+            s.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("multicluster.kubernetes.io/source-cluster"))
+                .map(String::as_str)
+                == Some(source)
+        })
+        .flat_map(|s| s.endpoints.iter())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+        .flat_map(|e| e.addresses.iter().cloned())
+        .collect();
+    addresses.sort();
+    addresses
+}
+
+fn condition<'a>(
+    conditions: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+async fn export_conditions(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    Api::<ServiceExport>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+        .and_then(|e| e.status)
+        .map(|s| s.conditions)
+        .unwrap_or_default()
+}
+
+async fn pod_ips(client: &Client, ns: &str, app: &str) -> Vec<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut ips: Vec<String> = pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| controlplane::pod_running_ready(p))
+        .flat_map(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.pod_ips.clone())
+                .unwrap_or_default()
+        })
+        .map(|ip| ip.ip)
+        .collect();
+    ips.sort();
+    ips
+}
+
+fn v4(ips: &[String]) -> Vec<String> {
+    ips.iter().filter(|ip| !ip.contains(':')).cloned().collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn controllers_import_exports_across_three_clusters() {
+    let t0 = Instant::now();
+    let plane = ControlPlane::start_members(3, |i| i == 1).await;
+    let mut kubeconfigs = Vec::new();
+    for cluster in &plane.clusters {
+        let client = cluster.admin_client().await;
+        controlplane::set_cluster_properties(&client, &cluster.name, "test-clusterset").await;
+        kubeconfigs.push(controlplane::install_controller(cluster).await);
+    }
+    let mut members = Vec::new();
+    for (cluster, kubeconfig) in plane.clusters.iter().zip(&kubeconfigs) {
+        let client = cluster.admin_client().await;
+        // Peers: a reader token of every other cluster, as a Secret here.
+        for other in plane.clusters.iter().filter(|o| o.name != cluster.name) {
+            let reader = controlplane::service_account_kubeconfig(
+                other,
+                "clusterset-dns",
+                "clusterset-dns-peer-reader",
+                3600,
+            )
+            .await;
+            controlplane::add_peer_secret(&client, &other.name, &reader).await;
+        }
+        let controller = controlplane::spawn_controller(
+            cluster,
+            kubeconfig,
+            &[
+                "--peer-grace-period",
+                GRACE,
+                "--startup-sync-timeout",
+                "10s",
+            ],
+        );
+        members.push(Member {
+            cluster,
+            client,
+            controller,
+        });
+    }
+    for m in &members {
+        m.cluster
+            .wait_for("controller ready", Duration::from_secs(60), || async {
+                let body = http_get(m.controller.admin_port(), "/ready").await;
+                if body.starts_with("ready") {
+                    Ok(())
+                } else {
+                    Err(format!("{body:?}; log:\n{}", m.controller.log()))
+                }
+            })
+            .await;
+    }
+    eprintln!(
+        "3 clusters and controllers ready in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+
+    let dns = start_dns(members[1].cluster).await;
+    clusterset_ip_service(&members, &dns).await;
+    eprintln!(
+        "ClusterSetIP step done at {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    headless_service(&members, &dns).await;
+    eprintln!("headless step done at {:.1} s", t0.elapsed().as_secs_f64());
+    invalid_exports(&members).await;
+    eprintln!(
+        "invalid exports step done at {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    conflicts(&members).await;
+    eprintln!("conflicts step done at {:.1} s", t0.elapsed().as_secs_f64());
+    idle(&members).await;
+    eprintln!("idle step done at {:.1} s", t0.elapsed().as_secs_f64());
+    peer_secret_removed(&members).await;
+    eprintln!("whole test in {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+/// A1, A4, A5, A13, A14, B1, B3: a Deployment and Service exported from
+/// cluster0 become a ServiceImport with a clusterset IP and the pods'
+/// endpoints in every cluster; scaling moves the endpoints everywhere;
+/// unexporting removes everything within conformance's 20 s.
+async fn clusterset_ip_service(members: &[Member<'_>], dns: &Running) {
+    let ns = "web";
+    for m in members {
+        create_namespace(&m.client, ns).await;
+    }
+    let a = &members[0];
+    deploy(
+        &a.client,
+        ns,
+        "web",
+        2,
+        false,
+        json!([{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]),
+    )
+    .await;
+    a.cluster
+        .wait_deployment_ready(&a.client, ns, "web", 2)
+        .await;
+    export(&a.client, ns, "web").await;
+    let pods = v4(&pod_ips(&a.client, ns, "web").await);
+    assert_eq!(pods.len(), 2);
+
+    for m in members {
+        let import = m
+            .cluster
+            .wait_for(
+                "ServiceImport web with a clusterset IP and 2 endpoints",
+                WAIT,
+                || async {
+                    let import = import(&m.client, ns, "web")
+                        .await
+                        .ok_or("no ServiceImport")?;
+                    if import.spec.ips.is_empty() {
+                        return Err(format!("no ips yet: {import:?}"));
+                    }
+                    let ready = import
+                        .status
+                        .as_ref()
+                        .and_then(|s| condition(&s.conditions, "Ready"))
+                        .map(|c| c.status.clone());
+                    if ready.as_deref() != Some("True") {
+                        return Err(format!("Ready {ready:?}"));
+                    }
+                    let addresses =
+                        ready_addresses(&mcs_slices(&m.client, ns, "web").await, "cluster0");
+                    if addresses != pods {
+                        return Err(format!("endpoints {addresses:?}, want {pods:?}"));
+                    }
+                    Ok(import)
+                },
+            )
+            .await;
+        let spec = &import.spec;
+        assert_eq!(
+            spec.type_,
+            clusterset_dns::api::ServiceImportType::ClusterSetIp,
+            "{}",
+            m.id()
+        );
+        assert_eq!(spec.ports.len(), 1);
+        assert_eq!(
+            (
+                spec.ports[0].name.as_deref(),
+                spec.ports[0].port,
+                spec.ports[0].protocol.as_deref()
+            ),
+            (Some("http"), 80, Some("TCP"))
+        );
+        assert_eq!(
+            spec.ips.len(),
+            spec.ip_families.len(),
+            "{}: one ip per family",
+            m.id()
+        );
+        let status = import.status.as_ref().unwrap();
+        assert_eq!(
+            status
+                .clusters
+                .iter()
+                .map(|c| c.cluster.as_str())
+                .collect::<Vec<_>>(),
+            ["cluster0"]
+        );
+        assert_eq!(
+            status.endpoint_slice_objects,
+            Some(clusterset_dns::api::EndpointSliceObjects::Present)
+        );
+
+        // B1: the derived Service carries the clusterset IP.
+        let derived_name = clusterset_dns::controller::naming::derived_service_name(ns, "web");
+        let derived = Api::<Service>::namespaced(m.client.clone(), ns)
+            .get(&derived_name)
+            .await
+            .unwrap();
+        let derived_spec = derived.spec.unwrap();
+        assert_eq!(derived_spec.selector, None, "selector-less");
+        assert_eq!(
+            derived_spec.cluster_ips.unwrap_or_default(),
+            spec.ips,
+            "{}: spec.ips are the derived Service's clusterIPs",
+            m.id()
+        );
+        let owner = &derived.metadata.owner_references.unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("ServiceImport", "web")
+        );
+        assert!(
+            controlplane::cidr_contains(&m.cluster.spec.service_cidrs[0], &spec.ips[0]),
+            "{}: the VIP is this cluster's",
+            m.id()
+        );
+
+        // A13, B3: MCS slices carry the labels from creation.
+        for slice in mcs_slices(&m.client, ns, "web").await {
+            let labels = slice.metadata.labels.unwrap();
+            assert_eq!(
+                labels.get("kubernetes.io/service-name"),
+                Some(&derived_name)
+            );
+            assert_eq!(
+                labels
+                    .get("endpointslice.kubernetes.io/managed-by")
+                    .map(String::as_str),
+                Some("controller.clusterset-dns.io")
+            );
+            assert!(
+                slice
+                    .endpoints
+                    .iter()
+                    .all(|e| e.target_ref.is_none() && e.node_name.is_none()),
+                "foreign references dropped"
+            );
+        }
+    }
+    // End to end: cluster1's clusterset-dns answers with cluster1's VIP.
+    let b = &members[1];
+    let vip = import(&b.client, ns, "web").await.unwrap().spec.ips;
+    let vip4 = v4(&vip);
+    b.cluster
+        .wait_for(
+            "web.web.svc.clusterset.local answers cluster1's VIP",
+            WAIT,
+            || async {
+                let got = resolve(dns, "web.web.svc.clusterset.local.", RecordType::A).await;
+                if got == vip4 {
+                    Ok(())
+                } else {
+                    Err(format!("{got:?}, want {vip4:?}"))
+                }
+            },
+        )
+        .await;
+
+    let conditions = export_conditions(&a.client, ns, "web").await;
+    for (type_, status, reason) in [
+        ("Valid", "True", "Valid"),
+        ("Ready", "True", "Ready"),
+        ("Conflict", "False", "NoConflicts"),
+    ] {
+        let c =
+            condition(&conditions, type_).unwrap_or_else(|| panic!("no {type_} in {conditions:?}"));
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            (status, reason),
+            "{type_}"
+        );
+    }
+
+    // Scale 2 → 3: cluster2's imported endpoints follow.
+    Api::<Deployment>::namespaced(a.client.clone(), ns)
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    a.cluster
+        .wait_deployment_ready(&a.client, ns, "web", 3)
+        .await;
+    let pods = v4(&pod_ips(&a.client, ns, "web").await);
+    let c = &members[2];
+    c.cluster
+        .wait_for("3 endpoints imported", WAIT, || async {
+            let addresses = ready_addresses(&mcs_slices(&c.client, ns, "web").await, "cluster0");
+            if addresses == pods {
+                Ok(())
+            } else {
+                Err(format!("{addresses:?}, want {pods:?}"))
+            }
+        })
+        .await;
+
+    // Unexport: gone everywhere, the name included.
+    unexport(&a.client, ns, "web").await;
+    for m in members {
+        m.cluster
+            .wait_for("ServiceImport and slices removed", WAIT, || async {
+                let import = import(&m.client, ns, "web").await;
+                let slices = mcs_slices(&m.client, ns, "web").await;
+                if import.is_none() && slices.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "import {:?}, {} slices",
+                        import.is_some(),
+                        slices.len()
+                    ))
+                }
+            })
+            .await;
+    }
+    b.cluster
+        .wait_for("web.web.svc.clusterset.local gone", WAIT, || async {
+            let got = resolve(dns, "web.web.svc.clusterset.local.", RecordType::A).await;
+            if got.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        })
+        .await;
+}
+
+/// A StatefulSet behind a headless Service, exported from cluster0 and
+/// cluster2: cluster1's clusterset-dns answers the per-pod names of both.
+async fn headless_service(members: &[Member<'_>], dns: &Running) {
+    let ns = "db";
+    for m in members {
+        create_namespace(&m.client, ns).await;
+    }
+    let (a, b, c) = (&members[0], &members[1], &members[2]);
+    for exporter in [a, c] {
+        let services: Api<Service> = Api::namespaced(exporter.client.clone(), ns);
+        services
+            .create(&PostParams::default(), &object(json!({"metadata": {"name": "db"}, "spec": {"clusterIP": "None", "selector": {"app": "db"}, "ports": [{"name": "pg", "port": 5432}]}})))
+            .await
+            .unwrap();
+        let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+            Api::namespaced(exporter.client.clone(), ns);
+        sets.create(
+            &PostParams::default(),
+            &object(json!({
+                "metadata": {"name": "db"},
+                "spec": {
+                    "serviceName": "db",
+                    "replicas": 2,
+                    "podManagementPolicy": "Parallel",
+                    "selector": {"matchLabels": {"app": "db"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "db"}},
+                        "spec": {"containers": [{"name": "db", "image": "example/db"}]},
+                    },
+                },
+            })),
+        )
+        .await
+        .unwrap();
+        export(&exporter.client, ns, "db").await;
+    }
+    for (exporter, id) in [(a, "cluster0"), (c, "cluster2")] {
+        let pods = exporter
+            .cluster
+            .wait_for("2 db pods ready", Duration::from_secs(60), || async {
+                let ips = v4(&pod_ips(&exporter.client, ns, "db").await);
+                if ips.len() == 2 {
+                    Ok(ips)
+                } else {
+                    Err(format!("{ips:?}"))
+                }
+            })
+            .await;
+        for (ordinal, _) in pods.iter().enumerate() {
+            let name = format!("db-{ordinal}.{id}.db.db.svc.clusterset.local.");
+            b.cluster
+                .wait_for(&format!("{name} resolves in cluster1"), WAIT, || async {
+                    let got = resolve(dns, &name, RecordType::A).await;
+                    if got.len() == 1 && pods.contains(&got[0]) {
+                        Ok(())
+                    } else {
+                        Err(format!("{got:?}, want one of {pods:?}"))
+                    }
+                })
+                .await;
+        }
+    }
+    let all = b
+        .cluster
+        .wait_for(
+            "db.db.svc.clusterset.local answers all 4 pods",
+            WAIT,
+            || async {
+                let got = resolve(dns, "db.db.svc.clusterset.local.", RecordType::A).await;
+                if got.len() == 4 {
+                    Ok(got)
+                } else {
+                    Err(format!("{got:?}"))
+                }
+            },
+        )
+        .await;
+    assert_eq!(all.len(), 4);
+}
+
+/// A9, A10: ExternalName and a missing Service.
+async fn invalid_exports(members: &[Member<'_>]) {
+    let ns = "invalid";
+    for m in members {
+        create_namespace(&m.client, ns).await;
+    }
+    let a = &members[0];
+    let services: Api<Service> = Api::namespaced(a.client.clone(), ns);
+    services
+        .create(&PostParams::default(), &object(json!({"metadata": {"name": "ext"}, "spec": {"type": "ExternalName", "externalName": "example.com"}})))
+        .await
+        .unwrap();
+    export(&a.client, ns, "ext").await;
+    export(&a.client, ns, "later").await;
+    for (name, reason) in [("ext", "InvalidServiceType"), ("later", "NoService")] {
+        a.cluster
+            .wait_for(&format!("{name}: Valid=False/{reason}"), WAIT, || async {
+                let conditions = export_conditions(&a.client, ns, name).await;
+                match condition(&conditions, "Valid") {
+                    Some(c) if c.status == "False" && c.reason == reason => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for m in members {
+        assert!(
+            import(&m.client, ns, "ext").await.is_none(),
+            "{}: no import of an ExternalName",
+            m.id()
+        );
+        assert!(
+            import(&m.client, ns, "later").await.is_none(),
+            "{}: no import without a Service",
+            m.id()
+        );
+    }
+    // The Service appears: the export becomes valid and is imported.
+    deploy(
+        &a.client,
+        ns,
+        "later",
+        1,
+        false,
+        json!([{"name": "http", "port": 80}]),
+    )
+    .await;
+    for m in members {
+        m.cluster
+            .wait_for("later imported", WAIT, || async {
+                import(&m.client, ns, "later")
+                    .await
+                    .map(|_| ())
+                    .ok_or_else(|| "no import".to_owned())
+            })
+            .await;
+    }
+}
+
+/// A7, C2: cluster0 and cluster2 export `hello` with port `tcp` 42 and 43.
+/// Every cluster imports the oldest's port, both exports carry the same
+/// PortConflict condition, and cluster2's slices on every cluster lack the
+/// conflicting port.
+async fn conflicts(members: &[Member<'_>]) {
+    let ns = "conflict";
+    for m in members {
+        create_namespace(&m.client, ns).await;
+    }
+    let (a, c) = (&members[0], &members[2]);
+    deploy(
+        &a.client,
+        ns,
+        "hello",
+        1,
+        false,
+        json!([{"name": "tcp", "port": 42}]),
+    )
+    .await;
+    export(&a.client, ns, "hello").await;
+    // Creation timestamps have a resolution of one second.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    deploy(
+        &c.client,
+        ns,
+        "hello",
+        1,
+        false,
+        json!([{"name": "tcp", "port": 43}]),
+    )
+    .await;
+    export(&c.client, ns, "hello").await;
+
+    let mut messages = Vec::new();
+    for exporter in [a, c] {
+        let conflict = exporter
+            .cluster
+            .wait_for("Conflict=True/PortConflict", WAIT, || async {
+                let conditions = export_conditions(&exporter.client, ns, "hello").await;
+                match condition(&conditions, "Conflict") {
+                    Some(c) if c.status == "True" && c.reason.contains("PortConflict") => {
+                        Ok(c.clone())
+                    }
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .await;
+        messages.push((conflict.reason, conflict.message));
+    }
+    assert_eq!(
+        messages[0], messages[1],
+        "both exporters write the same condition"
+    );
+    assert!(
+        messages[0].1.contains("cluster0"),
+        "the message names the winner: {}",
+        messages[0].1
+    );
+
+    let mut specs = BTreeMap::new();
+    for m in members {
+        let import = m
+            .cluster
+            .wait_for("import of both exporters", WAIT, || async {
+                let import = import(&m.client, ns, "hello").await.ok_or("no import")?;
+                let clusters: Vec<String> = import
+                    .status
+                    .iter()
+                    .flat_map(|s| s.clusters.iter().map(|c| c.cluster.clone()))
+                    .collect();
+                if clusters == ["cluster0", "cluster2"] {
+                    Ok(import)
+                } else {
+                    Err(format!("clusters {clusters:?}"))
+                }
+            })
+            .await;
+        assert_eq!(
+            import.spec.ports.iter().map(|p| p.port).collect::<Vec<_>>(),
+            [42],
+            "{}: the oldest's port",
+            m.id()
+        );
+        let mut spec = import.spec.clone();
+        spec.ips.clear();
+        spec.ip_families.clear();
+        specs.insert(m.id().to_owned(), serde_json::to_string(&spec).unwrap());
+        m.cluster
+            .wait_for(
+                "cluster2's slices without the conflicting port",
+                WAIT,
+                || async {
+                    let slices = mcs_slices(&m.client, ns, "hello").await;
+                    let from_c: Vec<&EndpointSlice> = slices
+                        .iter()
+                        .filter(|s| {
+                            s.metadata
+                                .labels
+                                .as_ref()
+                                .unwrap()
+                                .get("multicluster.kubernetes.io/source-cluster")
+                                .map(String::as_str)
+                                == Some("cluster2")
+                        })
+                        .collect();
+                    if from_c.is_empty() {
+                        return Err("no slice from cluster2".into());
+                    }
+                    let ports: Vec<_> = from_c
+                        .iter()
+                        .flat_map(|s| s.ports.iter().flatten())
+                        .collect();
+                    if ports.is_empty() {
+                        Ok(())
+                    } else {
+                        Err(format!("ports {ports:?}"))
+                    }
+                },
+            )
+            .await;
+    }
+    let distinct: std::collections::BTreeSet<&String> = specs.values().collect();
+    assert_eq!(
+        distinct.len(),
+        1,
+        "byte-identical specs in every cluster: {specs:#?}"
+    );
+}
+
+/// C13: after convergence, no input change means no write.
+async fn idle(members: &[Member<'_>]) {
+    let mut before = Vec::new();
+    for m in members {
+        before.push(m.metric("clusterset_dns_controller_writes_total").await);
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for (m, before) in members.iter().zip(before) {
+        let after = m.metric("clusterset_dns_controller_writes_total").await;
+        assert_eq!(after, before, "{}: writes while idle", m.id());
+    }
+}
+
+/// C10: deleting cluster0's Secret in cluster1 drops what cluster0
+/// exports from cluster1 at once (no grace period: the operator removed the
+/// peer); recreating it imports it again. The other clusters are untouched.
+async fn peer_secret_removed(members: &[Member<'_>]) {
+    let ns = "membership";
+    for m in members {
+        create_namespace(&m.client, ns).await;
+    }
+    let (a, b, c) = (&members[0], &members[1], &members[2]);
+    deploy(
+        &a.client,
+        ns,
+        "api",
+        1,
+        false,
+        json!([{"name": "http", "port": 80}]),
+    )
+    .await;
+    export(&a.client, ns, "api").await;
+    for m in members {
+        m.cluster
+            .wait_for("api imported", WAIT, || async {
+                import(&m.client, ns, "api")
+                    .await
+                    .map(|_| ())
+                    .ok_or_else(|| "no import".to_owned())
+            })
+            .await;
+    }
+    let reader = controlplane::service_account_kubeconfig(
+        a.cluster,
+        "clusterset-dns",
+        "clusterset-dns-peer-reader",
+        3600,
+    )
+    .await;
+    controlplane::remove_peer_secret(&b.client, "cluster0").await;
+    let removed = Instant::now();
+    b.cluster
+        .wait_for("api no longer imported in cluster1", WAIT, || async {
+            let gone = import(&b.client, ns, "api").await.is_none()
+                && mcs_slices(&b.client, ns, "api").await.is_empty();
+            if gone {
+                Ok(())
+            } else {
+                Err("still imported".to_owned())
+            }
+        })
+        .await;
+    let took = removed.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "dropped in {took:?}: faster than the grace period"
+    );
+    assert!(
+        import(&c.client, ns, "api").await.is_some(),
+        "cluster2 still imports"
+    );
+    controlplane::add_peer_secret(&b.client, "cluster0", &reader).await;
+    b.cluster
+        .wait_for("api imported again", WAIT, || async {
+            import(&b.client, ns, "api")
+                .await
+                .map(|_| ())
+                .ok_or_else(|| format!("no import; controller log:\n{}", tail(&b.controller.log())))
+        })
+        .await;
+}
