@@ -17,7 +17,7 @@ use serde_json::Value;
 
 /// One parsed document. Some kinds are only parsed, never inspected.
 #[derive(Debug)]
-#[allow(dead_code)]
+#[allow(dead_code, clippy::large_enum_variant)]
 enum Object {
     Namespace(Namespace),
     ServiceAccount(ServiceAccount),
