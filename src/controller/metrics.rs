@@ -170,3 +170,48 @@ impl ControllerMetrics {
         String::from_utf8(out).unwrap_or_default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/controller.md documents exactly the registered metrics, with
+    /// their labels.
+    #[test]
+    fn docs_list_every_metric_and_only_those() {
+        let docs =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/controller.md"))
+                .expect("docs/controller.md");
+        let metrics = ControllerMetrics::new();
+        let documented: std::collections::BTreeMap<String, Vec<String>> = docs
+            .lines()
+            .filter_map(|line| line.strip_prefix("| `clusterset_dns_controller_"))
+            .map(|rest| {
+                let mut cells = rest.split('|');
+                let name = cells
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .trim_end_matches('`');
+                let labels = cells
+                    .next()
+                    .unwrap_or_default()
+                    .split(',')
+                    .map(|l| l.trim().to_owned())
+                    .filter(|l| !l.is_empty())
+                    .collect();
+                (format!("clusterset_dns_controller_{name}"), labels)
+            })
+            .collect();
+        let registered: std::collections::BTreeMap<String, Vec<String>> =
+            metrics.catalog().iter().cloned().collect();
+        assert_eq!(registered, documented);
+        // Every metric renders (labelled ones once a value is set).
+        metrics.peer_up.with_label_values(&["b"]).set(1);
+        assert!(
+            metrics
+                .render()
+                .contains("clusterset_dns_controller_peer_up{peer=\"b\"} 1")
+        );
+    }
+}

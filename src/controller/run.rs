@@ -226,6 +226,9 @@ pub struct Controller {
     /// Per service: the local export's `Valid` reason and the conflict
     /// reasons, for the gauges.
     summaries: BTreeMap<ServiceRef, (Option<&'static str>, Option<String>)>,
+    /// Per peer Secret: whether its data counts, and the connection's
+    /// generation, as of the last loop iteration.
+    usability: BTreeMap<String, (bool, Option<u64>)>,
     /// Peer Leases found at start-up: Secret name → (peer id, last seen).
     leases: BTreeMap<String, (String, SystemTime)>,
     _local_connection: Connection,
@@ -350,6 +353,7 @@ impl Controller {
             first_change: None,
             retry: BTreeSet::new(),
             summaries: BTreeMap::new(),
+            usability: BTreeMap::new(),
             leases,
             _local_connection: local_connection,
         })
@@ -376,9 +380,28 @@ impl Controller {
                 _ = tick.tick() => self.tick().await,
             }
             self.maybe_start();
+            self.notice_usability();
             if self.started && !self.dirty.is_empty() {
                 self.reconcile().await;
             }
+        }
+    }
+
+    /// Replans everything when a peer starts or stops counting (synced and
+    /// probed, lost beyond grace, replaced): whichever event caused it.
+    fn notice_usability(&mut self) {
+        let grace = self.settings.grace;
+        let now: BTreeMap<String, (bool, Option<u64>)> = self
+            .peers
+            .values()
+            .map(|p| {
+                let generation = p.current.as_ref().map(|c| c.generation);
+                (p.secret.clone(), (usable(p, grace), generation))
+            })
+            .collect();
+        if now != self.usability {
+            self.usability = now;
+            self.dirty.all = true;
         }
     }
 
