@@ -327,10 +327,426 @@ async fn controllers_import_exports_across_three_clusters() {
     );
     conflicts(&members).await;
     eprintln!("conflicts step done at {:.1} s", t0.elapsed().as_secs_f64());
+    service_properties(&members).await;
+    eprintln!(
+        "properties step done at {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    merges(&members).await;
+    eprintln!("merges step done at {:.1} s", t0.elapsed().as_secs_f64());
     idle(&members).await;
     eprintln!("idle step done at {:.1} s", t0.elapsed().as_secs_f64());
     peer_secret_removed(&members).await;
     eprintln!("whole test in {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+async fn export_with(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    spec: serde_json::Value,
+    labels: serde_json::Value,
+) {
+    let api: Api<ServiceExport> = Api::namespaced(client.clone(), ns);
+    api.create(
+        &PostParams::default(),
+        &object(json!({"metadata": {"name": name, "labels": labels}, "spec": spec})),
+    )
+    .await
+    .unwrap();
+}
+
+async fn create_service(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    metadata_labels: serde_json::Value,
+    spec: serde_json::Value,
+) {
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    services
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": name, "labels": metadata_labels}, "spec": spec})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Waits until every member has an import of `name` for which `check`
+/// holds, and returns them.
+async fn imports_everywhere<F>(
+    members: &[Member<'_>],
+    ns: &str,
+    name: &str,
+    what: &str,
+    check: F,
+) -> Vec<ServiceImport>
+where
+    F: Fn(&ServiceImport) -> Result<(), String>,
+{
+    let mut imports = Vec::new();
+    for m in members {
+        let found = m
+            .cluster
+            .wait_for(&format!("{ns}/{name}: {what}"), WAIT, || async {
+                let import = import(&m.client, ns, name)
+                    .await
+                    .ok_or("no ServiceImport")?;
+                check(&import).map(|()| import)
+            })
+            .await;
+        imports.push(found);
+    }
+    imports
+}
+
+async fn wait_export_condition(
+    m: &Member<'_>,
+    ns: &str,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason_contains: &str,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    m.cluster
+        .wait_for(
+            &format!("{ns}/{name} {type_}={status}/{reason_contains}"),
+            WAIT,
+            || async {
+                let conditions = export_conditions(&m.client, ns, name).await;
+                match condition(&conditions, type_) {
+                    Some(c) if c.status == status && c.reason.contains(reason_contains) => {
+                        Ok(c.clone())
+                    }
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await
+}
+
+/// A3, A11, A15, B2, D1: what is copied into the import and what is not;
+/// NodePort and LoadBalancer export as ClusterSetIP; a port added at the
+/// source reaches the import and the derived Service everywhere; a
+/// condition's lastTransitionTime moves only when its status flips.
+async fn service_properties(members: &[Member<'_>]) {
+    let ns = "props";
+    for m in members {
+        create_namespace(&m.client, ns).await;
+    }
+    let a = &members[0];
+    create_service(
+        &a.client,
+        ns,
+        "np",
+        json!({"service-label": "not-exported"}),
+        json!({
+            "type": "NodePort",
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+            "sessionAffinity": "ClientIP",
+            "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 10}},
+            "internalTrafficPolicy": "Cluster",
+            "trafficDistribution": "PreferClose",
+        }),
+    )
+    .await;
+    export_with(
+        &a.client,
+        ns,
+        "np",
+        json!({"exportedLabels": {"team": "blue"}, "exportedAnnotations": {"note": "exported"}}),
+        json!({"export-label": "not-exported"}),
+    )
+    .await;
+    create_service(
+        &a.client,
+        ns,
+        "lb",
+        json!({}),
+        json!({"type": "LoadBalancer", "ports": [{"name": "http", "port": 80}]}),
+    )
+    .await;
+    export(&a.client, ns, "lb").await;
+
+    let imports = imports_everywhere(members, ns, "np", "copied fields", |import| {
+        let spec = &import.spec;
+        let timeout = spec
+            .session_affinity_config
+            .as_ref()
+            .and_then(|c| c.client_ip.as_ref())
+            .and_then(|c| c.timeout_seconds);
+        let got = (
+            spec.type_.as_str(),
+            spec.session_affinity.as_deref(),
+            timeout,
+            spec.internal_traffic_policy.as_deref(),
+            spec.traffic_distribution.as_deref(),
+        );
+        let want = (
+            "ClusterSetIP",
+            Some("ClientIP"),
+            Some(10),
+            Some("Cluster"),
+            Some("PreferClose"),
+        );
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
+    })
+    .await;
+    for import in &imports {
+        let labels = import.metadata.labels.clone().unwrap_or_default();
+        let annotations = import.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(
+            labels.get("team").map(String::as_str),
+            Some("blue"),
+            "{labels:?}"
+        );
+        assert_eq!(
+            annotations.get("note").map(String::as_str),
+            Some("exported")
+        );
+        assert!(
+            !labels.contains_key("service-label") && !labels.contains_key("export-label"),
+            "G2: {labels:?}"
+        );
+    }
+    imports_everywhere(
+        members,
+        ns,
+        "lb",
+        "LoadBalancer exports as ClusterSetIP",
+        |import| {
+            if import.spec.type_ == clusterset_dns::api::ServiceImportType::ClusterSetIp {
+                Ok(())
+            } else {
+                Err(format!("{:?}", import.spec.type_))
+            }
+        },
+    )
+    .await;
+
+    // B2 and D1.
+    let valid_before = wait_export_condition(a, ns, "np", "Valid", "True", "Valid").await;
+    Api::<Service>::namespaced(a.client.clone(), ns)
+        .patch(
+            "np",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"ports": [
+                {"name": "http", "port": 80, "protocol": "TCP"},
+                {"name": "https", "port": 443, "protocol": "TCP"},
+            ]}})),
+        )
+        .await
+        .unwrap();
+    let derived_name = clusterset_dns::controller::naming::derived_service_name(ns, "np");
+    for m in members {
+        m.cluster
+            .wait_for(
+                "the new port on the import and the derived Service",
+                WAIT,
+                || async {
+                    let import = import(&m.client, ns, "np").await.ok_or("no import")?;
+                    let derived = Api::<Service>::namespaced(m.client.clone(), ns)
+                        .get(&derived_name)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let derived_ports: Vec<i32> = derived
+                        .spec
+                        .and_then(|s| s.ports)
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|p| p.port)
+                        .collect();
+                    let import_ports: Vec<i32> = import.spec.ports.iter().map(|p| p.port).collect();
+                    if import_ports == [80, 443] && derived_ports == [80, 443] {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "import {import_ports:?}, derived {derived_ports:?}"
+                        ))
+                    }
+                },
+            )
+            .await;
+    }
+    let valid_after = wait_export_condition(a, ns, "np", "Valid", "True", "Valid").await;
+    assert_eq!(
+        valid_before.last_transition_time, valid_after.last_transition_time,
+        "D1"
+    );
+}
+
+/// A6, A8, A12: cluster0 exports first, cluster2 1.1 s later with another
+/// port set, type or exported labels; every cluster imports the same merge
+/// and both exports carry the same Conflict condition.
+async fn merges(members: &[Member<'_>]) {
+    let ns = "merge";
+    for m in members {
+        create_namespace(&m.client, ns).await;
+    }
+    let (a, c) = (&members[0], &members[2]);
+    // A6: port union.
+    create_service(
+        &a.client,
+        ns,
+        "union",
+        json!({}),
+        json!({"ports": [{"name": "tcp", "port": 42}]}),
+    )
+    .await;
+    export(&a.client, ns, "union").await;
+    // A8: type.
+    deploy(
+        &a.client,
+        ns,
+        "kind",
+        1,
+        false,
+        json!([{"name": "tcp", "port": 42}]),
+    )
+    .await;
+    export(&a.client, ns, "kind").await;
+    // A12: labels.
+    create_service(
+        &a.client,
+        ns,
+        "labels",
+        json!({}),
+        json!({"ports": [{"name": "tcp", "port": 42}]}),
+    )
+    .await;
+    export_with(
+        &a.client,
+        ns,
+        "labels",
+        json!({"exportedLabels": {"tier": "gold"}}),
+        json!({}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    create_service(&c.client, ns, "union", json!({}), json!({"ports": [{"name": "tcp", "port": 42}, {"name": "stcp", "port": 142, "protocol": "SCTP"}]})).await;
+    export(&c.client, ns, "union").await;
+    deploy(
+        &c.client,
+        ns,
+        "kind",
+        1,
+        true,
+        json!([{"name": "tcp", "port": 42}]),
+    )
+    .await;
+    export(&c.client, ns, "kind").await;
+    create_service(
+        &c.client,
+        ns,
+        "labels",
+        json!({}),
+        json!({"ports": [{"name": "tcp", "port": 42}]}),
+    )
+    .await;
+    export_with(
+        &c.client,
+        ns,
+        "labels",
+        json!({"exportedLabels": {"tier": "silver"}}),
+        json!({}),
+    )
+    .await;
+
+    for (name, reason) in [
+        ("union", "PortConflict"),
+        ("kind", "TypeConflict"),
+        ("labels", "LabelsConflict"),
+    ] {
+        let on_a = wait_export_condition(a, ns, name, "Conflict", "True", reason).await;
+        let on_c = wait_export_condition(c, ns, name, "Conflict", "True", reason).await;
+        assert_eq!(
+            (on_a.reason, on_a.message),
+            (on_c.reason, on_c.message),
+            "{name}: the same condition on both exporters"
+        );
+    }
+    imports_everywhere(members, ns, "union", "the union of the ports", |import| {
+        let mut ports: Vec<(String, i32)> = import
+            .spec
+            .ports
+            .iter()
+            .map(|p| (p.protocol.clone().unwrap_or_default(), p.port))
+            .collect();
+        ports.sort();
+        if ports == [("SCTP".to_owned(), 142), ("TCP".to_owned(), 42)] {
+            Ok(())
+        } else {
+            Err(format!("{ports:?}"))
+        }
+    })
+    .await;
+    imports_everywhere(
+        members,
+        ns,
+        "kind",
+        "the oldest's type, the headless exporter left out",
+        |import| {
+            let clusters: Vec<&str> = import
+                .status
+                .iter()
+                .flat_map(|s| s.clusters.iter().map(|c| c.cluster.as_str()))
+                .collect();
+            if import.spec.type_ == clusterset_dns::api::ServiceImportType::ClusterSetIp
+                && clusters == ["cluster0"]
+            {
+                Ok(())
+            } else {
+                Err(format!("{:?} {clusters:?}", import.spec.type_))
+            }
+        },
+    )
+    .await;
+    wait_export_condition(c, ns, "kind", "Ready", "False", "Failed").await;
+    for m in members {
+        let from_c = mcs_slices(&m.client, ns, "kind")
+            .await
+            .into_iter()
+            .filter(|s| {
+                s.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("multicluster.kubernetes.io/source-cluster"))
+                    .map(String::as_str)
+                    == Some("cluster2")
+            })
+            .count();
+        assert_eq!(
+            from_c,
+            0,
+            "{}: no slices from the type-conflict loser",
+            m.id()
+        );
+    }
+    imports_everywhere(
+        members,
+        ns,
+        "labels",
+        "the oldest's exported labels",
+        |import| {
+            let tier = import
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("tier"))
+                .cloned();
+            if tier.as_deref() == Some("gold") {
+                Ok(())
+            } else {
+                Err(format!("{tier:?}"))
+            }
+        },
+    )
+    .await;
 }
 
 /// A1, A4, A5, A13, A14, B1, B3: a Deployment and Service exported from
