@@ -333,6 +333,7 @@ async fn controllers_import_exports_across_three_clusters() {
         t0.elapsed().as_secs_f64()
     );
     merges(&members).await;
+    ip_families(&members).await;
     eprintln!("merges step done at {:.1} s", t0.elapsed().as_secs_f64());
     idle(&members).await;
     eprintln!("idle step done at {:.1} s", t0.elapsed().as_secs_f64());
@@ -424,6 +425,84 @@ async fn wait_export_condition(
             },
         )
         .await
+}
+
+/// A4, B6: a dual-stack export from cluster1 is imported with both
+/// families there (two ips, in family order) and with IPv4 only in the
+/// single-stack clusters; an IPv6-only export cannot be imported into them
+/// (`Ready=False/IPFamilyNotSupported`, no derived Service).
+async fn ip_families(members: &[Member<'_>]) {
+    let ns = "families";
+    for m in members {
+        create_namespace(&m.client, ns).await;
+    }
+    let b = &members[1];
+    create_service(&b.client, ns, "dual", json!({}), json!({"ipFamilyPolicy": "RequireDualStack", "ipFamilies": ["IPv4", "IPv6"], "ports": [{"name": "http", "port": 80}]})).await;
+    export(&b.client, ns, "dual").await;
+    create_service(&b.client, ns, "six", json!({}), json!({"ipFamilyPolicy": "SingleStack", "ipFamilies": ["IPv6"], "ports": [{"name": "http", "port": 80}]})).await;
+    export(&b.client, ns, "six").await;
+    let imports = imports_everywhere(
+        members,
+        ns,
+        "dual",
+        "one ip per family the cluster has",
+        |import| {
+            let spec = &import.spec;
+            if !spec.ips.is_empty() && spec.ips.len() == spec.ip_families.len() {
+                Ok(())
+            } else {
+                Err(format!("{:?} {:?}", spec.ips, spec.ip_families))
+            }
+        },
+    )
+    .await;
+    for (m, import) in members.iter().zip(&imports) {
+        let dual = m.cluster.spec.service_cidrs.len() == 2;
+        let want: &[&str] = if dual { &["IPv4", "IPv6"] } else { &["IPv4"] };
+        assert_eq!(import.spec.ip_families, want, "{}", m.id());
+        for (ip, family) in import.spec.ips.iter().zip(&import.spec.ip_families) {
+            assert_eq!(
+                ip.contains(':'),
+                family == "IPv6",
+                "{}: {ip} in family order",
+                m.id()
+            );
+        }
+    }
+    let derived = clusterset_dns::controller::naming::derived_service_name(ns, "six");
+    for m in members {
+        let dual = m.cluster.spec.service_cidrs.len() == 2;
+        let want = if dual {
+            ("True", "Ready")
+        } else {
+            ("False", "IPFamilyNotSupported")
+        };
+        m.cluster
+            .wait_for(&format!("six: Ready {want:?}"), WAIT, || async {
+                let import = import(&m.client, ns, "six").await.ok_or("no import")?;
+                let ready = import
+                    .status
+                    .as_ref()
+                    .and_then(|s| condition(&s.conditions, "Ready"))
+                    .map(|c| (c.status.clone(), c.reason.clone()));
+                match ready {
+                    Some((status, reason)) if (status.as_str(), reason.as_str()) == want => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .await;
+        let has_derived = Api::<Service>::namespaced(m.client.clone(), ns)
+            .get_opt(&derived)
+            .await
+            .unwrap()
+            .is_some();
+        assert_eq!(
+            has_derived,
+            dual,
+            "{}: a derived Service only where IPv6 exists",
+            m.id()
+        );
+    }
 }
 
 /// A3, A11, A15, B2, D1: what is copied into the import and what is not;
