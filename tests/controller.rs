@@ -334,6 +334,7 @@ async fn controllers_import_exports_across_three_clusters() {
     );
     merges(&members).await;
     ip_families(&members).await;
+    large_slices(&members).await;
     eprintln!("merges step done at {:.1} s", t0.elapsed().as_secs_f64());
     idle(&members).await;
     eprintln!("idle step done at {:.1} s", t0.elapsed().as_secs_f64());
@@ -503,6 +504,97 @@ async fn ip_families(members: &[Member<'_>]) {
             m.id()
         );
     }
+}
+
+/// C21: a 1,000-endpoint source slice is copied 1:1 under its
+/// deterministic name; deleting a source slice removes exactly its copy.
+async fn large_slices(members: &[Member<'_>]) {
+    let ns = "large";
+    for m in members {
+        create_namespace(&m.client, ns).await;
+    }
+    let (a, c) = (&members[0], &members[2]);
+    create_service(
+        &a.client,
+        ns,
+        "big",
+        json!({}),
+        json!({"ports": [{"name": "http", "port": 80}]}),
+    )
+    .await;
+    let slices: Api<EndpointSlice> = Api::namespaced(a.client.clone(), ns);
+    for (name, count) in [("big-large", 1000), ("big-small", 5)] {
+        let endpoints: Vec<serde_json::Value> = (0..count)
+            .map(|i| json!({"addresses": [format!("10.200.{}.{}", i / 250, i % 250 + 1)], "conditions": {"ready": true}}))
+            .collect();
+        slices
+            .create(
+                &PostParams::default(),
+                &object(json!({
+                    "metadata": {"name": name, "labels": {
+                        "kubernetes.io/service-name": "big",
+                        "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+                    }},
+                    "addressType": "IPv4",
+                    "endpoints": endpoints,
+                    "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+                })),
+            )
+            .await
+            .unwrap();
+    }
+    export(&a.client, ns, "big").await;
+    let name_of = |source: &str| {
+        clusterset_dns::controller::naming::mirrored_slice_name(ns, "big", "cluster0", source)
+    };
+    let want: BTreeMap<String, usize> = [(name_of("big-large"), 1000), (name_of("big-small"), 5)]
+        .into_iter()
+        .collect();
+    let copies = c
+        .cluster
+        .wait_for("both slices copied", WAIT, || async {
+            let copies: BTreeMap<String, (usize, Option<String>)> =
+                mcs_slices(&c.client, ns, "big")
+                    .await
+                    .into_iter()
+                    .map(|s| {
+                        (
+                            s.metadata.name.clone().unwrap(),
+                            (s.endpoints.len(), s.metadata.uid.clone()),
+                        )
+                    })
+                    .collect();
+            let got: BTreeMap<String, usize> =
+                copies.iter().map(|(k, (n, _))| (k.clone(), *n)).collect();
+            if got == want {
+                Ok(copies)
+            } else {
+                Err(format!("{got:?}"))
+            }
+        })
+        .await;
+    slices
+        .delete("big-small", &DeleteParams::default())
+        .await
+        .unwrap();
+    let large = name_of("big-large");
+    let kept: BTreeMap<String, Option<String>> = [(large.clone(), copies[&large].1.clone())]
+        .into_iter()
+        .collect();
+    c.cluster
+        .wait_for("only the small slice's copy removed", WAIT, || async {
+            let left: BTreeMap<String, Option<String>> = mcs_slices(&c.client, ns, "big")
+                .await
+                .into_iter()
+                .map(|s| (s.metadata.name.clone().unwrap(), s.metadata.uid.clone()))
+                .collect();
+            if left == kept {
+                Ok(())
+            } else {
+                Err(format!("{left:?}"))
+            }
+        })
+        .await;
 }
 
 /// A3, A11, A15, B2, D1: what is copied into the import and what is not;
@@ -1324,6 +1416,68 @@ async fn conflicts(members: &[Member<'_>]) {
         1,
         "byte-identical specs in every cluster: {specs:#?}"
     );
+
+    // /explain on a cluster that only imports: exporters, winner, conflict.
+    let b = &members[1];
+    let explained: serde_json::Value = serde_json::from_str(
+        &http_get(b.controller.admin_port(), "/explain?service=conflict/hello").await,
+    )
+    .expect("/explain answers JSON");
+    assert_eq!(
+        explained["exporters"],
+        json!(["cluster0", "cluster2"]),
+        "{explained:#}"
+    );
+    assert_eq!(explained["winner"], json!("cluster0"));
+    assert!(
+        explained["conflict"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("PortConflict"),
+        "{explained:#}"
+    );
+    assert_eq!(
+        explained["pending_writes"],
+        json!([]),
+        "converged: {explained:#}"
+    );
+
+    // A2, D4: the oldest unexports; the import stays (cluster2 still
+    // exports), takes cluster2's port, and the conflict clears.
+    unexport(&a.client, ns, "hello").await;
+    wait_export_condition(c, ns, "hello", "Conflict", "False", "NoConflicts").await;
+    imports_everywhere(
+        members,
+        ns,
+        "hello",
+        "cluster2's port once cluster0 unexported",
+        |import| {
+            let ports: Vec<i32> = import.spec.ports.iter().map(|p| p.port).collect();
+            let clusters: Vec<&str> = import
+                .status
+                .iter()
+                .flat_map(|s| s.clusters.iter().map(|c| c.cluster.as_str()))
+                .collect();
+            if ports == [43] && clusters == ["cluster2"] {
+                Ok(())
+            } else {
+                Err(format!("{ports:?} {clusters:?}"))
+            }
+        },
+    )
+    .await;
+    unexport(&c.client, ns, "hello").await;
+    for m in members {
+        m.cluster
+            .wait_for("hello gone after the last unexport", WAIT, || async {
+                if import(&m.client, ns, "hello").await.is_none() {
+                    Ok(())
+                } else {
+                    Err("still imported".to_owned())
+                }
+            })
+            .await;
+    }
 }
 
 /// C13: after convergence, no input change means no write.
