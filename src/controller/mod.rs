@@ -71,6 +71,9 @@ pub enum ControllerError {
     /// The controller could not start.
     #[error(transparent)]
     Start(#[from] run::StartError),
+    /// This cluster's id or clusterset changed.
+    #[error("{0}")]
+    IdentityChanged(String),
     /// Leadership was lost: exit, so a restart comes back as a standby.
     #[error("leadership lost: {0}")]
     LostLeadership(String),
@@ -133,7 +136,7 @@ pub async fn run(
         }
     };
     tokio::select! {
-        () = controller.run(queries) => Ok(()),
+        changed = controller.run(queries) => Err(ControllerError::IdentityChanged(changed)),
         lost = hold => Err(ControllerError::LostLeadership(lost)),
         () = &mut shutdown => Ok(()),
     }

@@ -41,6 +41,9 @@ pub const PEER_LEASE_LABEL: &str = "clusterset-dns.io/peer-lease";
 /// Annotation of a peer Lease naming the peer's Secret.
 pub const PEER_SECRET_ANNOTATION: &str = "clusterset-dns.io/peer-secret";
 
+/// How often this cluster's ClusterProperties are read again.
+const IDENTITY_CHECK: Duration = Duration::from_secs(30);
+
 /// How many writes run at once.
 const WRITE_CONCURRENCY: usize = 16;
 
@@ -360,9 +363,14 @@ impl Controller {
     }
 
     /// Runs until the process stops.
-    pub async fn run(mut self, mut queries: mpsc::Receiver<Query>) {
+    /// Runs until this cluster's identity changes (KEP-2149: a changed id
+    /// or clusterset is leaving and rejoining, so the process exits and its
+    /// restart starts over).
+    pub async fn run(mut self, mut queries: mpsc::Receiver<Query>) -> String {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut identity_check = tokio::time::interval(IDENTITY_CHECK);
+        identity_check.tick().await;
         loop {
             tokio::select! {
                 Some(report) = self.reports.recv() => {
@@ -378,6 +386,16 @@ impl Controller {
                 }
                 Some(query) = queries.recv() => self.answer(query),
                 _ = tick.tick() => self.tick().await,
+                _ = identity_check.tick() => {
+                    if let Ok(now) = identity(&self.client).await
+                        && (now.cluster_id != self.local_id || now.clusterset != self.local_clusterset)
+                    {
+                        return format!(
+                            "this cluster's identity changed from {}/{} to {}/{}: restarting to rejoin",
+                            self.local_clusterset, self.local_id, now.clusterset, now.cluster_id
+                        );
+                    }
+                }
             }
             self.maybe_start();
             self.notice_usability();
