@@ -339,6 +339,7 @@ async fn controllers_import_exports_across_three_clusters() {
     idle(&members).await;
     eprintln!("idle step done at {:.1} s", t0.elapsed().as_secs_f64());
     peer_secret_removed(&members).await;
+    credentials_rotated(&members).await;
     eprintln!("whole test in {:.1} s", t0.elapsed().as_secs_f64());
 }
 
@@ -1491,6 +1492,99 @@ async fn idle(members: &[Member<'_>]) {
         let after = m.metric("clusterset_dns_controller_writes_total").await;
         assert_eq!(after, before, "{}: writes while idle", m.id());
     }
+}
+
+/// A reader ServiceAccount `name` in cluster `cluster`, bound to the
+/// shipped peer-reader role; returns a kubeconfig with a token of it.
+async fn reader_account(cluster: &Cluster, name: &str) -> String {
+    let client = cluster.admin_client().await;
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), "clusterset-dns");
+    accounts
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": name}})),
+        )
+        .await
+        .unwrap();
+    let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(client.clone());
+    bindings
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "metadata": {"name": format!("test-{name}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "clusterset-dns-peer-reader"},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "clusterset-dns"}],
+            })),
+        )
+        .await
+        .unwrap();
+    controlplane::service_account_kubeconfig(cluster, "clusterset-dns", name, 3600).await
+}
+
+/// C9: rotating cluster0's credentials on cluster1 (a new token in the
+/// Secret, then the old account deleted, which invalidates the old token)
+/// never drops what cluster1 imports from cluster0, and causes no write.
+async fn credentials_rotated(members: &[Member<'_>]) {
+    let ns = "membership";
+    let (a, b) = (&members[0], &members[1]);
+    let first = reader_account(a.cluster, "rotating-1").await;
+    controlplane::add_peer_secret(&b.client, "cluster0", &first).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let imported = || async {
+        import(&b.client, ns, "api").await.is_some()
+            && !mcs_slices(&b.client, ns, "api").await.is_empty()
+    };
+    assert!(imported().await, "imported before the rotation");
+    let writes = b.metric("clusterset_dns_controller_writes_total").await;
+    let second = reader_account(a.cluster, "rotating-2").await;
+    controlplane::add_peer_secret(&b.client, "cluster0", &second).await;
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(a.client.clone(), "clusterset-dns");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    accounts
+        .delete("rotating-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    // The import never drops, and the new credentials serve the watches:
+    // a change made now on cluster0 reaches cluster1.
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        assert!(
+            imported().await,
+            "cluster0's service dropped during the rotation"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        b.metric("clusterset_dns_controller_writes_total").await,
+        writes,
+        "no churn"
+    );
+    Api::<Service>::namespaced(a.client.clone(), ns)
+        .patch(
+            "api",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"ports": [{"name": "http", "port": 80}, {"name": "admin", "port": 81}]}})),
+        )
+        .await
+        .unwrap();
+    b.cluster
+        .wait_for(
+            "a change on cluster0 seen with the new credentials",
+            WAIT,
+            || async {
+                let ports = import(&b.client, ns, "api")
+                    .await
+                    .map(|i| i.spec.ports.len());
+                if ports == Some(2) {
+                    Ok(())
+                } else {
+                    Err(format!("{ports:?}; log:\n{}", tail(&b.controller.log())))
+                }
+            },
+        )
+        .await;
 }
 
 /// C10: deleting cluster0's Secret in cluster1 drops what cluster0
