@@ -365,3 +365,60 @@ async fn shipped_roles_grant_exactly_what_the_controller_and_peers_need() {
     remove_peer_secret(&admin, "cluster-b").await;
     eprintln!("whole test in {:.1} s", t0.elapsed().as_secs_f64());
 }
+
+/// The controller on exactly the shipped role becomes ready; on a role
+/// without one rule it needs, it exits with an error naming the resource,
+/// instead of running on a partial view.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_controller_runs_on_the_shipped_role_and_a_narrower_one_fails_clearly() {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    use kube::api::{Patch, PatchParams};
+
+    let plane = ControlPlane::start_with(&[ClusterSpec::api_only()]).await;
+    let cluster = &plane.clusters[0];
+    let admin = cluster.admin_client().await;
+    set_cluster_properties(&admin, "solo", "test-clusterset").await;
+    let kubeconfig = install_controller(cluster).await;
+    let controller = controlplane::spawn_controller(cluster, &kubeconfig, &[]);
+    controller.wait_ready(std::time::Duration::from_secs(30));
+    controller.kill();
+
+    // The same role without its ServiceCIDR rule.
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    let mut role = roles.get("clusterset-dns-controller").await.unwrap();
+    let rules = role.rules.take().unwrap_or_default();
+    let narrower: Vec<_> = rules
+        .into_iter()
+        .filter(|rule| !rule.resources.iter().flatten().any(|r| r == "servicecidrs"))
+        .collect();
+    role.rules = Some(narrower);
+    role.metadata.managed_fields = None;
+    role.metadata.resource_version = None;
+    roles
+        .patch(
+            "clusterset-dns-controller",
+            &PatchParams::apply("rbac-test").force(),
+            &Patch::Apply(&role),
+        )
+        .await
+        .unwrap();
+    let controller = controlplane::spawn_controller(cluster, &kubeconfig, &[]);
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = controller.exited() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running on a role without servicecidrs; log:\n{}",
+            controller.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(!status.success());
+    let log = controller.log();
+    assert!(
+        log.contains("servicecidrs") && log.contains("role does not allow"),
+        "the error names what is missing:\n{log}"
+    );
+}

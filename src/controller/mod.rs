@@ -71,9 +71,10 @@ pub enum ControllerError {
     /// The controller could not start.
     #[error(transparent)]
     Start(#[from] run::StartError),
-    /// This cluster's id or clusterset changed.
+    /// The controller cannot go on: its identity changed, or its role is
+    /// too narrow.
     #[error("{0}")]
-    IdentityChanged(String),
+    Stopped(String),
     /// Leadership was lost: exit, so a restart comes back as a standby.
     #[error("leadership lost: {0}")]
     LostLeadership(String),
@@ -136,7 +137,7 @@ pub async fn run(
         }
     };
     tokio::select! {
-        changed = controller.run(queries) => Err(ControllerError::IdentityChanged(changed)),
+        why = controller.run(queries) => Err(ControllerError::Stopped(why)),
         lost = hold => Err(ControllerError::LostLeadership(lost)),
         () = &mut shutdown => Ok(()),
     }

@@ -229,6 +229,8 @@ pub struct Controller {
     /// Per service: the local export's `Valid` reason and the conflict
     /// reasons, for the gauges.
     summaries: BTreeMap<ServiceRef, (Option<&'static str>, Option<String>)>,
+    /// Why the controller must stop, once it knows.
+    fatal: Option<String>,
     /// Per peer Secret: whether its data counts, and the connection's
     /// generation, as of the last loop iteration.
     usability: BTreeMap<String, (bool, Option<u64>)>,
@@ -357,6 +359,7 @@ impl Controller {
             retry: BTreeSet::new(),
             summaries: BTreeMap::new(),
             usability: BTreeMap::new(),
+            fatal: None,
             leases,
             _local_connection: local_connection,
         })
@@ -365,7 +368,8 @@ impl Controller {
     /// Runs until the process stops.
     /// Runs until this cluster's identity changes (KEP-2149: a changed id
     /// or clusterset is leaving and rejoining, so the process exits and its
-    /// restart starts over).
+    /// restart starts over), or its role turns out not to allow reading
+    /// what it needs; returns why.
     pub async fn run(mut self, mut queries: mpsc::Receiver<Query>) -> String {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -396,6 +400,9 @@ impl Controller {
                         );
                     }
                 }
+            }
+            if let Some(fatal) = self.fatal.take() {
+                return fatal;
             }
             self.maybe_start();
             self.notice_usability();
@@ -451,13 +458,25 @@ impl Controller {
                     WatchEvent::Namespaces(e) => w.namespaces.handle(&mut self.local_only, e, now),
                     WatchEvent::ServiceCidrs(e) => w.cidrs.handle(&mut self.local_only, e, now),
                 };
-                if let Outcome::Failed {
-                    started: true,
-                    error,
-                    ..
-                } = &outcome
-                {
-                    tracing::warn!(%error, "local watch failing");
+                match &outcome {
+                    // Not allowed to read what it must: no amount of retrying
+                    // helps, and running on would write from a partial view.
+                    Outcome::Failed {
+                        forbidden_before_sync: Some(message),
+                        ..
+                    } => {
+                        self.fatal.get_or_insert_with(|| {
+                            format!(
+                                "the controller's role does not allow what it needs: {message} (deploy/controller.yaml has the role it needs)"
+                            )
+                        });
+                    }
+                    Outcome::Failed {
+                        started: true,
+                        error,
+                        ..
+                    } => tracing::warn!(%error, "local watch failing"),
+                    _ => {}
                 }
                 let mut touched = self.take_local_touched();
                 touched.all |= self.local_only.take_all_touched();
