@@ -899,6 +899,67 @@ async fn merges(members: &[Member<'_>]) {
             m.id()
         );
     }
+    // B4: the ClusterSetIP exporter leaves; the headless one wins: every
+    // cluster's import turns Headless, loses its ips and derived Service
+    // (with an Event), and imports cluster2's endpoints.
+    unexport(&a.client, ns, "kind").await;
+    imports_everywhere(
+        members,
+        ns,
+        "kind",
+        "Headless once cluster0 left",
+        |import| {
+            if import.spec.type_ == clusterset_dns::api::ServiceImportType::Headless
+                && import.spec.ips.is_empty()
+            {
+                Ok(())
+            } else {
+                Err(format!("{:?} {:?}", import.spec.type_, import.spec.ips))
+            }
+        },
+    )
+    .await;
+    let derived = clusterset_dns::controller::naming::derived_service_name(ns, "kind");
+    for m in members {
+        m.cluster
+            .wait_for(
+                "the derived Service deleted, with an Event, and cluster2's endpoints imported",
+                WAIT,
+                || async {
+                    if Api::<Service>::namespaced(m.client.clone(), ns)
+                        .get_opt(&derived)
+                        .await
+                        .unwrap()
+                        .is_some()
+                    {
+                        return Err("derived Service still there".into());
+                    }
+                    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(
+                        m.client.clone(),
+                        ns,
+                    )
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap();
+                    if !events
+                        .items
+                        .iter()
+                        .any(|e| e.reason.as_deref() == Some("ClusterSetIPReleased"))
+                    {
+                        return Err("no ClusterSetIPReleased Event".into());
+                    }
+                    let from_c =
+                        ready_addresses(&mcs_slices(&m.client, ns, "kind").await, "cluster2");
+                    if from_c.is_empty() {
+                        Err("no endpoints from cluster2".into())
+                    } else {
+                        Ok(())
+                    }
+                },
+            )
+            .await;
+    }
+    wait_export_condition(c, ns, "kind", "Ready", "True", "Ready").await;
     imports_everywhere(
         members,
         ns,

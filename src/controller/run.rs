@@ -28,7 +28,7 @@ use super::connection::{
 };
 use super::metrics::ControllerMetrics;
 use super::naming::{FIELD_MANAGER, is_dns_label};
-use super::reconcile::{Inputs, NamespaceFilter, PeerView, Plan, Write, plan};
+use super::reconcile::{Inputs, Kind, NamespaceFilter, PeerView, Plan, Write, plan};
 use crate::api::{ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
 use crate::watch::{Outcome, Watch};
@@ -1091,6 +1091,7 @@ impl Controller {
         }
         let client = self.client.clone();
         let metrics = self.metrics.clone();
+        let recorder = &self.recorder;
         let results: Vec<(ServiceRef, Vec<Result<Written, ()>>)> = futures::stream::iter(plans)
             .map(|(key, plan)| {
                 let client = client.clone();
@@ -1101,7 +1102,12 @@ impl Controller {
                         let op = if matches!(write, Write::Delete { .. }) { "delete" } else { "apply" };
                         metrics.writes.with_label_values(&[write.kind().as_str(), op]).inc();
                         match execute(&client, write).await {
-                            Ok(written) => results.push(Ok(written)),
+                            Ok(written) => {
+                                if let Write::Delete { kind: Kind::Service, namespace, name, .. } = write {
+                                    vip_released(recorder, &key, namespace, name).await;
+                                }
+                                results.push(Ok(written));
+                            }
                             Err(error) if error.namespace_terminating() => {}
                             Err(error) => {
                                 metrics.write_errors.with_label_values(&[write.kind().as_str()]).inc();
@@ -1193,6 +1199,31 @@ impl Controller {
             }
         }
         all
+    }
+}
+
+/// Tells the users of an import that its clusterset IP is gone (the import
+/// became headless, or this cluster lost the import's families): clients
+/// holding the old VIP must resolve again.
+async fn vip_released(recorder: &Recorder, service: &ServiceRef, namespace: &str, derived: &str) {
+    let reference = ObjectReference {
+        api_version: Some(<ServiceImport as kube::Resource>::api_version(&()).into_owned()),
+        kind: Some("ServiceImport".into()),
+        name: Some(service.name.clone()),
+        namespace: Some(namespace.to_owned()),
+        ..ObjectReference::default()
+    };
+    let event = KubeEvent {
+        type_: EventType::Warning,
+        reason: "ClusterSetIPReleased".into(),
+        note: Some(format!(
+            "derived Service {derived} deleted: the import no longer has a clusterset IP here"
+        )),
+        action: "DeleteDerivedService".into(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, &reference).await {
+        tracing::debug!(error = %crate::error::Chain(&error), "could not record an Event");
     }
 }
 
