@@ -340,6 +340,7 @@ async fn controllers_import_exports_across_three_clusters() {
     eprintln!("idle step done at {:.1} s", t0.elapsed().as_secs_f64());
     peer_secret_removed(&members).await;
     credentials_rotated(&members).await;
+    peer_forbidden_within_grace(&members).await;
     eprintln!("whole test in {:.1} s", t0.elapsed().as_secs_f64());
 }
 
@@ -1646,6 +1647,69 @@ async fn credentials_rotated(members: &[Member<'_>]) {
             },
         )
         .await;
+}
+
+/// C8 (and C5 for a 403): cluster0 revokes the peers' read access; within
+/// the grace period cluster1 keeps what cluster0 exports and reports the
+/// peer down; access restored, the peer is up again without a single write.
+async fn peer_forbidden_within_grace(members: &[Member<'_>]) {
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    let ns = "membership";
+    let (a, b) = (&members[0], &members[1]);
+    let bindings: Api<ClusterRoleBinding> = Api::all(a.client.clone());
+    // cluster1 reads cluster0 as `rotating-2` since the rotation step.
+    let mut binding = bindings.get("test-rotating-2").await.unwrap();
+    let writes = b.metric("clusterset_dns_controller_writes_total").await;
+    bindings
+        .delete("test-rotating-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    b.cluster
+        .wait_for("cluster0 reported down on cluster1", WAIT, || async {
+            let up = b
+                .metric("clusterset_dns_controller_peer_up{peer=\"cluster0\"}")
+                .await;
+            if up == 0.0 {
+                Ok(())
+            } else {
+                Err(format!("peer_up {up}"))
+            }
+        })
+        .await;
+    assert!(
+        import(&b.client, ns, "api").await.is_some(),
+        "kept within grace"
+    );
+    assert!(
+        !mcs_slices(&b.client, ns, "api").await.is_empty(),
+        "slices kept within grace"
+    );
+    binding.metadata.resource_version = None;
+    binding.metadata.uid = None;
+    binding.metadata.creation_timestamp = None;
+    binding.metadata.managed_fields = None;
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    b.cluster
+        .wait_for("cluster0 up again on cluster1", WAIT, || async {
+            let up = b
+                .metric("clusterset_dns_controller_peer_up{peer=\"cluster0\"}")
+                .await;
+            if up == 1.0 {
+                Ok(())
+            } else {
+                Err(format!("peer_up {up}"))
+            }
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        b.metric("clusterset_dns_controller_writes_total").await,
+        writes,
+        "no write for a flap inside the grace period"
+    );
 }
 
 /// C10: deleting cluster0's Secret in cluster1 drops what cluster0
