@@ -1193,6 +1193,14 @@ impl Controller {
         let mut all: BTreeSet<ServiceRef> = self.local.exports.services().cloned().collect();
         all.extend(self.local.mcs_slices.services().cloned());
         all.extend(self.local_only.imports.services().cloned());
+        // Derived Services whose import is gone (an orphan sweep at start).
+        all.extend(
+            self.local
+                .services
+                .services()
+                .filter(|key| self.local.services.of(key).any(|s| super::cluster::is_ours(&**s)))
+                .cloned(),
+        );
         for peer in self.peers.values() {
             if let Some(conn) = &peer.current {
                 all.extend(conn.data.exports.services().cloned());
