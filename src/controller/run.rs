@@ -226,9 +226,10 @@ pub struct Controller {
     /// Per service: the local export's `Valid` reason and the conflict
     /// reasons, for the gauges.
     summaries: BTreeMap<ServiceRef, (Option<&'static str>, Option<String>)>,
-    /// Per peer Secret: whether its data counts, and the connection's
-    /// generation, as of the last loop iteration.
-    usability: BTreeMap<String, (bool, Option<u64>)>,
+    /// Per peer Secret: whether its data counts, whether it is within
+    /// grace, and the connection's generation, as of the last loop
+    /// iteration.
+    usability: BTreeMap<String, Usability>,
     /// Peer Leases found at start-up: Secret name → (peer id, last seen).
     leases: BTreeMap<String, (String, SystemTime)>,
     _local_connection: Connection,
@@ -388,16 +389,15 @@ impl Controller {
     }
 
     /// Replans everything when a peer starts or stops counting (synced and
-    /// probed, lost beyond grace, replaced): whichever event caused it.
+    /// probed, lost beyond grace, replaced), or leaves its grace period
+    /// without having been read since start-up (services naming it were
+    /// left alone until then): whichever event caused it.
     fn notice_usability(&mut self) {
         let grace = self.settings.grace;
-        let now: BTreeMap<String, (bool, Option<u64>)> = self
+        let now: BTreeMap<String, Usability> = self
             .peers
             .values()
-            .map(|p| {
-                let generation = p.current.as_ref().map(|c| c.generation);
-                (p.secret.clone(), (usable(p, grace), generation))
-            })
+            .map(|p| (p.secret.clone(), usability(p, grace)))
             .collect();
         if now != self.usability {
             self.usability = now;
@@ -919,7 +919,7 @@ impl Controller {
         let waiting: Vec<String> = self
             .peers
             .values()
-            .filter(|p| p.refused.is_none() && !usable(p, grace))
+            .filter(|p| p.refused.is_none() && !ready_peer(p, grace))
             .map(|p| p.id().unwrap_or(&p.secret).to_owned())
             .collect();
         if waiting.is_empty() {
@@ -1193,6 +1193,26 @@ fn usable(peer: &Peer, grace: Duration) -> bool {
     conn.identity.is_some() && conn.synced() && (conn.healthy() || peer.within_grace(grace))
 }
 
+/// What makes [`Controller::notice_usability`] replan: whether the peer's
+/// data counts, whether it is within grace (a peer not read since start-up
+/// is left alone only until its Lease's grace ends), and its connection's
+/// generation.
+type Usability = (bool, bool, Option<u64>);
+
+fn usability(peer: &Peer, grace: Duration) -> Usability {
+    (
+        usable(peer, grace),
+        peer.within_grace(grace),
+        peer.current.as_ref().map(|c| c.generation),
+    )
+}
+
+/// Whether a peer lets `/ready` answer 200: synced (and up or within
+/// grace), or not read yet but within the grace its Lease recorded.
+fn ready_peer(peer: &Peer, grace: Duration) -> bool {
+    usable(peer, grace) || peer.within_grace(grace)
+}
+
 /// What reading a peer's identity gave.
 enum Contact {
     /// The kubeconfig cannot be used.
@@ -1215,4 +1235,51 @@ async fn client_from(kubeconfig: &[u8]) -> Result<Client, String> {
         .await
         .map_err(|e| format!("data.{KUBECONFIG_KEY}: {}", crate::error::Chain(&e)))?;
     Client::try_from(config).map_err(|e| format!("building a client: {}", crate::error::Chain(&e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GRACE: Duration = Duration::from_secs(10);
+
+    /// A peer whose Secret names an unreachable cluster: connecting, never
+    /// identified, last seen (from its Lease) `ago`.
+    fn unread_peer(ago: Option<Duration>) -> Peer {
+        Peer {
+            secret: "peer-a".into(),
+            kubeconfig: Vec::new(),
+            current: Some(PeerConn::new(1)),
+            next: None,
+            refused: None,
+            removing_at: None,
+            last_seen: ago.map(|ago| SystemTime::now() - ago),
+            lease_renewed: None,
+            lease_id: Some("a".into()),
+        }
+    }
+
+    #[test]
+    fn an_unread_peer_within_its_lease_grace_keeps_the_controller_ready() {
+        let fresh = unread_peer(Some(Duration::from_secs(2)));
+        assert!(
+            !usable(&fresh, GRACE),
+            "never read: its data does not count"
+        );
+        assert!(ready_peer(&fresh, GRACE), "but it is within grace");
+        let stale = unread_peer(Some(Duration::from_secs(20)));
+        assert!(!ready_peer(&stale, GRACE));
+        assert!(!ready_peer(&unread_peer(None), GRACE), "never seen at all");
+    }
+
+    #[test]
+    fn an_unread_peer_leaving_grace_changes_its_usability() {
+        // Neither is usable, so only the grace flag tells them apart: the
+        // loop must replan when it flips, or the services left alone for
+        // the unread peer keep its data forever.
+        let fresh = usability(&unread_peer(Some(Duration::from_secs(2))), GRACE);
+        let stale = usability(&unread_peer(Some(Duration::from_secs(20))), GRACE);
+        assert_eq!((fresh.0, stale.0), (false, false));
+        assert_ne!(fresh, stale);
+    }
 }
