@@ -220,6 +220,9 @@ pub struct Controller {
     recorder: Recorder,
     started_at: Instant,
     started: bool,
+    /// Whether the peer Secrets have been listed once: until then the
+    /// peers are not known, and nothing may start.
+    secrets_listed: bool,
     dirty: Touched,
     first_change: Option<Instant>,
     retry: BTreeSet<ServiceRef>,
@@ -350,6 +353,7 @@ impl Controller {
             recorder,
             started_at: Instant::now(),
             started: false,
+            secrets_listed: false,
             dirty: Touched::default(),
             first_change: None,
             retry: BTreeSet::new(),
@@ -533,7 +537,8 @@ impl Controller {
                     peer.removing_at = Some(Instant::now() + SECRET_DELETE_DEBOUNCE);
                 }
             }
-            Ok(WatcherEvent::Init | WatcherEvent::InitDone) => {}
+            Ok(WatcherEvent::InitDone) => self.secrets_listed = true,
+            Ok(WatcherEvent::Init) => {}
             Err(error) => {
                 tracing::warn!(error = %crate::error::Chain(&error), "watch of peer Secrets failing");
             }
@@ -887,7 +892,7 @@ impl Controller {
     /// Starts reconciling once this cluster is listed and every peer has
     /// synced, or the start-up timeout has passed.
     fn maybe_start(&mut self) {
-        if self.started || !self.local_watches.synced() {
+        if self.started {
             return;
         }
         let peers_synced = self
@@ -896,7 +901,12 @@ impl Controller {
             .filter(|p| p.refused.is_none())
             .all(|p| p.current.as_ref().is_some_and(PeerConn::synced));
         let timed_out = self.started_at.elapsed() >= self.settings.startup_sync_timeout;
-        if peers_synced || timed_out {
+        if may_start(
+            self.local_watches.synced(),
+            self.secrets_listed,
+            peers_synced,
+            timed_out,
+        ) {
             if !peers_synced {
                 tracing::warn!(
                     "start-up: not every peer synced within the start-up timeout; services naming an unread peer are left as they are"
@@ -911,6 +921,9 @@ impl Controller {
     fn readiness(&self) -> Result<(), String> {
         if !self.local_watches.synced() {
             return Err("the local cluster is not listed yet".into());
+        }
+        if !self.secrets_listed {
+            return Err("the peer Secrets are not listed yet".into());
         }
         if !self.started {
             return Err("waiting for peers' first sync".into());
@@ -1193,6 +1206,20 @@ fn usable(peer: &Peer, grace: Duration) -> bool {
     conn.identity.is_some() && conn.synced() && (conn.healthy() || peer.within_grace(grace))
 }
 
+/// The start-up gate: this cluster listed, the peer Secrets listed, and
+/// every peer synced or the start-up timeout passed. Without the Secrets
+/// listed the peers are not known at all, so starting would delete
+/// everything imported from them: the timeout is for peers that do not
+/// answer, not for Secrets not read yet.
+fn may_start(
+    local_listed: bool,
+    secrets_listed: bool,
+    peers_synced: bool,
+    timed_out: bool,
+) -> bool {
+    local_listed && secrets_listed && (peers_synced || timed_out)
+}
+
 /// What makes [`Controller::notice_usability`] replan: whether the peer's
 /// data counts, whether it is within grace (a peer not read since start-up
 /// is left alone only until its Lease's grace ends), and its connection's
@@ -1257,6 +1284,16 @@ mod tests {
             lease_renewed: None,
             lease_id: Some("a".into()),
         }
+    }
+
+    #[test]
+    fn nothing_starts_before_the_peer_secrets_are_listed() {
+        // No Secret seen yet looks like "every peer synced": it is not.
+        assert!(!may_start(true, false, true, true));
+        assert!(!may_start(false, true, true, true));
+        assert!(may_start(true, true, true, false));
+        assert!(may_start(true, true, false, true));
+        assert!(!may_start(true, true, false, false));
     }
 
     #[test]
