@@ -223,6 +223,9 @@ pub struct Controller {
     recorder: Recorder,
     started_at: Instant,
     started: bool,
+    /// Whether the peer Secrets have been listed once: until then the
+    /// peers are not known, and nothing may start.
+    secrets_listed: bool,
     dirty: Touched,
     first_change: Option<Instant>,
     retry: BTreeSet<ServiceRef>,
@@ -231,9 +234,10 @@ pub struct Controller {
     summaries: BTreeMap<ServiceRef, (Option<&'static str>, Option<String>)>,
     /// Why the controller must stop, once it knows.
     fatal: Option<String>,
-    /// Per peer Secret: whether its data counts, and the connection's
-    /// generation, as of the last loop iteration.
-    usability: BTreeMap<String, (bool, Option<u64>)>,
+    /// Per peer Secret: whether its data counts, whether it is within
+    /// grace, and the connection's generation, as of the last loop
+    /// iteration.
+    usability: BTreeMap<String, Usability>,
     /// Peer Leases found at start-up: Secret name → (peer id, last seen).
     leases: BTreeMap<String, (String, SystemTime)>,
     _local_connection: Connection,
@@ -354,6 +358,7 @@ impl Controller {
             recorder,
             started_at: Instant::now(),
             started: false,
+            secrets_listed: false,
             dirty: Touched::default(),
             first_change: None,
             retry: BTreeSet::new(),
@@ -413,16 +418,15 @@ impl Controller {
     }
 
     /// Replans everything when a peer starts or stops counting (synced and
-    /// probed, lost beyond grace, replaced): whichever event caused it.
+    /// probed, lost beyond grace, replaced), or leaves its grace period
+    /// without having been read since start-up (services naming it were
+    /// left alone until then): whichever event caused it.
     fn notice_usability(&mut self) {
         let grace = self.settings.grace;
-        let now: BTreeMap<String, (bool, Option<u64>)> = self
+        let now: BTreeMap<String, Usability> = self
             .peers
             .values()
-            .map(|p| {
-                let generation = p.current.as_ref().map(|c| c.generation);
-                (p.secret.clone(), (usable(p, grace), generation))
-            })
+            .map(|p| (p.secret.clone(), usability(p, grace)))
             .collect();
         if now != self.usability {
             self.usability = now;
@@ -570,7 +574,8 @@ impl Controller {
                     peer.removing_at = Some(Instant::now() + SECRET_DELETE_DEBOUNCE);
                 }
             }
-            Ok(WatcherEvent::Init | WatcherEvent::InitDone) => {}
+            Ok(WatcherEvent::InitDone) => self.secrets_listed = true,
+            Ok(WatcherEvent::Init) => {}
             Err(error) => {
                 tracing::warn!(error = %crate::error::Chain(&error), "watch of peer Secrets failing");
             }
@@ -924,7 +929,7 @@ impl Controller {
     /// Starts reconciling once this cluster is listed and every peer has
     /// synced, or the start-up timeout has passed.
     fn maybe_start(&mut self) {
-        if self.started || !self.local_watches.synced() {
+        if self.started {
             return;
         }
         let peers_synced = self
@@ -933,7 +938,12 @@ impl Controller {
             .filter(|p| p.refused.is_none())
             .all(|p| p.current.as_ref().is_some_and(PeerConn::synced));
         let timed_out = self.started_at.elapsed() >= self.settings.startup_sync_timeout;
-        if peers_synced || timed_out {
+        if may_start(
+            self.local_watches.synced(),
+            self.secrets_listed,
+            peers_synced,
+            timed_out,
+        ) {
             if !peers_synced {
                 tracing::warn!(
                     "start-up: not every peer synced within the start-up timeout; services naming an unread peer are left as they are"
@@ -949,6 +959,9 @@ impl Controller {
         if !self.local_watches.synced() {
             return Err("the local cluster is not listed yet".into());
         }
+        if !self.secrets_listed {
+            return Err("the peer Secrets are not listed yet".into());
+        }
         if !self.started {
             return Err("waiting for peers' first sync".into());
         }
@@ -956,7 +969,7 @@ impl Controller {
         let waiting: Vec<String> = self
             .peers
             .values()
-            .filter(|p| p.refused.is_none() && !usable(p, grace))
+            .filter(|p| p.refused.is_none() && !ready_peer(p, grace))
             .map(|p| p.id().unwrap_or(&p.secret).to_owned())
             .collect();
         if waiting.is_empty() {
@@ -1198,7 +1211,12 @@ impl Controller {
             self.local
                 .services
                 .services()
-                .filter(|key| self.local.services.of(key).any(|s| super::cluster::is_ours(&**s)))
+                .filter(|key| {
+                    self.local
+                        .services
+                        .of(key)
+                        .any(|s| super::cluster::is_ours(&**s))
+                })
                 .cloned(),
         );
         for peer in self.peers.values() {
@@ -1269,6 +1287,40 @@ fn usable(peer: &Peer, grace: Duration) -> bool {
     conn.identity.is_some() && conn.synced() && (conn.healthy() || peer.within_grace(grace))
 }
 
+/// The start-up gate: this cluster listed, the peer Secrets listed, and
+/// every peer synced or the start-up timeout passed. Without the Secrets
+/// listed the peers are not known at all, so starting would delete
+/// everything imported from them: the timeout is for peers that do not
+/// answer, not for Secrets not read yet.
+fn may_start(
+    local_listed: bool,
+    secrets_listed: bool,
+    peers_synced: bool,
+    timed_out: bool,
+) -> bool {
+    local_listed && secrets_listed && (peers_synced || timed_out)
+}
+
+/// What makes [`Controller::notice_usability`] replan: whether the peer's
+/// data counts, whether it is within grace (a peer not read since start-up
+/// is left alone only until its Lease's grace ends), and its connection's
+/// generation.
+type Usability = (bool, bool, Option<u64>);
+
+fn usability(peer: &Peer, grace: Duration) -> Usability {
+    (
+        usable(peer, grace),
+        peer.within_grace(grace),
+        peer.current.as_ref().map(|c| c.generation),
+    )
+}
+
+/// Whether a peer lets `/ready` answer 200: synced (and up or within
+/// grace), or not read yet but within the grace its Lease recorded.
+fn ready_peer(peer: &Peer, grace: Duration) -> bool {
+    usable(peer, grace) || peer.within_grace(grace)
+}
+
 /// What reading a peer's identity gave.
 enum Contact {
     /// The kubeconfig cannot be used.
@@ -1291,4 +1343,61 @@ async fn client_from(kubeconfig: &[u8]) -> Result<Client, String> {
         .await
         .map_err(|e| format!("data.{KUBECONFIG_KEY}: {}", crate::error::Chain(&e)))?;
     Client::try_from(config).map_err(|e| format!("building a client: {}", crate::error::Chain(&e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GRACE: Duration = Duration::from_secs(10);
+
+    /// A peer whose Secret names an unreachable cluster: connecting, never
+    /// identified, last seen (from its Lease) `ago`.
+    fn unread_peer(ago: Option<Duration>) -> Peer {
+        Peer {
+            secret: "peer-a".into(),
+            kubeconfig: Vec::new(),
+            current: Some(PeerConn::new(1)),
+            next: None,
+            refused: None,
+            removing_at: None,
+            last_seen: ago.map(|ago| SystemTime::now() - ago),
+            lease_renewed: None,
+            lease_id: Some("a".into()),
+        }
+    }
+
+    #[test]
+    fn nothing_starts_before_the_peer_secrets_are_listed() {
+        // No Secret seen yet looks like "every peer synced": it is not.
+        assert!(!may_start(true, false, true, true));
+        assert!(!may_start(false, true, true, true));
+        assert!(may_start(true, true, true, false));
+        assert!(may_start(true, true, false, true));
+        assert!(!may_start(true, true, false, false));
+    }
+
+    #[test]
+    fn an_unread_peer_within_its_lease_grace_keeps_the_controller_ready() {
+        let fresh = unread_peer(Some(Duration::from_secs(2)));
+        assert!(
+            !usable(&fresh, GRACE),
+            "never read: its data does not count"
+        );
+        assert!(ready_peer(&fresh, GRACE), "but it is within grace");
+        let stale = unread_peer(Some(Duration::from_secs(20)));
+        assert!(!ready_peer(&stale, GRACE));
+        assert!(!ready_peer(&unread_peer(None), GRACE), "never seen at all");
+    }
+
+    #[test]
+    fn an_unread_peer_leaving_grace_changes_its_usability() {
+        // Neither is usable, so only the grace flag tells them apart: the
+        // loop must replan when it flips, or the services left alone for
+        // the unread peer keep its data forever.
+        let fresh = usability(&unread_peer(Some(Duration::from_secs(2))), GRACE);
+        let stale = usability(&unread_peer(Some(Duration::from_secs(20))), GRACE);
+        assert_eq!((fresh.0, stale.0), (false, false));
+        assert_ne!(fresh, stale);
+    }
 }

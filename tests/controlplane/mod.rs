@@ -200,6 +200,24 @@ impl ApiServer {
         }
     }
 
+    /// The process id while it runs (for `kill -STOP` / `kill -CONT`: a
+    /// hung apiserver rather than a stopped one).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends `signal` (`"STOP"`, `"CONT"`) to the running apiserver.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.pid().expect("apiserver running");
+        let ok = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "kill -{signal} {pid} failed");
+    }
+
     /// Starts it again on the same port and waits until it is ready.
     pub fn start(&mut self) {
         self.spawn();
@@ -1499,7 +1517,8 @@ impl Drop for ControllerProcess {
 /// unset (so `--namespace` defaults to `clusterset-dns` unless `extra_args`
 /// says otherwise). Output goes to `<cluster dir>/controller-<n>.log`; `n`
 /// counts up, so several controllers per cluster keep separate logs. Does not
-/// wait: see [`ControllerProcess::wait_ready`].
+/// wait: see [`ControllerProcess::wait_ready`]. `--leader-election=false` is
+/// left out when `extra_args` sets `--leader-election=…` itself.
 pub fn spawn_controller(
     cluster: &Cluster,
     kubeconfig_path: &Path,
@@ -1508,12 +1527,14 @@ pub fn spawn_controller(
     static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let admin_port = free_port();
-    let mut args: Vec<String> = vec![
-        "controller".into(),
-        "--leader-election=false".into(),
-        "--admin-addr".into(),
-        format!("127.0.0.1:{admin_port}"),
-    ];
+    let mut args: Vec<String> = vec!["controller".into()];
+    if !extra_args
+        .iter()
+        .any(|a| a.starts_with("--leader-election"))
+    {
+        args.push("--leader-election=false".into());
+    }
+    args.extend(["--admin-addr".into(), format!("127.0.0.1:{admin_port}")]);
     args.extend(extra_args.iter().map(|a| a.to_string()));
     let log = cluster.dir.join(format!("controller-{n}.log"));
     let file = std::fs::File::create(&log).unwrap();

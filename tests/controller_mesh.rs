@@ -1,0 +1,1124 @@
+//! Pull-mesh robustness of the MCS controller (controller.md §6.8, C3–C18)
+//! on apiserver-only member clusters: no pods are needed, so Services get
+//! hand-made source EndpointSlices (nothing else writes slices there), and
+//! one controller per cluster runs with exactly the shipped roles (the local
+//! role of deploy/controller.yaml; peers read with peer-reader tokens).
+//!
+//! Two scenarios, each on its own control plane, run one after the other
+//! (they are timing-sensitive and the machine may be small):
+//! - losing a peer: its apiserver stopped, hung, restarted within grace,
+//!   and a controller restarted while the peer is down (C3–C6);
+//! - misconfiguration and repair: refused peer Secrets, missing and denied
+//!   namespaces, deleted imports, the orphan sweep, leader election
+//!   (C11, C14–C18).
+
+mod controlplane;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use controlplane::{ClusterSpec, ControlPlane, ControllerProcess};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::json;
+
+use clusterset_dns::api::well_known::{
+    LABEL_KUBERNETES_SERVICE_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_SOURCE_CLUSTER,
+};
+use clusterset_dns::api::{ServiceExport, ServiceImport};
+use clusterset_dns::controller::naming::MANAGED_BY;
+
+/// The scenarios run one at a time: each starts several apiservers and
+/// controllers, and their grace-period timings should not compete for CPU.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The peer grace period of the peer-loss scenario: long enough for an
+/// apiserver restart (C5), short enough to wait for it to end (C3, C4).
+const GRACE: Duration = Duration::from_secs(15);
+/// Conformance's deadline for imports and their removal.
+const WAIT: Duration = Duration::from_secs(20);
+/// The namespace most steps use.
+const NS: &str = "mesh";
+const WRITES: &str = "clusterset_dns_controller_writes_total";
+
+fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+    serde_json::from_value(value).unwrap()
+}
+
+/// Polls `check` every 200 ms until it returns `Ok`, for at most `timeout`;
+/// panics with the last explanation.
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match check().await {
+            Ok(value) => return value,
+            Err(why) => why,
+        };
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not done in {timeout:?}; last: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `GET path` on the admin port: (status code, body); (0, "") when it does
+/// not answer.
+async fn http(port: u16, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return (0, String::new());
+    };
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return (0, String::new());
+    }
+    let mut response = String::new();
+    let _ =
+        tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut response)).await;
+    let code = response
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
+
+/// The sum of the samples whose line starts with `prefix` (a metric name,
+/// optionally with the start of its labels: `name{peer="cluster0"`).
+async fn metric(controller: &ControllerProcess, prefix: &str) -> f64 {
+    let (_, body) = http(controller.admin_port(), "/metrics").await;
+    body.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn peer_up(peer: &str) -> String {
+    format!("clusterset_dns_controller_peer_up{{peer=\"{peer}\"}}")
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    match api
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": name}})),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating namespace {name}: {e}"),
+    }
+}
+
+/// A ClusterIP Service without a selector, a source EndpointSlice as the
+/// in-tree controller would write it (one ready endpoint at `ip`), and a
+/// ServiceExport.
+async fn export_service(client: &Client, ns: &str, name: &str, ip: &str) {
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "metadata": {"name": name},
+                "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
+            })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("Service {ns}/{name}: {e}"));
+    Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "metadata": {
+                    "name": format!("{name}-src"),
+                    "labels": {
+                        LABEL_KUBERNETES_SERVICE_NAME: name,
+                        LABEL_MANAGED_BY: "endpointslice-controller.k8s.io",
+                    },
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
+                "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("EndpointSlice {ns}/{name}-src: {e}"));
+    Api::<ServiceExport>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": name}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("ServiceExport {ns}/{name}: {e}"));
+}
+
+async fn import(client: &Client, ns: &str, name: &str) -> Option<ServiceImport> {
+    Api::<ServiceImport>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap_or_else(|e| panic!("reading ServiceImport {ns}/{name}: {e}"))
+}
+
+fn import_clusters(import: &ServiceImport) -> Vec<String> {
+    let mut clusters: Vec<String> = import
+        .status
+        .iter()
+        .flat_map(|s| s.clusters.iter().map(|c| c.cluster.clone()))
+        .collect();
+    clusters.sort();
+    clusters
+}
+
+/// The MCS slices of `name` from `source` in `ns`.
+async fn slices_from(client: &Client, ns: &str, name: &str, source: &str) -> Vec<EndpointSlice> {
+    Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!(
+            "{LABEL_SERVICE_NAME}={name},{LABEL_SOURCE_CLUSTER}={source}"
+        )))
+        .await
+        .unwrap()
+        .items
+}
+
+/// kind/name → resourceVersion of every ServiceImport, EndpointSlice and
+/// Service in `ns`.
+async fn versions(client: &Client, ns: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let lp = ListParams::default();
+    for i in Api::<ServiceImport>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+    {
+        out.insert(
+            format!("ServiceImport/{}", i.metadata.name.unwrap()),
+            i.metadata.resource_version.unwrap(),
+        );
+    }
+    for s in Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+    {
+        out.insert(
+            format!("EndpointSlice/{}", s.metadata.name.unwrap()),
+            s.metadata.resource_version.unwrap(),
+        );
+    }
+    for s in Api::<Service>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+    {
+        out.insert(
+            format!("Service/{}", s.metadata.name.unwrap()),
+            s.metadata.resource_version.unwrap(),
+        );
+    }
+    out
+}
+
+/// Warning Events `PeerRefused` about Secret `secret` in the controller
+/// namespace: their notes.
+async fn refusals(client: &Client, secret: &str) -> Vec<String> {
+    use k8s_openapi::api::events::v1::Event;
+    Api::<Event>::namespaced(client.clone(), controlplane::CONTROLLER_NAMESPACE)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("PeerRefused")
+                && e.type_.as_deref() == Some("Warning")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(secret)
+        })
+        .map(|e| e.note.unwrap_or_default())
+        .collect()
+}
+
+/// Member clusters with controllers; members are indices (cluster `i` is
+/// `plane.clusters[i]`, its apiserver `plane.apiservers[i]`), so a step can
+/// take `&mut plane` to stop or start an apiserver.
+struct Mesh {
+    // Dropped before the plane, whose directory holds their logs (printed
+    // on drop when a test fails).
+    controllers: Vec<Option<ControllerProcess>>,
+    plane: ControlPlane,
+    clients: Vec<Client>,
+    kubeconfigs: Vec<PathBuf>,
+    args: Vec<String>,
+}
+
+impl Mesh {
+    /// `clustersets.len()` apiserver-only clusters, cluster `i` in
+    /// clusterset `clustersets[i]`; the first `with_controllers` are peers
+    /// of each other (a reader token of every other one as a Secret) and run
+    /// a controller with `args`.
+    async fn start(clustersets: &[&str], with_controllers: usize, args: &[&str]) -> Self {
+        let plane =
+            ControlPlane::start_with(&vec![ClusterSpec::api_only(); clustersets.len()]).await;
+        let mut clients = Vec::new();
+        let mut kubeconfigs = Vec::new();
+        for (cluster, clusterset) in plane.clusters.iter().zip(clustersets) {
+            let client = cluster.admin_client().await;
+            controlplane::set_cluster_properties(&client, &cluster.name, clusterset).await;
+            kubeconfigs.push(controlplane::install_controller(cluster).await);
+            clients.push(client);
+        }
+        for (i, client) in clients.iter().enumerate().take(with_controllers) {
+            for j in (0..with_controllers).filter(|&j| j != i) {
+                let reader = reader_kubeconfig(&plane, j).await;
+                controlplane::add_peer_secret(client, &plane.clusters[j].name, &reader).await;
+            }
+        }
+        let mut mesh = Self {
+            plane,
+            clients,
+            kubeconfigs,
+            controllers: Vec::new(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        };
+        for i in 0..with_controllers {
+            let controller = mesh.spawn(i, &[]);
+            mesh.controllers.push(Some(controller));
+        }
+        for i in 0..with_controllers {
+            mesh.wait_ready(i).await;
+        }
+        mesh
+    }
+
+    fn id(&self, i: usize) -> &str {
+        &self.plane.clusters[i].name
+    }
+
+    fn client(&self, i: usize) -> &Client {
+        &self.clients[i]
+    }
+
+    /// A controller for cluster `i` with the scenario's arguments and `extra`.
+    fn spawn(&self, i: usize, extra: &[&str]) -> ControllerProcess {
+        let mut args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        args.extend(extra);
+        controlplane::spawn_controller(&self.plane.clusters[i], &self.kubeconfigs[i], &args)
+    }
+
+    /// Kills cluster `i`'s controller and starts a new one.
+    fn restart_controller(&mut self, i: usize) {
+        if let Some(old) = self.controllers[i].take() {
+            old.kill();
+        }
+        self.controllers[i] = Some(self.spawn(i, &[]));
+    }
+
+    fn controller(&self, i: usize) -> &ControllerProcess {
+        self.controllers[i]
+            .as_ref()
+            .expect("cluster runs a controller")
+    }
+
+    async fn wait_ready(&self, i: usize) {
+        let controller = self.controller(i);
+        wait_for(
+            &format!("{}: controller ready", self.id(i)),
+            Duration::from_secs(60),
+            || async {
+                controller.assert_running();
+                match http(controller.admin_port(), "/ready").await {
+                    (200, _) => Ok(()),
+                    (code, body) => Err(format!("{code} {body:?}")),
+                }
+            },
+        )
+        .await;
+    }
+
+    async fn writes(&self, i: usize) -> f64 {
+        metric(self.controller(i), WRITES).await
+    }
+
+    /// Waits until cluster `i`'s controller has written nothing for 3 s.
+    async fn settle(&self, i: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut last = self.writes(i).await;
+        let mut since = Instant::now();
+        while since.elapsed() < Duration::from_secs(3) {
+            assert!(
+                Instant::now() < deadline,
+                "{}: still writing after 30 s ({last} writes)",
+                self.id(i)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let now = self.writes(i).await;
+            if now != last {
+                last = now;
+                since = Instant::now();
+            }
+        }
+    }
+
+    async fn wait_peer_up(&self, i: usize, peer: usize, up: bool, timeout: Duration) {
+        let controller = self.controller(i);
+        let name = peer_up(self.id(peer));
+        let want = if up { 1.0 } else { 0.0 };
+        wait_for(
+            &format!("{}: {name} = {want}", self.id(i)),
+            timeout,
+            || async {
+                let (_, body) = http(controller.admin_port(), "/metrics").await;
+                let line = body.lines().find(|l| l.starts_with(&name));
+                match line.and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok()) {
+                    Some(v) if v == want => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+}
+
+/// A kubeconfig of cluster `i`'s peer-reader ServiceAccount.
+async fn reader_kubeconfig(plane: &ControlPlane, i: usize) -> String {
+    controlplane::service_account_kubeconfig(
+        &plane.clusters[i],
+        controlplane::CONTROLLER_NAMESPACE,
+        controlplane::PEER_READER_SA,
+        3600,
+    )
+    .await
+}
+
+// ---------------------------------------------------------------------------
+// Losing a peer: C3, C4, C5, C6.
+// ---------------------------------------------------------------------------
+
+/// What cluster `i` imports while cluster0 counts: `only-a` (exported by
+/// cluster0 alone) with cluster0's slice, and `shared` (cluster0 and
+/// cluster2) with a slice of each.
+async fn with_a(client: &Client) -> Result<(), String> {
+    let only = import(client, NS, "only-a")
+        .await
+        .ok_or("no ServiceImport only-a")?;
+    if import_clusters(&only) != ["cluster0"] {
+        return Err(format!("only-a clusters {:?}", import_clusters(&only)));
+    }
+    if slices_from(client, NS, "only-a", "cluster0")
+        .await
+        .is_empty()
+    {
+        return Err("only-a: no slice from cluster0".into());
+    }
+    let shared = import(client, NS, "shared")
+        .await
+        .ok_or("no ServiceImport shared")?;
+    if import_clusters(&shared) != ["cluster0", "cluster2"] {
+        return Err(format!("shared clusters {:?}", import_clusters(&shared)));
+    }
+    for source in ["cluster0", "cluster2"] {
+        if slices_from(client, NS, "shared", source).await.is_empty() {
+            return Err(format!("shared: no slice from {source}"));
+        }
+    }
+    Ok(())
+}
+
+/// What cluster `i` imports once cluster0 no longer counts: no `only-a` at
+/// all, and `shared` from cluster2 alone.
+async fn without_a(client: &Client) -> Result<(), String> {
+    if import(client, NS, "only-a").await.is_some() {
+        return Err("ServiceImport only-a still there".into());
+    }
+    let left = slices_from(client, NS, "only-a", "cluster0").await.len();
+    if left > 0 {
+        return Err(format!("{left} slices of only-a left"));
+    }
+    let shared = import(client, NS, "shared")
+        .await
+        .ok_or("no ServiceImport shared")?;
+    if import_clusters(&shared) != ["cluster2"] {
+        return Err(format!("shared clusters {:?}", import_clusters(&shared)));
+    }
+    let left = slices_from(client, NS, "shared", "cluster0").await.len();
+    if left > 0 {
+        return Err(format!("{left} slices of shared from cluster0 left"));
+    }
+    if slices_from(client, NS, "shared", "cluster2")
+        .await
+        .is_empty()
+    {
+        return Err("shared: no slice from cluster2".into());
+    }
+    Ok(())
+}
+
+/// Asserts `with_a` on clusters 1 and 2 once a second until `until`.
+async fn keeps_a_until(mesh: &Mesh, until: Instant, what: &str) {
+    while Instant::now() < until {
+        for i in [1, 2] {
+            if let Err(why) = with_a(mesh.client(i)).await {
+                panic!(
+                    "{what}: {} dropped cluster0's contributions within the grace period: {why}",
+                    mesh.id(i)
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn wait_with_a(mesh: &Mesh, what: &str, timeout: Duration) {
+    for i in [1, 2] {
+        let client = mesh.client(i);
+        wait_for(
+            &format!("{what}: {} imports cluster0's services", mesh.id(i)),
+            timeout,
+            || with_a(client),
+        )
+        .await;
+    }
+}
+
+async fn wait_without_a(mesh: &Mesh, what: &str, timeout: Duration) {
+    for i in [1, 2] {
+        let client = mesh.client(i);
+        wait_for(
+            &format!("{what}: {} dropped cluster0's services", mesh.id(i)),
+            timeout,
+            || without_a(client),
+        )
+        .await;
+    }
+}
+
+/// b's Lease of peer cluster0: its renewTime.
+async fn peer_lease_renewed(client: &Client) -> SystemTime {
+    let lease = Api::<Lease>::namespaced(client.clone(), controlplane::CONTROLLER_NAMESPACE)
+        .get("clusterset-dns-peer-cluster0")
+        .await
+        .unwrap();
+    SystemTime::from(lease.spec.unwrap().renew_time.unwrap().0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn peer_loss_keeps_imports_within_grace_and_drops_them_after() {
+    let _serial = SERIAL.lock().await;
+    let t0 = Instant::now();
+    let grace = format!("{}s", GRACE.as_secs());
+    let mut mesh = Mesh::start(
+        &["test"; 3],
+        3,
+        &[
+            "--peer-grace-period",
+            &grace,
+            "--startup-sync-timeout",
+            "5s",
+        ],
+    )
+    .await;
+    eprintln!("3 clusters ready in {:.1} s", t0.elapsed().as_secs_f64());
+    for i in 0..3 {
+        create_namespace(mesh.client(i), NS).await;
+    }
+    export_service(mesh.client(0), NS, "only-a", "10.200.0.10").await;
+    export_service(mesh.client(0), NS, "shared", "10.200.0.11").await;
+    export_service(mesh.client(2), NS, "shared", "10.202.0.11").await;
+    wait_with_a(&mesh, "start", WAIT).await;
+
+    restart_within_grace(&mut mesh).await;
+    eprintln!("C5 done at {:.1} s", t0.elapsed().as_secs_f64());
+    apiserver_stopped(&mut mesh).await;
+    eprintln!("C3 done at {:.1} s", t0.elapsed().as_secs_f64());
+    apiserver_hung(&mut mesh).await;
+    eprintln!("C4 done at {:.1} s", t0.elapsed().as_secs_f64());
+    controller_restarted_while_peer_down(&mut mesh).await;
+    eprintln!("C6 done; whole test {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+/// C5: cluster0's apiserver restarts within the grace period: clusters 1
+/// and 2 notice (peer_up 0) but write nothing, not even a resourceVersion.
+async fn restart_within_grace(mesh: &mut Mesh) {
+    for i in [1, 2] {
+        mesh.settle(i).await;
+    }
+    let mut before = Vec::new();
+    for i in [1, 2] {
+        before.push((mesh.writes(i).await, versions(mesh.client(i), NS).await));
+    }
+    let stopped = Instant::now();
+    mesh.plane.apiservers[0].stop();
+    mesh.wait_peer_up(1, 0, false, Duration::from_secs(8)).await;
+    tokio::task::block_in_place(|| mesh.plane.apiservers[0].start());
+    let down = stopped.elapsed();
+    eprintln!(
+        "C5: cluster0's apiserver was down {:.1} s",
+        down.as_secs_f64()
+    );
+    assert!(
+        down < GRACE - Duration::from_secs(2),
+        "the apiserver restart took {down:?}: too slow to test a return within the {GRACE:?} grace period"
+    );
+    for i in [1, 2] {
+        mesh.wait_peer_up(i, 0, true, WAIT).await;
+    }
+    // Whatever the return would cause has had time to happen.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (i, (writes, rvs)) in [1, 2].into_iter().zip(before) {
+        assert_eq!(
+            mesh.writes(i).await,
+            writes,
+            "{}: writes while a peer flapped within grace",
+            mesh.id(i)
+        );
+        assert_eq!(
+            versions(mesh.client(i), NS).await,
+            rvs,
+            "{}: objects changed while a peer flapped within grace",
+            mesh.id(i)
+        );
+    }
+}
+
+/// C3: cluster0's apiserver is stopped: clusters 1 and 2 keep its slices and
+/// its part of every import for the grace period, then drop them (a
+/// ServiceImport only cluster0 exported is deleted); restarted, everything
+/// comes back.
+async fn apiserver_stopped(mesh: &mut Mesh) {
+    let stopped = Instant::now();
+    let stopped_at = SystemTime::now();
+    mesh.plane.apiservers[0].stop();
+    for i in [1, 2] {
+        mesh.wait_peer_up(i, 0, false, Duration::from_secs(8)).await;
+    }
+    keeps_a_until(mesh, stopped + GRACE - Duration::from_secs(3), "C3").await;
+    // The Lease stopped renewing when cluster0 went away.
+    let renewed = peer_lease_renewed(mesh.client(1)).await;
+    assert!(
+        renewed <= stopped_at + Duration::from_secs(1),
+        "cluster1 renewed cluster0's Lease at {renewed:?} though it stopped at {stopped_at:?}"
+    );
+    wait_without_a(mesh, "C3", GRACE).await;
+    eprintln!(
+        "C3: cluster0 dropped {:.1} s after its apiserver stopped",
+        stopped.elapsed().as_secs_f64()
+    );
+    tokio::task::block_in_place(|| mesh.plane.apiservers[0].start());
+    wait_with_a(mesh, "C3 return", WAIT).await;
+}
+
+/// C4: cluster0's apiserver hangs (SIGSTOP): connections stay open and
+/// nothing errors, so only the probe can notice; the rest is C3.
+async fn apiserver_hung(mesh: &mut Mesh) {
+    for i in [1, 2] {
+        mesh.wait_peer_up(i, 0, true, WAIT).await;
+    }
+    let stopped = Instant::now();
+    mesh.plane.apiservers[0].signal("STOP");
+    // Probe every 2 s with a 3 s timeout, metrics refreshed every second.
+    for i in [1, 2] {
+        mesh.wait_peer_up(i, 0, false, Duration::from_secs(8)).await;
+    }
+    eprintln!(
+        "C4: hang detected in {:.1} s",
+        stopped.elapsed().as_secs_f64()
+    );
+    keeps_a_until(mesh, stopped + GRACE - Duration::from_secs(2), "C4").await;
+    wait_without_a(mesh, "C4", GRACE).await;
+    mesh.plane.apiservers[0].signal("CONT");
+    wait_with_a(mesh, "C4 return", WAIT).await;
+}
+
+/// C6: cluster1's controller restarts while cluster0 is down and its Lease
+/// is fresh: nothing of cluster0's is deleted in cluster1, and it is ready;
+/// once the Lease's grace has passed, cluster0's services go.
+async fn controller_restarted_while_peer_down(mesh: &mut Mesh) {
+    for i in [1, 2] {
+        mesh.wait_peer_up(i, 0, true, WAIT).await;
+    }
+    mesh.settle(1).await;
+    mesh.plane.apiservers[0].stop();
+    mesh.wait_peer_up(1, 0, false, Duration::from_secs(8)).await;
+    let before = versions(mesh.client(1), NS).await;
+    mesh.restart_controller(1);
+    let renewed = peer_lease_renewed(mesh.client(1)).await;
+    let grace_ends = Instant::now()
+        + (renewed + GRACE)
+            .duration_since(SystemTime::now())
+            .unwrap_or_else(|_| {
+                panic!("cluster0's Lease in cluster1 is already past grace: renewed {renewed:?}")
+            });
+    assert!(
+        grace_ends > Instant::now() + Duration::from_secs(5),
+        "too little of the grace period left to test a restart within it"
+    );
+    // Ready within grace: cluster0 is unread but within its Lease's grace.
+    mesh.wait_ready(1).await;
+    while Instant::now() + Duration::from_secs(2) < grace_ends {
+        if let Err(why) = with_a(mesh.client(1)).await {
+            panic!("C6: the restarted controller dropped cluster0 within grace: {why}");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(
+        versions(mesh.client(1), NS).await,
+        before,
+        "C6: the restarted controller wrote while cluster0 was within grace"
+    );
+    let client = mesh.client(1);
+    wait_for(
+        "C6: cluster1 drops cluster0 once its Lease's grace has passed",
+        WAIT,
+        || without_a(client),
+    )
+    .await;
+    tokio::task::block_in_place(|| mesh.plane.apiservers[0].start());
+    let restarted = Instant::now();
+    // The restarted controller never read cluster0: it retries reading its
+    // identity with a backoff of up to 30 s.
+    wait_with_a(mesh, "C6 return", Duration::from_secs(45)).await;
+    eprintln!(
+        "C6: cluster0 imported again {:.1} s after its apiserver was back",
+        restarted.elapsed().as_secs_f64()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Misconfiguration and repair: C11, C14, C15, C16, C17, C18.
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn misconfiguration_repair_and_leader_election() {
+    let _serial = SERIAL.lock().await;
+    let t0 = Instant::now();
+    // cluster3 belongs to another clusterset and runs no controller.
+    let mut mesh = Mesh::start(
+        &["test", "test", "test", "other"],
+        3,
+        &[
+            "--peer-grace-period",
+            "30s",
+            "--startup-sync-timeout",
+            "5s",
+            "--deny-namespaces",
+            "kube-*,secret-*",
+        ],
+    )
+    .await;
+    eprintln!("4 clusters ready in {:.1} s", t0.elapsed().as_secs_f64());
+    for i in 0..4 {
+        create_namespace(mesh.client(i), NS).await;
+    }
+    export_service(mesh.client(0), NS, "web", "10.200.0.20").await;
+    for i in 0..3 {
+        let client = mesh.client(i);
+        wait_for("web imported", WAIT, || async {
+            let import = import(client, NS, "web").await.ok_or("no import")?;
+            if i != 0 && slices_from(client, NS, "web", "cluster0").await.is_empty() {
+                return Err("no slice from cluster0".into());
+            }
+            Ok(import)
+        })
+        .await;
+    }
+
+    refused_peers(&mesh).await;
+    eprintln!("C11 done at {:.1} s", t0.elapsed().as_secs_f64());
+    denied_namespace(&mesh).await;
+    eprintln!("C15 done at {:.1} s", t0.elapsed().as_secs_f64());
+    missing_namespace(&mesh).await;
+    eprintln!("C14 done at {:.1} s", t0.elapsed().as_secs_f64());
+    deleted_objects_recreated(&mesh).await;
+    eprintln!("C16 done at {:.1} s", t0.elapsed().as_secs_f64());
+    orphan_sweep(&mut mesh).await;
+    eprintln!("C17 done at {:.1} s", t0.elapsed().as_secs_f64());
+    leader_election(&mut mesh).await;
+    eprintln!("C18 done; whole test {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+/// C11: in cluster1, Secrets naming cluster1 itself, cluster0 a second time,
+/// cluster3 (another clusterset) and an invalid kubeconfig are each refused:
+/// a Warning Event on the Secret, the metric, and no write.
+async fn refused_peers(mesh: &Mesh) {
+    let b = mesh.client(1);
+    export_service(mesh.client(3), NS, "elsewhere", "10.203.0.5").await;
+    mesh.settle(1).await;
+    let writes = mesh.writes(1).await;
+    let rvs = versions(b, NS).await;
+    let controller = mesh.controller(1);
+    let cases = [
+        (
+            "self",
+            reader_kubeconfig(&mesh.plane, 1).await,
+            "SelfReference",
+        ),
+        (
+            "cluster0-again",
+            reader_kubeconfig(&mesh.plane, 0).await,
+            "DuplicateClusterId",
+        ),
+        (
+            "cluster3",
+            reader_kubeconfig(&mesh.plane, 3).await,
+            "OtherClusterSet",
+        ),
+        (
+            "broken",
+            "this is not a kubeconfig".to_owned(),
+            "InvalidKubeconfig",
+        ),
+    ];
+    let mut counts = Vec::new();
+    for (_, _, reason) in &cases {
+        let name = format!("clusterset_dns_controller_peers_refused_total{{reason=\"{reason}\"}}");
+        counts.push(metric(controller, &name).await);
+    }
+    for (peer, kubeconfig, _) in &cases {
+        controlplane::add_peer_secret(b, peer, kubeconfig).await;
+    }
+    for ((peer, _, reason), before) in cases.iter().zip(counts) {
+        let secret = format!("peer-{peer}");
+        let name = format!("clusterset_dns_controller_peers_refused_total{{reason=\"{reason}\"}}");
+        wait_for(
+            &format!("C11: Secret {secret} refused ({reason})"),
+            WAIT,
+            || async {
+                let count = metric(controller, &name).await;
+                if count < before + 1.0 {
+                    return Err(format!("{name} = {count}"));
+                }
+                let events = refusals(b, &secret).await;
+                if !events.iter().any(|note| note.starts_with(reason)) {
+                    return Err(format!("no PeerRefused Event with {reason}: {events:?}"));
+                }
+                Ok(())
+            },
+        )
+        .await;
+    }
+    // Refused peers count for nothing: no write, no Lease, no import of
+    // the other clusterset's export; the real cluster0 still counts.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        mesh.writes(1).await,
+        writes,
+        "C11: writes for refused peers"
+    );
+    assert_eq!(versions(b, NS).await, rvs, "C11: objects changed");
+    assert!(import(b, NS, "elsewhere").await.is_none());
+    let leases = Api::<Lease>::namespaced(b.clone(), controlplane::CONTROLLER_NAMESPACE);
+    for id in ["cluster1", "cluster3"] {
+        let name = format!("clusterset-dns-peer-{id}");
+        assert!(
+            leases.get_opt(&name).await.unwrap().is_none(),
+            "C11: Lease {name} for a refused peer"
+        );
+    }
+    assert_eq!(http(controller.admin_port(), "/ready").await.0, 200);
+    for (peer, _, _) in &cases {
+        controlplane::remove_peer_secret(b, peer).await;
+    }
+}
+
+/// C15: exports in kube-system (denied by default) and in a namespace
+/// matching `--deny-namespaces` are imported nowhere, and their status is
+/// not written.
+async fn denied_namespace(mesh: &Mesh) {
+    const DENIED: [&str; 2] = ["kube-system", "secret-team"];
+    for i in 0..3 {
+        create_namespace(mesh.client(i), "secret-team").await;
+    }
+    for ns in DENIED {
+        export_service(mesh.client(0), ns, "denied", "10.200.0.30").await;
+    }
+    // Exported after it: once this is imported everywhere, so would the
+    // denied one have been.
+    export_service(mesh.client(0), NS, "allowed", "10.200.0.31").await;
+    for i in 0..3 {
+        let client = mesh.client(i);
+        wait_for("C15: allowed imported", WAIT, || async {
+            import(client, NS, "allowed")
+                .await
+                .map(|_| ())
+                .ok_or_else(|| "no import".to_owned())
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for ns in DENIED {
+        for i in 0..3 {
+            assert!(
+                import(mesh.client(i), ns, "denied").await.is_none(),
+                "C15: {} imports an export in {ns}",
+                mesh.id(i)
+            );
+            let mcs = slices_from(mesh.client(i), ns, "denied", "cluster0").await;
+            assert!(mcs.is_empty(), "C15: {}: MCS slices in {ns}", mesh.id(i));
+        }
+        let export = Api::<ServiceExport>::namespaced(mesh.client(0).clone(), ns)
+            .get("denied")
+            .await
+            .unwrap();
+        assert!(
+            export.status.is_none_or(|s| s.conditions.is_empty()),
+            "C15: status written on the export in {ns}"
+        );
+    }
+}
+
+/// C14: a namespace missing in cluster2 gets no ServiceImport there; once
+/// created, the service is imported within 20 s.
+async fn missing_namespace(mesh: &Mesh) {
+    let ns = "late";
+    for i in [0, 1] {
+        create_namespace(mesh.client(i), ns).await;
+    }
+    export_service(mesh.client(0), ns, "svc", "10.200.0.40").await;
+    let b = mesh.client(1);
+    wait_for("C14: imported in cluster1", WAIT, || async {
+        import(b, ns, "svc")
+            .await
+            .map(|_| ())
+            .ok_or_else(|| "no import".to_owned())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let c = mesh.client(2);
+    assert!(import(c, ns, "svc").await.is_none());
+    create_namespace(c, ns).await;
+    let created = Instant::now();
+    wait_for("C14: imported once the namespace exists", WAIT, || async {
+        if import(c, ns, "svc").await.is_none() {
+            return Err("no import".to_owned());
+        }
+        if slices_from(c, ns, "svc", "cluster0").await.is_empty() {
+            return Err("no slice from cluster0".to_owned());
+        }
+        Ok(())
+    })
+    .await;
+    eprintln!(
+        "C14: imported {:.1} s after the namespace was created",
+        created.elapsed().as_secs_f64()
+    );
+}
+
+/// C16: an imported slice deleted in cluster1 and the ServiceImport deleted
+/// in cluster2 come back promptly, their owned objects re-owned.
+async fn deleted_objects_recreated(mesh: &Mesh) {
+    let prompt = Duration::from_secs(10);
+    let b = mesh.client(1);
+    let slice = slices_from(b, NS, "web", "cluster0").await.remove(0);
+    let name = slice.metadata.name.clone().unwrap();
+    let uid = slice.metadata.uid.clone().unwrap();
+    Api::<EndpointSlice>::namespaced(b.clone(), NS)
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("C16: deleted slice recreated", prompt, || async {
+        let slices = slices_from(b, NS, "web", "cluster0").await;
+        match slices
+            .iter()
+            .find(|s| s.metadata.name.as_ref() == Some(&name))
+        {
+            Some(s) if s.metadata.uid.as_ref() != Some(&uid) => Ok(()),
+            Some(_) => Err("not deleted yet".to_owned()),
+            None => Err(format!("{name} missing")),
+        }
+    })
+    .await;
+
+    let c = mesh.client(2);
+    let old = import(c, NS, "web").await.unwrap().metadata.uid.unwrap();
+    Api::<ServiceImport>::namespaced(c.clone(), NS)
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("C16: deleted ServiceImport recreated", prompt, || async {
+        let import = import(c, NS, "web").await.ok_or("no import")?;
+        let uid = import.metadata.uid.clone().unwrap();
+        if uid == old {
+            return Err("not deleted yet".to_owned());
+        }
+        if import.spec.ips.is_empty() {
+            return Err("no ips".to_owned());
+        }
+        let slices = slices_from(c, NS, "web", "cluster0").await;
+        let owned = |s: &EndpointSlice| {
+            s.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == uid)
+        };
+        if slices.is_empty() || !slices.iter().all(owned) {
+            return Err("slices not owned by the new import".to_owned());
+        }
+        Ok(())
+    })
+    .await;
+}
+
+/// C17: MCS slices labelled as ours whose source does not exist, created
+/// while cluster1's controller is stopped, are deleted when it starts.
+async fn orphan_sweep(mesh: &mut Mesh) {
+    mesh.settle(1).await;
+    mesh.controllers[1].take().unwrap().kill();
+    let b = mesh.client(1).clone();
+    let before = versions(&b, NS).await;
+    let slices: Api<EndpointSlice> = Api::namespaced(b.clone(), NS);
+    let orphans = [
+        // A source cluster that does not exist, for a service nobody exports.
+        ("phantom-orphan", "phantom", "ghost"),
+        // A source cluster that does not exist, for a live service.
+        ("web-ghost", "web", "ghost"),
+        // A real source cluster, but a source slice it does not have.
+        ("web-stale", "web", "cluster0"),
+    ];
+    for (name, service, source) in orphans {
+        slices
+            .create(
+                &PostParams::default(),
+                &object(json!({
+                    "metadata": {
+                        "name": name,
+                        "labels": {
+                            LABEL_SERVICE_NAME: service,
+                            LABEL_SOURCE_CLUSTER: source,
+                            LABEL_MANAGED_BY: MANAGED_BY,
+                            LABEL_KUBERNETES_SERVICE_NAME: clusterset_dns::controller::naming::derived_service_name(NS, service),
+                        },
+                    },
+                    "addressType": "IPv4",
+                    "endpoints": [{"addresses": ["10.99.0.1"], "conditions": {"ready": true}}],
+                })),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("creating orphan {name}: {e}"));
+    }
+    mesh.controllers[1] = Some(mesh.spawn(1, &[]));
+    let started = Instant::now();
+    wait_for("C17: orphans swept at start-up", WAIT, || async {
+        let mut left = Vec::new();
+        for (name, _, _) in orphans {
+            if slices.get_opt(name).await.unwrap().is_some() {
+                left.push(name);
+            }
+        }
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("left: {left:?}"))
+        }
+    })
+    .await;
+    eprintln!(
+        "C17: swept {:.1} s after the controller started",
+        started.elapsed().as_secs_f64()
+    );
+    mesh.wait_ready(1).await;
+    mesh.settle(1).await;
+    // Only the orphans went: a restart rewrites nothing that is current.
+    assert_eq!(
+        versions(&b, NS).await,
+        before,
+        "C17: the restarted controller changed more than the orphans"
+    );
+}
+
+/// C18: two controllers for cluster1 with leader election: one leads and
+/// writes, the other is a standby (not ready, no writes); killing the
+/// leader hands over within ~20 s and the new leader keeps importing.
+async fn leader_election(mesh: &mut Mesh) {
+    mesh.controllers[1].take().unwrap().kill();
+    let replicas = [
+        mesh.spawn(1, &["--leader-election=true", "--identity", "replica-one"]),
+        mesh.spawn(1, &["--leader-election=true", "--identity", "replica-two"]),
+    ];
+    let leader = wait_for(
+        "C18: one replica leads",
+        Duration::from_secs(60),
+        || async {
+            let mut leading = Vec::new();
+            for (n, r) in replicas.iter().enumerate() {
+                r.assert_running();
+                if metric(r, "clusterset_dns_controller_leader").await == 1.0 {
+                    leading.push(n);
+                }
+            }
+            match leading.as_slice() {
+                [n] if http(replicas[*n].admin_port(), "/ready").await.0 == 200 => Ok(*n),
+                _ => Err(format!("leading: {leading:?}")),
+            }
+        },
+    )
+    .await;
+    let standby = 1 - leader;
+    let b = mesh.client(1).clone();
+    export_service(mesh.client(0), NS, "elected", "10.200.0.50").await;
+    wait_for("C18: imported under the leader", WAIT, || async {
+        import(&b, NS, "elected")
+            .await
+            .map(|_| ())
+            .ok_or_else(|| "no import".to_owned())
+    })
+    .await;
+    assert!(metric(&replicas[leader], WRITES).await > 0.0);
+    assert_eq!(
+        metric(&replicas[standby], WRITES).await,
+        0.0,
+        "C18: the standby wrote"
+    );
+    assert_eq!(
+        metric(&replicas[standby], "clusterset_dns_controller_leader").await,
+        0.0
+    );
+    let (code, body) = http(replicas[standby].admin_port(), "/ready").await;
+    assert_eq!(code, 503, "C18: standby /ready: {body}");
+
+    replicas[leader].kill();
+    let killed = Instant::now();
+    let new = &replicas[standby];
+    wait_for(
+        "C18: the standby takes over",
+        Duration::from_secs(25),
+        || async {
+            new.assert_running();
+            let leading = metric(new, "clusterset_dns_controller_leader").await;
+            match http(new.admin_port(), "/ready").await {
+                (200, _) if leading == 1.0 => Ok(()),
+                (code, body) => Err(format!("leader {leading}, /ready {code} {body:?}")),
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "C18: took over {:.1} s after the leader was killed",
+        killed.elapsed().as_secs_f64()
+    );
+    export_service(mesh.client(0), NS, "after", "10.200.0.51").await;
+    wait_for("C18: imported under the new leader", WAIT, || async {
+        import(&b, NS, "after")
+            .await
+            .map(|_| ())
+            .ok_or_else(|| "no import".to_owned())
+    })
+    .await;
+    assert!(metric(new, WRITES).await > 0.0);
+}
