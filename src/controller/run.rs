@@ -226,6 +226,8 @@ pub struct Controller {
     /// Whether the peer Secrets have been listed once: until then the
     /// peers are not known, and nothing may start.
     secrets_listed: bool,
+    /// The Secrets of a list in progress.
+    secrets_relisted: Option<BTreeSet<String>>,
     dirty: Touched,
     first_change: Option<Instant>,
     retry: BTreeSet<ServiceRef>,
@@ -359,6 +361,7 @@ impl Controller {
             started_at: Instant::now(),
             started: false,
             secrets_listed: false,
+            secrets_relisted: None,
             dirty: Touched::default(),
             first_change: None,
             retry: BTreeSet::new(),
@@ -566,7 +569,11 @@ impl Controller {
 
     fn secrets(&mut self, event: Result<WatcherEvent<Secret>, watcher::Error>) {
         match event {
-            Ok(WatcherEvent::Apply(secret) | WatcherEvent::InitApply(secret)) => {
+            Ok(WatcherEvent::Apply(secret)) => self.peer_secret(secret),
+            Ok(WatcherEvent::InitApply(secret)) => {
+                if let Some(listed) = &mut self.secrets_relisted {
+                    listed.insert(secret.name_any());
+                }
                 self.peer_secret(secret)
             }
             Ok(WatcherEvent::Delete(secret)) => {
@@ -574,8 +581,18 @@ impl Controller {
                     peer.removing_at = Some(Instant::now() + SECRET_DELETE_DEBOUNCE);
                 }
             }
-            Ok(WatcherEvent::InitDone) => self.secrets_listed = true,
-            Ok(WatcherEvent::Init) => {}
+            Ok(WatcherEvent::Init) => self.secrets_relisted = Some(BTreeSet::new()),
+            Ok(WatcherEvent::InitDone) => {
+                self.secrets_listed = true;
+                // A Secret deleted while the watch was down sends no
+                // Delete: the list is the truth.
+                let listed = self.secrets_relisted.take().unwrap_or_default();
+                for peer in self.peers.values_mut() {
+                    if !listed.contains(&peer.secret) && peer.removing_at.is_none() {
+                        peer.removing_at = Some(Instant::now() + SECRET_DELETE_DEBOUNCE);
+                    }
+                }
+            }
             Err(error) => {
                 tracing::warn!(error = %crate::error::Chain(&error), "watch of peer Secrets failing");
             }
@@ -596,6 +613,11 @@ impl Controller {
                 return;
             }
         }
+        self.connect_peer(name, kubeconfig);
+    }
+
+    /// Connects (again) to the peer of Secret `name` with `kubeconfig`.
+    fn connect_peer(&mut self, name: String, kubeconfig: Vec<u8>) {
         self.generation += 1;
         let mut conn = PeerConn::new(self.generation);
         conn.identity_task = Some(self.spawn_identity(&name, self.generation, kubeconfig.clone()));
@@ -663,7 +685,9 @@ impl Controller {
                     return;
                 }
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(30));
+                // Capped low: a peer back from a long outage is imported
+                // again within seconds.
+                delay = (delay * 2).min(Duration::from_secs(5));
             }
         })
     }
@@ -830,6 +854,16 @@ impl Controller {
                 self.metrics.peer_up.remove_label_values(&[&id]).ok();
             }
             self.dirty.all = true;
+            // A peer refused as a duplicate of this one may be valid now.
+            let refused: Vec<(String, Vec<u8>)> = self
+                .peers
+                .values()
+                .filter(|p| p.refused.is_some() && !p.kubeconfig.is_empty())
+                .map(|p| (p.secret.clone(), p.kubeconfig.clone()))
+                .collect();
+            for (name, kubeconfig) in refused {
+                self.connect_peer(name, kubeconfig);
+            }
         }
         let grace = self.settings.grace;
         let renew_every = (grace / 4).clamp(Duration::from_secs(5), Duration::from_secs(60));
