@@ -733,19 +733,26 @@ fn main() {
         })
         .collect();
     let want = 3 * s.services;
-    let ready: Vec<Duration> = controllers
-        .iter()
-        .map(|c| {
-            c.wait_ready(Duration::from_secs(s.converge_timeout));
-            start.elapsed()
-        })
-        .collect();
-    let cold = tracker.wait(
-        want,
-        start,
-        Duration::from_secs(s.converge_timeout),
-        &controllers,
-    );
+    // `/ready` and the counts are watched at once: `/ready` may lag.
+    let (ready, cold) = std::thread::scope(|scope| {
+        let waiters: Vec<_> = controllers
+            .iter()
+            .map(|c| {
+                scope.spawn(move || {
+                    c.wait_ready(Duration::from_secs(s.converge_timeout));
+                    start.elapsed()
+                })
+            })
+            .collect();
+        let cold = tracker.wait(
+            want,
+            start,
+            Duration::from_secs(s.converge_timeout),
+            &controllers,
+        );
+        let ready: Vec<Duration> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+        (ready, cold)
+    });
     let cold_max = cold.iter().max().copied().unwrap();
     eprintln!("[bench] cold convergence per cluster {cold:?} (ready {ready:?})");
     let rss_after_cold: Vec<(u64, u64)> = controllers.iter().map(|c| memory_kib(c.pid())).collect();
