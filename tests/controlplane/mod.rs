@@ -1452,6 +1452,11 @@ impl ControllerProcess {
         format!("http://127.0.0.1:{}{path}", self.admin_port)
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.lock().unwrap().id()
+    }
+
     /// Its exit status if it has exited.
     pub fn exited(&self) -> Option<std::process::ExitStatus> {
         self.child.lock().unwrap().try_wait().ok().flatten()
