@@ -44,6 +44,9 @@ pub const PEER_SECRET_ANNOTATION: &str = "clusterset-dns.io/peer-secret";
 /// How often this cluster's ClusterProperties are read again.
 const IDENTITY_CHECK: Duration = Duration::from_secs(30);
 
+/// How many services one reconcile cycle plans and writes.
+const SERVICES_PER_CYCLE: usize = 256;
+
 /// How many writes run at once.
 const WRITE_CONCURRENCY: usize = 16;
 
@@ -398,6 +401,8 @@ impl Controller {
                 }
                 Some(query) = queries.recv() => self.answer(query),
                 _ = tick.tick() => self.tick().await,
+                // More planned work left from the last batch: go on at once.
+                () = std::future::ready(()), if self.started && !self.dirty.is_empty() => {}
                 _ = identity_check.tick() => {
                     if let Ok(now) = identity(&self.client).await
                         && (now.cluster_id != self.local_id || now.clusterset != self.local_clusterset)
@@ -1087,11 +1092,20 @@ impl Controller {
 
     async fn reconcile(&mut self) {
         let touched = std::mem::take(&mut self.dirty);
-        let keys: BTreeSet<ServiceRef> = if touched.all {
+        let mut keys: BTreeSet<ServiceRef> = if touched.all {
             self.all_services()
         } else {
             touched.services
         };
+        // A bounded batch per cycle: events are read between batches, so
+        // fresh changes and /ready do not wait behind a cold start's
+        // thousands of writes; the rest stays dirty for the next cycle.
+        if keys.len() > SERVICES_PER_CYCLE
+            && let Some(first_left) = keys.iter().nth(SERVICES_PER_CYCLE).cloned()
+        {
+            let left = keys.split_off(&first_left);
+            self.dirty.services.extend(left);
+        }
         let (views, unknown) = self.peer_views();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let inputs = Inputs {
