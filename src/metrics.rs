@@ -292,11 +292,17 @@ impl Metrics {
 
     /// Renders all metrics in the Prometheus text format.
     pub fn render(&self) -> String {
-        let mut out = Vec::new();
-        // Encoding gathered families into a Vec cannot fail.
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
-        String::from_utf8(out).unwrap_or_default()
+        render(&self.registry)
     }
+}
+
+/// Renders a registry in the Prometheus text format (the DNS server's and
+/// the controller's alike).
+pub fn render(registry: &Registry) -> String {
+    let mut out = Vec::new();
+    // Encoding gathered families into a Vec cannot fail.
+    let _ = TextEncoder::new().encode(&registry.gather(), &mut out);
+    String::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -2,10 +2,7 @@
 //! kinds, reasons; never object names (unlike per-object gauges, which grow
 //! with the clusterset).
 
-use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
-};
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// Every controller metric.
 #[derive(Debug, Clone)]
@@ -164,10 +161,7 @@ impl ControllerMetrics {
 
     /// Renders all metrics in the Prometheus text format.
     pub fn render(&self) -> String {
-        let mut out = Vec::new();
-        // Encoding gathered families into a Vec cannot fail.
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
-        String::from_utf8(out).unwrap_or_default()
+        crate::metrics::render(&self.registry)
     }
 }
 

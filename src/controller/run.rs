@@ -437,6 +437,16 @@ impl Controller {
             .map(|p| (p.secret.clone(), usability(p, grace)))
             .collect();
         if now != self.usability {
+            for peer in self.peers.values() {
+                let was_usable = self.usability.get(&peer.secret).is_some_and(|u| u.0);
+                if was_usable && !now.get(&peer.secret).is_some_and(|u| u.0) {
+                    tracing::warn!(
+                        peer = peer.id().unwrap_or(&peer.secret),
+                        problem = ?peer.current.as_ref().and_then(PeerConn::problem),
+                        "peer no longer counts (unreachable beyond the grace period, or replaced): its services are no longer imported from it"
+                    );
+                }
+            }
             self.usability = now;
             self.dirty.all = true;
         }
@@ -842,7 +852,7 @@ impl Controller {
     }
 
     /// Once a second: drop peers whose Secret is gone, keep Leases and
-    /// metrics current, and notice peers crossing their grace period.
+    /// metrics current, and retry failed writes.
     async fn tick(&mut self) {
         let now = Instant::now();
         let removed: Vec<String> = self
@@ -872,13 +882,11 @@ impl Controller {
         }
         let grace = self.settings.grace;
         let renew_every = (grace / 4).clamp(Duration::from_secs(5), Duration::from_secs(60));
-        let mut usable_changed = false;
         let mut leases: Vec<(String, String, SystemTime)> = Vec::new();
         for peer in self.peers.values_mut() {
             let Some(id) = peer.id().map(str::to_owned) else {
                 continue;
             };
-            let was_usable = usable(peer, grace);
             let healthy = peer.current.as_ref().is_some_and(PeerConn::healthy);
             self.metrics
                 .peer_up
@@ -902,18 +910,9 @@ impl Controller {
                     .with_label_values(&[&id])
                     .set(since.as_secs() as i64);
             }
-            if usable(peer, grace) != was_usable {
-                usable_changed = true;
-                if was_usable {
-                    tracing::warn!(peer = %id, problem = ?peer.current.as_ref().and_then(PeerConn::problem), "peer unreachable beyond the grace period: its services are no longer imported");
-                }
-            }
         }
         for (id, secret, seen) in leases {
             self.renew_lease(&id, &secret, seen).await;
-        }
-        if usable_changed {
-            self.dirty.all = true;
         }
         if !self.retry.is_empty() {
             let retry = std::mem::take(&mut self.retry);
@@ -1063,23 +1062,18 @@ impl Controller {
     }
 
     fn explain(&self, service: &ServiceRef) -> serde_json::Value {
-        let (views, unknown) = self.peer_views();
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let inputs = Inputs {
-            local_id: &self.local_id,
-            local: &self.local,
-            local_only: &self.local_only,
-            peers: &views,
-            unknown_peers: &unknown,
-            deny: &self.settings.deny,
-            deletions_allowed: self.started,
-            now: &now,
-        };
-        let plan = plan(&inputs, service);
+        let (plan, views) = self.with_inputs(|inputs| {
+            let views: Vec<(String, bool)> = inputs
+                .peers
+                .iter()
+                .map(|v| (v.id.to_owned(), v.usable))
+                .collect();
+            (plan(inputs, service), views)
+        });
         serde_json::json!({
             "service": service.to_string(),
             "cluster": self.local_id,
-            "peers": views.iter().map(|v| serde_json::json!({"id": v.id, "usable": v.usable})).collect::<Vec<_>>(),
+            "peers": views.iter().map(|(id, usable)| serde_json::json!({"id": id, "usable": usable})).collect::<Vec<_>>(),
             "exporters": plan.merged.as_ref().map(|m| m.clusters.clone()),
             "excluded": plan.merged.as_ref().map(|m| m.excluded.clone()),
             "winner": plan.merged.as_ref().map(|m| m.winner().to_owned()),
@@ -1087,6 +1081,23 @@ impl Controller {
             "spec": plan.merged.as_ref().map(|m| serde_json::to_value(&m.spec).unwrap_or_default()),
             "pending_writes": plan.writes.iter().map(|w| format!("{:?}", w.kind())).collect::<Vec<_>>(),
             "deferred": plan.deferred,
+        })
+    }
+
+    /// Runs `f` with everything a plan reads, as of now.
+    fn with_inputs<R>(&self, f: impl FnOnce(&Inputs<'_>) -> R) -> R {
+        let (views, unknown) = self.peer_views();
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        f(&Inputs {
+            local_id: &self.local_id,
+            local: &self.local,
+            local_only: &self.local_only,
+            peers: &views,
+            unknown_peers: &unknown,
+            deny: &self.settings.deny,
+            // Nothing is deleted before the start-up gate opens.
+            deletions_allowed: self.started,
+            now: &now,
         })
     }
 
@@ -1106,34 +1117,24 @@ impl Controller {
             let left = keys.split_off(&first_left);
             self.dirty.services.extend(left);
         }
-        let (views, unknown) = self.peer_views();
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let inputs = Inputs {
-            local_id: &self.local_id,
-            local: &self.local,
-            local_only: &self.local_only,
-            peers: &views,
-            unknown_peers: &unknown,
-            deny: &self.settings.deny,
-            deletions_allowed: true,
-            now: &now,
-        };
-        let mut summaries = Vec::new();
-        let plans: Vec<(ServiceRef, Plan)> = keys
-            .into_iter()
-            .map(|key| {
-                let plan = plan(&inputs, &key);
-                let conflict = plan
-                    .merged
-                    .as_ref()
-                    .and_then(|m| m.conflict.as_ref())
-                    .map(|c| c.reason.clone());
-                summaries.push((key.clone(), (plan.export_reason, conflict)));
-                (key, plan)
-            })
-            .filter(|(_, plan)| !plan.writes.is_empty() || !plan.rejected.is_empty())
-            .collect();
-        drop(views);
+        let (plans, summaries) = self.with_inputs(|inputs| {
+            let mut summaries = Vec::new();
+            let plans: Vec<(ServiceRef, Plan)> = keys
+                .into_iter()
+                .map(|key| {
+                    let plan = plan(inputs, &key);
+                    let conflict = plan
+                        .merged
+                        .as_ref()
+                        .and_then(|m| m.conflict.as_ref())
+                        .map(|c| c.reason.clone());
+                    summaries.push((key.clone(), (plan.export_reason, conflict)));
+                    (key, plan)
+                })
+                .filter(|(_, plan)| !plan.writes.is_empty() || !plan.rejected.is_empty())
+                .collect();
+            (plans, summaries)
+        });
         for (key, summary) in summaries {
             if summary == (None, None) {
                 self.summaries.remove(&key);
