@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build real kube-apiserver, kube-controller-manager, kube-scheduler, etcd,
-# coredns and kwok binaries for clusterset-dns integration tests, from the Go
-# module proxy only (no GitHub, no Docker).
+# coredns, kwok, kubectl and helm binaries for clusterset-dns integration
+# tests, from the Go module proxy only (no GitHub, no Docker).
 #
 #   scripts/testenv-build.sh [--regen] [--rebuild] [--check]
 #
@@ -10,8 +10,9 @@
 # the repository:
 #
 #   ${CLUSTERSET_DNS_TESTENV_CACHE:-$HOME/.cache/clusterset-dns/testenv}/
-#     bin/k8s-<v>_etcd-<v>_coredns-<v>_kwok-<v>/
+#     bin/k8s-<v>_etcd-<v>_coredns-<v>_kwok-<v>_helm-<v>/
 #         kube-apiserver kube-controller-manager kube-scheduler etcd coredns kwok
+#         kubectl helm
 #         kwok-stages.yaml (kwok's fast node/pod Stages, copied from its module)
 #         VERSIONS
 #     gomod/    GOMODCACHE
@@ -57,6 +58,7 @@ K8S_VERSION=v1.37.2     # k8s.io/kubernetes
 ETCD_VERSION=v3.7.0     # go.etcd.io/etcd/server/v3: must equal what K8S_VERSION pins (checked)
 COREDNS_VERSION=v1.15.0 # github.com/coredns/coredns (kubernetes plugin has `multicluster`)
 KWOK_VERSION=v0.8.0     # sigs.k8s.io/kwok (needs Go >= 1.26.0)
+HELM_VERSION=v4.3.1     # helm.sh/helm/v4 (install tests of the chart in deploy/helm)
 # ------------------------------------------------------------------------------
 
 log() { printf 'testenv-build: %s\n' "$*" >&2; }
@@ -85,8 +87,8 @@ STAGING_VERSION=v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]} # k8s.io/api etc. are t
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 TESTENV_DIR=$REPO_ROOT/tests/testenv
 CACHE=${CLUSTERSET_DNS_TESTENV_CACHE:-${HOME:?HOME is unset; set CLUSTERSET_DNS_TESTENV_CACHE}/.cache/clusterset-dns/testenv}
-KEY=k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_coredns-${COREDNS_VERSION}_kwok-${KWOK_VERSION}
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler etcd coredns kwok)
+KEY=k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_coredns-${COREDNS_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler etcd coredns kwok kubectl helm)
 DATA_FILES=(kwok-stages.yaml)
 # kwok Stages: the sets kwokctl uses by default, as kustomize dirs in the kwok module.
 KWOK_STAGE_DIRS=(kustomize/stage/node/fast kustomize/stage/node/heartbeat-with-lease kustomize/stage/pod/fast)
@@ -350,10 +352,22 @@ for b in kube-controller-manager kube-scheduler; do
 		die "building $b failed"
 done
 t1b=$(now)
+log "building kubectl $K8S_VERSION"
+(cd "$TESTENV_DIR/k8s" && "$GO" build -trimpath -tags "$K8S_TAGS" -ldflags "$K8S_LDFLAGS" -o "$out/kubectl" ./cmd/kubectl) ||
+	die "building kubectl failed"
+t1c=$(now)
 log "building etcd $ETCD_VERSION"
 (cd "$TESTENV_DIR/k8s" && "$GO" build -trimpath -ldflags "-s -w" -o "$out/etcd" ./cmd/etcd) ||
 	die "building etcd failed"
 t2=$(now)
+# helm, like kwok, builds with its own go.mod. Its version string is stamped
+# the way its Makefile does.
+log "building helm $HELM_VERSION"
+(cd "$tmp_root" && GOBIN=$out "$GO" install -trimpath \
+	-ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
+	"helm.sh/helm/v4/cmd/helm@$HELM_VERSION") ||
+	die "building helm failed"
+t2b=$(now)
 log "building coredns $COREDNS_VERSION"
 (cd "$TESTENV_DIR/coredns" && "$GO" build -trimpath -ldflags "-s -w" -o "$out/coredns" ./cmd/coredns) ||
 	die "building coredns failed"
@@ -386,12 +400,14 @@ have_all "$out" || die "build finished but binaries are missing in $out"
 {
 	echo "kube-apiserver k8s.io/kubernetes $K8S_VERSION (staging modules $STAGING_VERSION)"
 	echo "etcd go.etcd.io/etcd/server/v3 $ETCD_VERSION"
-	echo "kube-controller-manager, kube-scheduler k8s.io/kubernetes $K8S_VERSION"
+	echo "kube-controller-manager, kube-scheduler, kubectl k8s.io/kubernetes $K8S_VERSION"
+	echo "helm helm.sh/helm/v4 $HELM_VERSION"
 	echo "coredns github.com/coredns/coredns $COREDNS_VERSION"
 	echo "kwok sigs.k8s.io/kwok $KWOK_VERSION (+ kwok-stages.yaml from ${KWOK_STAGE_DIRS[*]})"
 	echo "built with $("$GO" version) on $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "build seconds: modules $((MODULES_DONE - SCRIPT_START)) kube-apiserver $((t1 - t0))" \
-		"kube-controller-manager+kube-scheduler $((t1b - t1)) etcd $((t2 - t1b)) coredns $((t3 - t2)) kwok $((t4 - t3))"
+		"kube-controller-manager+kube-scheduler $((t1b - t1)) kubectl $((t1c - t1b)) etcd $((t2 - t1c))" \
+		"helm $((t2b - t2)) coredns $((t3 - t2b)) kwok $((t4 - t3))"
 } >"$out/VERSIONS"
 
 rm -rf "$BIN_DIR"
