@@ -29,7 +29,14 @@ pub enum Written {
     /// A ServiceExport with its new status.
     Export(ServiceExport),
     /// An object was deleted (or was already gone).
-    Deleted,
+    Deleted {
+        /// Its kind.
+        kind: Kind,
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
 }
 
 /// Why a write failed.
@@ -78,6 +85,14 @@ where
     body["apiVersion"] = K::api_version(&Default::default()).into();
     body["kind"] = K::kind(&Default::default()).into();
     if status {
+        // The status subresource ignores everything but `status`: send only
+        // that (and the object's identity), not the spec again.
+        let body = serde_json::json!({
+            "apiVersion": body["apiVersion"],
+            "kind": body["kind"],
+            "metadata": {"name": name, "namespace": namespace},
+            "status": body["status"],
+        });
         api.patch_status(&name, &params(), &Patch::Apply(body))
             .await
     } else {
@@ -191,7 +206,11 @@ pub async fn execute(client: &Client, write: &Write) -> Result<Written, WriteErr
                 Kind::ServiceExportStatus => Ok(()),
             };
             result
-                .map(|()| Written::Deleted)
+                .map(|()| Written::Deleted {
+                    kind: *kind,
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                })
                 .map_err(fail("delete", namespace, name))
         }
     }

@@ -91,6 +91,12 @@ impl<K: kube::Resource> Objects<K> {
         self.by_name.insert(key, Arc::new(object));
     }
 
+    /// Forgets an object deleted by our own write, before its watch event
+    /// arrives (so the next plan does not delete it again).
+    pub fn forget(&mut self, namespace: &str, name: &str) {
+        self.remove(&(namespace.to_owned(), name.to_owned()));
+    }
+
     fn remove(&mut self, key: &(String, String)) {
         let Some(old) = self.by_name.remove(key) else {
             return;
@@ -270,10 +276,57 @@ objects_store!(Service);
 objects_store!(EndpointSlice);
 objects_store!(ServiceImport);
 
-/// Drops what no decision reads and what would only cost memory.
-fn strip<K: kube::Resource>(mut object: K) -> K {
-    object.meta_mut().managed_fields = None;
-    object
+/// Drops what no decision reads and what would only cost memory: at
+/// thousands of services per cluster the stores are most of the
+/// controller's heap.
+trait Strip {
+    fn strip(self) -> Self;
+}
+
+impl Strip for ServiceExport {
+    fn strip(mut self) -> Self {
+        self.metadata.managed_fields = None;
+        self
+    }
+}
+
+impl Strip for ServiceImport {
+    fn strip(mut self) -> Self {
+        self.metadata.managed_fields = None;
+        self
+    }
+}
+
+impl Strip for Service {
+    /// The merge reads the spec (exported labels and annotations come from
+    /// the ServiceExport), the plan our derived Services' spec, labels and
+    /// owner references.
+    fn strip(mut self) -> Self {
+        self.metadata.managed_fields = None;
+        self.metadata.annotations = None;
+        self.status = None;
+        self
+    }
+}
+
+impl Strip for EndpointSlice {
+    /// Slices are mirrored and copied with addresses, conditions, hostname
+    /// and zone only; node names, target references and hints name objects
+    /// of the source cluster.
+    fn strip(mut self) -> Self {
+        self.metadata.managed_fields = None;
+        for endpoint in &mut self.endpoints {
+            endpoint.node_name = None;
+            endpoint.target_ref = None;
+            endpoint.hints = None;
+            endpoint.deprecated_topology = None;
+        }
+        self
+    }
+}
+
+fn strip<K: Strip>(object: K) -> K {
+    object.strip()
 }
 
 impl IndexResource<Namespace> for LocalData {

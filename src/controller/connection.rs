@@ -3,8 +3,8 @@
 //!
 //! Each cluster gets the watches its role needs ([`Scope`]): this cluster
 //! watches everything the controller reads or writes; a peer only what it
-//! publishes (its ServiceExports and Services, and the MCS slices it
-//! mirrored itself, selected on the server by `source-cluster=<peer id>` and
+//! publishes (its ServiceExports, its Services except the derived ones, and
+//! the MCS slices it mirrored itself, selected on the server by `source-cluster=<peer id>` and
 //! our managed-by label: one cheap watch instead of every slice). Peers also
 //! get a liveness probe, because a hung connection does not always end a
 //! watch with an error.
@@ -21,7 +21,7 @@ use kube::runtime::watcher::{self, Event as WatcherEvent};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::naming::MANAGED_BY;
+use super::naming::{LABEL_APP_MANAGED_BY, MANAGED_BY};
 use crate::api::well_known::{
     CLUSTER_ID_PROPERTY, CLUSTERSET_PROPERTY, LABEL_KUBERNETES_SERVICE_NAME, LABEL_MANAGED_BY,
     LABEL_SOURCE_CLUSTER,
@@ -179,6 +179,15 @@ pub fn connect(
 ) -> Connection {
     let all = watcher::Config::default().page_size(5_000);
     let ours = format!("{LABEL_MANAGED_BY}={MANAGED_BY}");
+    // Here the derived Services are ours to keep current; a peer's derived
+    // Services are never exported, so they stay on the peer's side of the
+    // wire (at scale, most of a peer's Services).
+    let services = match scope {
+        Scope::Local => all.clone(),
+        Scope::Peer { .. } => all
+            .clone()
+            .labels(&format!("{LABEL_APP_MANAGED_BY}!={MANAGED_BY}")),
+    };
     let mut tasks = vec![
         forward(
             key.clone(),
@@ -188,7 +197,7 @@ pub fn connect(
         ),
         forward(
             key.clone(),
-            watch::stream(Api::<Service>::all(client.clone()), all.clone()),
+            watch::stream(Api::<Service>::all(client.clone()), services),
             WatchEvent::Services,
             reports.clone(),
         ),

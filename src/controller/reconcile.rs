@@ -246,6 +246,7 @@ pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
 
     let mut desired_slices: BTreeMap<String, EndpointSlice> = BTreeMap::new();
     let mut mirrored = true;
+    let mut creating_import = false;
     let mut keep_import = false;
     let mut keep_derived = false;
 
@@ -302,6 +303,11 @@ pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
             plan.writes
                 .push(Write::Import(Box::new(desired_import.clone())));
         }
+        creating_import = observed_import.is_none();
+        // While our own derived Service is on its way, the status would say
+        // "pending" only to be rewritten a round later with the VIP: wait
+        // and write it once.
+        let awaiting_derived = clusterset_ip && want_derived && desired_import.spec.ips.is_empty();
         let existing_conditions = observed_import
             .and_then(|i| i.status.as_ref())
             .map(|s| s.conditions.as_slice())
@@ -317,7 +323,7 @@ pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
             conditions: import_ready(existing_conditions, readiness, inputs.now),
             endpoint_slice_objects: Some(EndpointSliceObjects::Present),
         };
-        if observed_import.and_then(|i| i.status.as_ref()) != Some(&status) {
+        if !awaiting_derived && observed_import.and_then(|i| i.status.as_ref()) != Some(&status) {
             let mut with_status = desired_import.clone();
             with_status.status = Some(status);
             plan.writes.push(Write::ImportStatus(Box::new(with_status)));
@@ -372,17 +378,12 @@ pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
         }
     }
 
+    // Slice writes come before the export's status: the writes of a plan
+    // run in order and stop at the first failure, so a status saying
+    // "mirrored" is only written once the mirror is.
     for (name, desired) in &desired_slices {
         let observed = observed_slices.get(name.as_str()).map(|s| &***s);
         if slice_differs(desired, observed) {
-            if desired
-                .labels()
-                .get(LABEL_SOURCE_CLUSTER)
-                .map(String::as_str)
-                == Some(inputs.local_id)
-            {
-                mirrored = false;
-            }
             plan.writes.push(Write::Slice(Box::new(desired.clone())));
         }
     }
@@ -394,7 +395,13 @@ pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
             Ok(_) => crate::api::well_known::export_reason::VALID,
             Err(invalid) => invalid.reason(),
         });
-    if let (Some(export), Some(projection)) = (local_export, &local_projection) {
+    // A valid export whose import is being created waits one round for its
+    // status: until the import's uid is known no slice can be mirrored, and
+    // "pending" would be rewritten at once.
+    let export_status_waits = creating_import && matches!(local_projection, Some(Ok(_)));
+    if let (Some(export), Some(projection), false) =
+        (local_export, &local_projection, export_status_waits)
+    {
         let validity = projection.as_ref().map(|_| ());
         let existing = export
             .status

@@ -50,6 +50,10 @@ const SERVICES_PER_CYCLE: usize = 256;
 /// How many writes run at once.
 const WRITE_CONCURRENCY: usize = 16;
 
+/// How many plan-and-write rounds a cycle runs for the services that wrote
+/// (a new ClusterSetIP service needs three).
+const ROUNDS_PER_CYCLE: usize = 3;
+
 /// How long a deleted peer Secret may take to come back (a replace is a
 /// delete and a create) before the peer's data is dropped.
 const SECRET_DELETE_DEBOUNCE: Duration = Duration::from_secs(3);
@@ -1117,6 +1121,45 @@ impl Controller {
             let left = keys.split_off(&first_left);
             self.dirty.services.extend(left);
         }
+        // A new ClusterSetIP service takes three rounds (the import; then
+        // what it owns, which needs the import's uid; then the VIP into the
+        // import): run them back to back for the services that wrote, so a
+        // service is finished within its cycle rather than queued again
+        // behind the rest of a cold start.
+        let mut wrote = false;
+        for round in 0..ROUNDS_PER_CYCLE {
+            let plans = self.plan_round(keys, round == 0);
+            if plans.is_empty() {
+                break;
+            }
+            let written = self.write_round(plans).await;
+            wrote |= !written.is_empty();
+            keys = written;
+        }
+        // Our own writes come back as touched services; their plans are
+        // empty, which ends the cycle.
+        let touched = self.take_local_touched();
+        self.dirty.merge(touched);
+        if let Some(first) = self.first_change.take()
+            && wrote
+        {
+            self.metrics
+                .change_to_write
+                .observe(first.elapsed().as_secs_f64());
+        }
+        self.metrics
+            .imports
+            .set(self.local_only.imports.services().count() as i64);
+    }
+
+    /// Plans `keys`, keeps the status summaries current, and returns the
+    /// plans with something to do. Rejected peer input is counted once per
+    /// cycle (`count_rejected` on its first round).
+    fn plan_round(
+        &mut self,
+        keys: BTreeSet<ServiceRef>,
+        count_rejected: bool,
+    ) -> Vec<(ServiceRef, Plan)> {
         let (plans, summaries) = self.with_inputs(|inputs| {
             let mut summaries = Vec::new();
             let plans: Vec<(ServiceRef, Plan)> = keys
@@ -1143,14 +1186,27 @@ impl Controller {
             }
         }
         self.update_gauges();
-        for (_, plan) in &plans {
-            for (peer, why) in &plan.rejected {
-                self.metrics
-                    .rejected
-                    .with_label_values(&[peer.as_str(), why])
-                    .inc();
+        if count_rejected {
+            for (_, plan) in &plans {
+                for (peer, why) in &plan.rejected {
+                    self.metrics
+                        .rejected
+                        .with_label_values(&[peer.as_str(), why])
+                        .inc();
+                }
             }
         }
+        plans
+            .into_iter()
+            .filter(|(_, plan)| !plan.writes.is_empty())
+            .collect()
+    }
+
+    /// Carries out the plans, `WRITE_CONCURRENCY` writes at a time (each
+    /// service's writes in order, stopping at its first failure, which
+    /// queues it for a retry), and records what was written. Returns the
+    /// services whose writes all succeeded.
+    async fn write_round(&mut self, plans: Vec<(ServiceRef, Plan)>) -> BTreeSet<ServiceRef> {
         let client = self.client.clone();
         let metrics = self.metrics.clone();
         let recorder = &self.recorder;
@@ -1186,34 +1242,26 @@ impl Controller {
             .buffer_unordered(WRITE_CONCURRENCY)
             .collect()
             .await;
-        let mut wrote = false;
+        let mut succeeded = BTreeSet::new();
         for (key, results) in results {
+            let mut failed = false;
+            let mut any = false;
             for result in results {
                 match result {
                     Ok(written) => {
-                        wrote = true;
+                        any = true;
                         self.write_through(written);
                     }
-                    Err(()) => {
-                        self.retry.insert(key.clone());
-                    }
+                    Err(()) => failed = true,
                 }
             }
+            if failed {
+                self.retry.insert(key);
+            } else if any {
+                succeeded.insert(key);
+            }
         }
-        // Our own writes come back as touched services; their plans are
-        // empty, which ends the cycle.
-        let touched = self.take_local_touched();
-        self.dirty.merge(touched);
-        if let Some(first) = self.first_change.take()
-            && wrote
-        {
-            self.metrics
-                .change_to_write
-                .observe(first.elapsed().as_secs_f64());
-        }
-        self.metrics
-            .imports
-            .set(self.local_only.imports.services().count() as i64);
+        succeeded
     }
 
     fn update_gauges(&self) {
@@ -1247,7 +1295,18 @@ impl Controller {
             Written::Service(service) => self.local.services.apply(service),
             Written::Slice(slice) => self.local.mcs_slices.apply(slice),
             Written::Export(export) => self.local.exports.apply(export),
-            Written::Deleted => {}
+            Written::Deleted {
+                kind,
+                namespace,
+                name,
+            } => match kind {
+                Kind::ServiceImport | Kind::ServiceImportStatus => {
+                    self.local_only.imports.forget(&namespace, &name)
+                }
+                Kind::Service => self.local.services.forget(&namespace, &name),
+                Kind::EndpointSlice => self.local.mcs_slices.forget(&namespace, &name),
+                Kind::ServiceExportStatus => {}
+            },
         }
     }
 
