@@ -1499,6 +1499,24 @@ async fn conflicts(members: &[Member<'_>]) {
             .contains("PortConflict"),
         "{explained:#}"
     );
+    // Who gave and who lost each field: the port clash is cluster0's.
+    let port_decisions: Vec<&serde_json::Value> = explained["fields"]
+        .as_array()
+        .expect("/explain lists the field decisions")
+        .iter()
+        .filter(|d| d["field"] == "ports")
+        .collect();
+    assert_eq!(port_decisions.len(), 1, "{explained:#}");
+    assert_eq!(
+        port_decisions[0]["from"],
+        json!(["cluster0"]),
+        "{explained:#}"
+    );
+    assert_eq!(
+        port_decisions[0]["overruled"],
+        json!(["cluster2"]),
+        "{explained:#}"
+    );
     assert_eq!(
         explained["pending_writes"],
         json!([]),

@@ -215,6 +215,105 @@ impl Merged {
     }
 }
 
+/// Who decided one field of a merged import, for `/explain`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct FieldDecision {
+    /// The field, as the ServiceImport (or Service) spells it.
+    pub field: &'static str,
+    /// The value imported, rendered as in conflict messages.
+    pub value: String,
+    /// The clusters whose value it is.
+    pub from: Vec<String>,
+    /// The exporters whose own value differs (and lost).
+    pub overruled: Vec<String>,
+}
+
+/// Each field of `merged` with the exporters that gave and that lost it:
+/// the type against every exporter; every other field against the
+/// exporters of the winning type (the others take no part); each port
+/// against the exporters that have a port of that name.
+pub fn field_decisions(exports: &[ExportedService], merged: &Merged) -> Vec<FieldDecision> {
+    let Some(winner) = exports.iter().find(|e| e.cluster == merged.winner) else {
+        return Vec::new();
+    };
+    // Priority order, as in `status.clusters`.
+    let mut all: Vec<&ExportedService> = exports.iter().collect();
+    all.sort_by(|a, b| (a.created, &a.cluster).cmp(&(b.created, &b.cluster)));
+    let included: Vec<&ExportedService> = all
+        .iter()
+        .copied()
+        .filter(|e| merged.clusters.contains(&e.cluster))
+        .collect();
+    let decide = |field: &'static str,
+                  among: &[&ExportedService],
+                  render: &dyn Fn(&ExportedService) -> String| {
+        let value = render(winner);
+        let (from, overruled): (Vec<&&ExportedService>, Vec<&&ExportedService>) =
+            among.iter().partition(|e| render(e) == value);
+        FieldDecision {
+            field,
+            value,
+            from: from.iter().map(|e| e.cluster.clone()).collect(),
+            overruled: overruled.iter().map(|e| e.cluster.clone()).collect(),
+        }
+    };
+    let mut decisions = vec![
+        decide("type", &all, &|e| {
+            if e.headless {
+                "Headless"
+            } else {
+                "ClusterSetIP"
+            }
+            .to_owned()
+        }),
+        decide("sessionAffinity", &included, &|e| {
+            e.session_affinity.clone()
+        }),
+        decide("sessionAffinityConfig", &included, &|e| {
+            render_affinity_config(e.session_affinity_config.as_ref())
+        }),
+        decide("internalTrafficPolicy", &included, &|e| {
+            e.internal_traffic_policy.clone()
+        }),
+        decide("trafficDistribution", &included, &|e| {
+            e.traffic_distribution.clone().unwrap_or_else(none)
+        }),
+        decide("exportedLabels", &included, &|e| render_map(&e.labels)),
+        decide("exportedAnnotations", &included, &|e| {
+            render_map(&e.annotations)
+        }),
+    ];
+    // IP families are an intersection, not a pick: every exporter that has
+    // them all gave them.
+    let families = merged.spec.ip_families.clone();
+    let (from, overruled): (Vec<&&ExportedService>, Vec<&&ExportedService>) =
+        included.iter().partition(|e| e.ip_families == families);
+    decisions.push(FieldDecision {
+        field: "ipFamilies",
+        value: families.join(","),
+        from: from.iter().map(|e| e.cluster.clone()).collect(),
+        overruled: overruled.iter().map(|e| e.cluster.clone()).collect(),
+    });
+    for port in &merged.spec.ports {
+        let name = port.name.as_deref();
+        let (mut from, mut overruled) = (Vec::new(), Vec::new());
+        for exporter in &included {
+            if merged.keeps_port(&exporter.cluster, name) {
+                from.push(exporter.cluster.clone());
+            } else if exporter.ports.iter().any(|p| p.name.as_deref() == name) {
+                overruled.push(exporter.cluster.clone());
+            }
+        }
+        decisions.push(FieldDecision {
+            field: "ports",
+            value: render_ports(std::slice::from_ref(port)),
+            from,
+            overruled,
+        });
+    }
+    decisions
+}
+
 /// Merges the exports of one service, one record per cluster; `None` when
 /// there are none. The input order does not matter.
 ///

@@ -194,6 +194,8 @@ pub struct Plan {
     pub deferred: bool,
     /// The `Valid` reason of this cluster's own export, if it has one.
     pub export_reason: Option<&'static str>,
+    /// Every usable cluster's valid export (what was merged).
+    pub exports: Vec<ExportedService>,
 }
 
 /// Plans the writes for `service`.
@@ -439,6 +441,7 @@ pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
         }
     }
     plan.merged = merged;
+    plan.exports = exports;
     plan
 }
 

@@ -1083,6 +1083,7 @@ impl Controller {
             "winner": plan.merged.as_ref().map(|m| m.winner().to_owned()),
             "conflict": plan.merged.as_ref().and_then(|m| m.conflict.as_ref()).map(|c| serde_json::json!({"reason": c.reason, "message": c.message})),
             "spec": plan.merged.as_ref().map(|m| serde_json::to_value(&m.spec).unwrap_or_default()),
+            "fields": plan.merged.as_ref().map(|m| super::merge::field_decisions(&plan.exports, m)),
             "pending_writes": plan.writes.iter().map(|w| format!("{:?}", w.kind())).collect::<Vec<_>>(),
             "deferred": plan.deferred,
         })

@@ -62,6 +62,9 @@ const LAT_NAME: &str = "lat";
 // ---------------------------------------------------------------- settings
 
 struct Settings {
+    /// Units (import, its status, a Service, a slice) per cluster of the
+    /// apply-floor phase.
+    floor_units: usize,
     services: usize,
     warm_services: usize,
     namespaces: usize,
@@ -94,7 +97,8 @@ impl Settings {
     /// BENCH_NAMESPACES (20), BENCH_SAMPLES (50), BENCH_CONCURRENCY (32),
     /// BENCH_IDLE (60 s), BENCH_POLL_MS (2), BENCH_CONVERGE_TIMEOUT (600 s),
     /// BENCH_CONTROLLER_CPU ("0"), BENCH_DNS_CPU ("1"), BENCH_MAX_BUSY (35 %),
-    /// BENCH_QUIET_WAIT (90 s), BENCH_CONTROLLER_RESULTS
+    /// BENCH_QUIET_WAIT (90 s), BENCH_FLOOR_UNITS (1000 per cluster; 0
+    /// skips the apply floor), BENCH_CONTROLLER_RESULTS
     /// (target/bench-controller/results.md; the controllers' logs are
     /// copied beside it).
     fn from_env() -> Self {
@@ -122,6 +126,7 @@ impl Settings {
             dns_cpu: env_or("BENCH_DNS_CPU", "1".to_string()),
             max_busy: env_or("BENCH_MAX_BUSY", 35.0),
             quiet_wait: env_or("BENCH_QUIET_WAIT", 90),
+            floor_units: env_or("BENCH_FLOOR_UNITS", 1000),
             results,
             logs,
         }
@@ -522,6 +527,107 @@ fn writes_total(controllers: &[ControllerProcess]) -> f64 {
         .sum()
 }
 
+/// `clusterset_dns_controller_writes_total` summed over the controllers,
+/// by kind.
+fn writes_by_kind(controllers: &[ControllerProcess]) -> BTreeMap<String, f64> {
+    let mut by_kind = BTreeMap::new();
+    for c in controllers {
+        let body = http_get(c.admin_port(), "/metrics")
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        for line in body
+            .lines()
+            .filter(|l| l.starts_with("clusterset_dns_controller_writes_total{"))
+        {
+            let kind = line
+                .split("kind=\"")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or("?");
+            let value: f64 = line
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            *by_kind.entry(kind.to_owned()).or_insert(0.0) += value;
+        }
+    }
+    by_kind
+}
+
+/// The apply floor: how many server-side applies per second the three
+/// apiservers (and etcd) of this machine accept from a plain client, with
+/// the controller's write mix and concurrency. Per cluster, `units` times:
+/// a ServiceImport, its status, a selector-less Service and a 10-endpoint
+/// EndpointSlice, `concurrency` units in flight, the three clusters at
+/// once. Returns (applies, elapsed).
+async fn apply_floor(
+    clients: &[kube::Client],
+    units: usize,
+    concurrency: usize,
+) -> (usize, Duration) {
+    let params = PatchParams::apply("bench-floor").force();
+    let start = Instant::now();
+    let per_cluster = clients.iter().enumerate().map(|(ci, client)| {
+        let params = params.clone();
+        async move {
+            let ns = "bench-floor";
+            create::<Namespace>(Api::all(client.clone()), json!({"metadata": {"name": ns}})).await;
+            futures::stream::iter(0..units)
+                .for_each_concurrent(concurrency, |k| {
+                    let client = client.clone();
+                    let params = params.clone();
+                    async move {
+                        let name = format!("floor-{k}");
+                        let imports: Api<ServiceImport> = Api::namespaced(client.clone(), ns);
+                        let import = json!({
+                            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+                            "kind": "ServiceImport",
+                            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "bench-floor"}},
+                            "spec": {"type": "ClusterSetIP", "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
+                        });
+                        imports.patch(&name, &params, &Patch::Apply(&import)).await.unwrap();
+                        let status = json!({
+                            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+                            "kind": "ServiceImport",
+                            "metadata": {"name": name},
+                            "status": {"clusters": [{"cluster": "cluster0"}]},
+                        });
+                        imports.patch_status(&name, &params, &Patch::Apply(&status)).await.unwrap();
+                        let services: Api<Service> = Api::namespaced(client.clone(), ns);
+                        let service = json!({
+                            "apiVersion": "v1", "kind": "Service",
+                            "metadata": {"name": name},
+                            "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
+                        });
+                        services.patch(&name, &params, &Patch::Apply(&service)).await.unwrap();
+                        let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+                        let endpoints: Vec<serde_json::Value> = (0..10)
+                            .map(|j| {
+                                let i = k * 10 + j;
+                                json!({
+                                    "addresses": [format!("10.{}.{}.{}", 210 + ci, i / 250, i % 250 + 1)],
+                                    "conditions": {"ready": true},
+                                })
+                            })
+                            .collect();
+                        let slice = json!({
+                            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                            "metadata": {"name": name, "labels": {"kubernetes.io/service-name": name}},
+                            "addressType": "IPv4",
+                            "endpoints": endpoints,
+                            "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+                        });
+                        slices.patch(&name, &params, &Patch::Apply(&slice)).await.unwrap();
+                    }
+                })
+                .await;
+        }
+    });
+    futures::future::join_all(per_cluster).await;
+    (4 * units * clients.len(), start.elapsed())
+}
+
 /// `apiserver_longrunning_requests{verb="WATCH"}` of one apiserver, per
 /// resource.
 fn apiserver_watches(cluster: &Cluster) -> BTreeMap<String, i64> {
@@ -756,6 +862,8 @@ fn main() {
     let cold_max = cold.iter().max().copied().unwrap();
     eprintln!("[bench] cold convergence per cluster {cold:?} (ready {ready:?})");
     let rss_after_cold: Vec<(u64, u64)> = controllers.iter().map(|c| memory_kib(c.pid())).collect();
+    let cold_writes = writes_by_kind(&controllers);
+    eprintln!("[bench] writes during cold convergence (3 controllers): {cold_writes:?}");
 
     // Watches.
     std::thread::sleep(Duration::from_secs(2));
@@ -914,6 +1022,17 @@ fn main() {
     // Memory at the end.
     let rss_end: Vec<(u64, u64)> = controllers.iter().map(|c| memory_kib(c.pid())).collect();
     let serve_mem = memory_kib(serve.0.id());
+
+    // 8. The apply floor, with the controllers still running (as during
+    // convergence; they ignore objects they do not manage).
+    let mut floor = None;
+    if s.floor_units > 0 {
+        wait_quiet(&s, "the apply floor");
+        let (applies, took) = rt.block_on(apply_floor(&clients, s.floor_units, 16));
+        let rate = applies as f64 / took.as_secs_f64();
+        eprintln!("[bench] apply floor: {applies} applies in {took:?} ({rate:.0}/s)");
+        floor = Some((applies, took, rate));
+    }
     for (cluster, c) in clusters.iter().zip(&controllers) {
         let _ = std::fs::copy(
             c.log_path(),
@@ -969,6 +1088,42 @@ fn main() {
             9 * s.warm_services,
             secs(loaded),
             secs(conv)
+        );
+    }
+    let total = 3 * s.services;
+    let clusterset_ip = total - total / 5;
+    let minimum: BTreeMap<&str, usize> = BTreeMap::from([
+        ("serviceimport", total + clusterset_ip),
+        ("serviceimport_status", total),
+        ("service", clusterset_ip),
+        ("endpointslice", total),
+        ("serviceexport_status", s.services),
+    ]);
+    let _ = writeln!(
+        out,
+        "Writes during cold convergence, per cluster (sum of the 3 controllers / 3), against the least the design allows (a ClusterSetIP import is applied twice: its uid first, for the derived Service's owner reference, then the VIP):\n\n| kind | written | least |\n|---|---:|---:|"
+    );
+    let mut written_total = 0.0;
+    for (kind, least) in &minimum {
+        let written = cold_writes.get(*kind).copied().unwrap_or(0.0);
+        written_total += written;
+        let _ = writeln!(out, "| {kind} | {:.0} | {least} |", written / 3.0);
+    }
+    let least_total: usize = minimum.values().sum();
+    let _ = writeln!(
+        out,
+        "| all | {:.0} | {least_total} |\n",
+        written_total / 3.0
+    );
+    if let Some((applies, took, rate)) = floor {
+        let _ = writeln!(
+            out,
+            "Apply floor: a plain client applied {applies} objects (per cluster {} × a ServiceImport, its status, a Service, a 10-endpoint slice; 16 in flight per cluster, the three clusters at once) in {} s: {rate:.0} applies/s on this machine. At that rate the controllers' {written_total:.0} cold-start writes take {:.1} s; cold convergence took {} s ({:.2}× the floor).\n",
+            s.floor_units,
+            secs(took),
+            written_total / rate,
+            secs(cold_max),
+            cold_max.as_secs_f64() / (written_total / rate),
         );
     }
     let _ = writeln!(

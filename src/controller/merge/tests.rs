@@ -540,3 +540,54 @@ fn explicit_default_affinity_timeout_equals_unset() {
     let b = project("b", &service_export(1), Some(&explicit)).unwrap();
     assert_eq!(merge(&[a, b]).unwrap().conflict, None);
 }
+
+fn decision<'a>(decisions: &'a [FieldDecision], field: &str) -> &'a FieldDecision {
+    decisions
+        .iter()
+        .find(|d| d.field == field)
+        .unwrap_or_else(|| panic!("no decision for {field}: {decisions:?}"))
+}
+
+#[test]
+fn field_decisions_name_who_gave_and_who_lost_each_field() {
+    let a = export("a", 0);
+    let mut b = export("b", 10);
+    b.session_affinity = "ClientIP".into();
+    b.ports = vec![port("tcp", "TCP", 43), port("metrics", "TCP", 9090)];
+    let mut c = export("c", 20);
+    c.headless = true;
+    let exports = [c, b, a];
+    let merged = merge(&exports).unwrap();
+    let decisions = field_decisions(&exports, &merged);
+
+    let type_ = decision(&decisions, "type");
+    assert_eq!(
+        (
+            type_.value.as_str(),
+            type_.from.clone(),
+            type_.overruled.clone()
+        ),
+        (
+            "ClusterSetIP",
+            vec!["a".into(), "b".into()],
+            vec!["c".into()]
+        )
+    );
+    // The type loser takes no part in the other fields.
+    let affinity = decision(&decisions, "sessionAffinity");
+    assert_eq!(affinity.value, "None");
+    assert_eq!(affinity.from, ["a"]);
+    assert_eq!(affinity.overruled, ["b"]);
+    let ports: Vec<(&str, Vec<String>, Vec<String>)> = decisions
+        .iter()
+        .filter(|d| d.field == "ports")
+        .map(|d| (d.value.as_str(), d.from.clone(), d.overruled.clone()))
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            ("metrics/TCP/9090", vec!["b".to_owned()], vec![]),
+            ("tcp/TCP/42", vec!["a".to_owned()], vec!["b".to_owned()]),
+        ]
+    );
+}
