@@ -281,43 +281,57 @@ impl Creations {
         })
     }
 
-    /// Every ServiceAccount among `objects` was created before every
-    /// DaemonSet and Deployment among them.
+    /// Each DaemonSet and Deployment among `objects` was created after the
+    /// ServiceAccount its pods run as, which is among `objects` too.
     async fn assert_service_accounts_first(&self, objects: &[Value]) {
-        let wanted: BTreeSet<String> = objects
+        let ids: BTreeSet<String> = objects.iter().map(id).collect();
+        let pairs: Vec<(String, String)> = objects
             .iter()
-            .filter(|o| {
-                ["ServiceAccount", "DaemonSet", "Deployment"].contains(&o["kind"].as_str().unwrap())
+            .filter(|o| o["kind"] == "DaemonSet" || o["kind"] == "Deployment")
+            .map(|o| {
+                let account = format!(
+                    "ServiceAccount {}/{}",
+                    o["metadata"]["namespace"].as_str().unwrap(),
+                    o["spec"]["template"]["spec"]["serviceAccountName"]
+                        .as_str()
+                        .unwrap_or_else(|| panic!("{}: no serviceAccountName", id(o)))
+                );
+                assert!(
+                    ids.contains(&account),
+                    "{}: {account} is not installed",
+                    id(o)
+                );
+                (account, id(o))
             })
-            .map(id)
             .collect();
-        assert!(
-            wanted.len() >= 5,
-            "3 ServiceAccounts and 2 workloads: {wanted:?}"
+        assert_eq!(
+            pairs.len(),
+            2,
+            "the DNS DaemonSet and the controller Deployment"
         );
         let start = Instant::now();
         let seen = loop {
             let seen = self.seen.lock().unwrap().clone();
-            if wanted.iter().all(|w| seen.contains_key(w)) {
+            if pairs
+                .iter()
+                .all(|(a, w)| seen.contains_key(a) && seen.contains_key(w))
+            {
                 break seen;
             }
             assert!(
                 start.elapsed() < WAIT,
-                "creations not all seen: wanted {wanted:?}, seen {seen:?}"
+                "creations not all seen: wanted {pairs:?}, seen {seen:?}"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
-        let (accounts, workloads): (Vec<_>, Vec<_>) = wanted
-            .iter()
-            .map(|w| (w, seen[w]))
-            .partition(|(w, _)| w.starts_with("ServiceAccount "));
-        let last_account = accounts.iter().map(|(_, r)| *r).max().unwrap();
-        let first_workload = workloads.iter().map(|(_, r)| *r).min().unwrap();
-        assert!(
-            last_account < first_workload,
-            "a workload was created before a ServiceAccount (creation revisions): \
-             {accounts:?} vs {workloads:?}"
-        );
+        for (account, workload) in &pairs {
+            assert!(
+                seen[account] < seen[workload],
+                "{workload} was created before {account} (creation revisions {} and {})",
+                seen[workload],
+                seen[account]
+            );
+        }
     }
 }
 
