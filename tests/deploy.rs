@@ -2,10 +2,14 @@
 //! every document parses into the typed k8s-openapi object of its kind, and
 //! serializing that object back gives the document again, so a misspelt or
 //! misplaced field (which k8s-openapi would silently ignore) fails here.
-//! Plus the invariants the controller's install relies on. Tier 1: no
-//! apiserver (tests/rbac.rs checks the roles against a real one).
+//! Plus the invariants the install relies on: the kustomization lists every
+//! manifest, one versioned image, the Helm chart's CRDs are the generated
+//! ones, the DNS rollout surges behind a Service that prefers the node's
+//! pod, and both pod templates carry the Prometheus scrape annotations.
+//! Tier 1: no apiserver (tests/rbac.rs checks the roles against a real one,
+//! tests/install.rs installs everything with kubectl and helm).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
@@ -120,6 +124,7 @@ fn every_deploy_manifest_parses_into_typed_objects_without_unknown_fields() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml"))
         .collect();
+    files.retain(|f| f != "kustomization.yaml");
     files.sort();
     for required in ["controller.yaml", "peer-reader.yaml"] {
         assert!(
@@ -127,9 +132,18 @@ fn every_deploy_manifest_parses_into_typed_objects_without_unknown_fields() {
             "deploy/{required} missing"
         );
     }
+    let mut namespaces = Vec::new();
     for file in &files {
-        assert!(!parse(file).is_empty(), "deploy/{file} has no documents");
+        let objects = parse(file);
+        assert!(!objects.is_empty(), "deploy/{file} has no documents");
+        for object in objects {
+            if let Object::Namespace(n) = object {
+                namespaces.push(format!("{file}: {:?}", n.metadata.name));
+            }
+        }
     }
+    // kustomize refuses an object declared twice.
+    assert_eq!(namespaces.len(), 1, "the namespace, once: {namespaces:?}");
 }
 
 /// Verbs of the rules for `(group, resource)`.
@@ -313,7 +327,11 @@ fn controller_install_is_consistent() {
         .find(|p| p.name.as_deref() == Some("admin"))
         .expect("an admin port")
         .container_port;
-    assert_eq!(admin_port, 9155);
+    assert_eq!(admin_port, 9180);
+    assert!(
+        args.iter().any(|a| a == "--admin-addr=0.0.0.0:9180"),
+        "{args:?}"
+    );
     for (probe, path) in [
         (&container.readiness_probe, "/ready"),
         (&container.liveness_probe, "/health"),
@@ -334,4 +352,225 @@ fn controller_install_is_consistent() {
             .and_then(|r| r.requests.as_ref())
             .is_some_and(|r| r.contains_key("cpu") && r.contains_key("memory"))
     );
+}
+
+/// The manifests' manifest files (`deploy/*.yaml` but the kustomization).
+fn manifest_files() -> BTreeSet<String> {
+    std::fs::read_dir(deploy_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+        .collect()
+}
+
+/// A YAML file of the repository as JSON.
+fn yaml(relative: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{relative}: {e}"));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{relative}: {e}"))
+}
+
+fn strings(value: &Value) -> BTreeSet<String> {
+    value
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {value}"))
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// `kubectl apply -k deploy` installs every manifest and the CRDs, and the
+/// CRDs' own kustomization lists every generated CRD.
+#[test]
+fn the_kustomization_lists_every_manifest_and_the_crds() {
+    let kustomization = yaml("deploy/kustomization.yaml");
+    let mut expected = manifest_files();
+    expected.insert("../crds".into());
+    assert_eq!(strings(&kustomization["resources"]), expected);
+
+    let crds = yaml("crds/kustomization.yml");
+    let generated: BTreeSet<String> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("crds"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".yaml"))
+            .collect();
+    assert_eq!(strings(&crds["resources"]), generated);
+    // What `kubectl apply -k deploy -l 'app.kubernetes.io/component!=crd'` leaves out.
+    assert_eq!(
+        crds["labels"][0]["pairs"]["app.kubernetes.io/component"], "crd",
+        "the CRDs' label"
+    );
+}
+
+/// Every container runs `clusterset-dns:<Cargo.toml version>`, pulled only
+/// when absent, in the raw manifests, the kustomization's `images:` and the
+/// Helm chart; no `latest`.
+#[test]
+fn images_are_the_cargo_version_and_pulled_if_not_present() {
+    let version = env!("CARGO_PKG_VERSION");
+    let image = format!("clusterset-dns:{version}");
+    let mut containers = 0;
+    for file in manifest_files() {
+        for object in parse(&file) {
+            let pod = match &object {
+                Object::DaemonSet(d) => d.spec.as_ref().unwrap().template.spec.clone(),
+                Object::Deployment(d) => d.spec.as_ref().unwrap().template.spec.clone(),
+                _ => continue,
+            };
+            for container in pod.unwrap().containers {
+                assert_eq!(container.image.as_deref(), Some(image.as_str()), "{file}");
+                assert_eq!(
+                    container.image_pull_policy.as_deref(),
+                    Some("IfNotPresent"),
+                    "{file}"
+                );
+                containers += 1;
+            }
+        }
+    }
+    assert_eq!(containers, 2, "the DNS server and the controller");
+
+    let kustomization = yaml("deploy/kustomization.yaml");
+    let images = kustomization["images"].as_array().unwrap();
+    assert_eq!(images.len(), 1);
+    assert_eq!(images[0]["name"], "clusterset-dns");
+    assert_eq!(images[0]["newTag"], version);
+
+    let chart = yaml("deploy/helm/clusterset-dns/Chart.yaml");
+    assert_eq!(chart["version"], version);
+    assert_eq!(chart["appVersion"], version);
+    let values = yaml("deploy/helm/clusterset-dns/values.yaml");
+    assert_eq!(values["image"]["repository"], "clusterset-dns");
+    assert_eq!(values["image"]["tag"], "", "empty: the appVersion");
+    assert_eq!(values["image"]["pullPolicy"], "IfNotPresent");
+}
+
+/// The chart's `crds/` holds exactly the generated CRDs, byte for byte
+/// (`cp crds/*.yaml deploy/helm/clusterset-dns/crds/` after regenerating).
+#[test]
+fn the_helm_chart_crds_are_the_generated_crds() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |dir: &Path| -> BTreeMap<String, String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            .map(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                (name, std::fs::read_to_string(&p).unwrap())
+            })
+            .collect()
+    };
+    let generated = read(&root.join("crds"));
+    let chart = read(&root.join("deploy/helm/clusterset-dns/crds"));
+    assert_eq!(
+        generated.keys().collect::<Vec<_>>(),
+        chart.keys().collect::<Vec<_>>()
+    );
+    for (name, text) in &generated {
+        assert!(
+            &chart[name] == text,
+            "deploy/helm/clusterset-dns/crds/{name} differs from crds/{name}: \
+             cp crds/*.yaml deploy/helm/clusterset-dns/crds/"
+        );
+    }
+}
+
+/// The DNS rollout surges (a node's new pod is Ready before the old one
+/// goes) and the Service prefers the node's own pod with fallback, never
+/// `internalTrafficPolicy: Local` (docs/deploy.md, "Rollout").
+#[test]
+fn the_dns_rollout_surges_and_the_service_prefers_the_node() {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let objects = parse("clusterset-dns.yaml");
+    let ds = objects
+        .iter()
+        .find_map(|o| match o {
+            Object::DaemonSet(d) => Some(d),
+            _ => None,
+        })
+        .expect("a DaemonSet");
+    let spec = ds.spec.as_ref().unwrap();
+    let strategy = spec.update_strategy.as_ref().unwrap();
+    assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
+    let rolling = strategy.rolling_update.as_ref().unwrap();
+    assert_eq!(rolling.max_surge, Some(IntOrString::Int(1)));
+    assert_eq!(rolling.max_unavailable, Some(IntOrString::Int(0)));
+    let pod = spec.template.spec.as_ref().unwrap();
+    let container = &pod.containers[0];
+    // Two pods per node during a surge: no host port may be taken.
+    for port in container.ports.as_deref().unwrap_or_default() {
+        assert_eq!(port.host_port, None, "{port:?}");
+    }
+    assert_eq!(pod.host_network, None);
+    let sleep = container
+        .lifecycle
+        .as_ref()
+        .and_then(|l| l.pre_stop.as_ref())
+        .and_then(|h| h.sleep.as_ref())
+        .expect("a preStop sleep")
+        .seconds;
+    let grace = pod
+        .termination_grace_period_seconds
+        .expect("a grace period");
+    assert!(
+        0 < sleep && sleep < grace,
+        "sleep {sleep} s, grace {grace} s"
+    );
+    assert!(container.readiness_probe.is_some());
+
+    let service = objects
+        .iter()
+        .find_map(|o| match o {
+            Object::Service(s) => Some(s),
+            _ => None,
+        })
+        .expect("a Service");
+    let spec = service.spec.as_ref().unwrap();
+    assert_eq!(spec.traffic_distribution.as_deref(), Some("PreferSameNode"));
+    assert_eq!(spec.internal_traffic_policy, None);
+}
+
+/// Both pod templates are scraped by Prometheus on the port their admin
+/// endpoint listens on (9180), path /metrics.
+#[test]
+fn both_pod_templates_carry_the_prometheus_scrape_annotations() {
+    let mut seen = 0;
+    for file in manifest_files() {
+        for object in parse(&file) {
+            let template = match &object {
+                Object::DaemonSet(d) => d.spec.as_ref().unwrap().template.clone(),
+                Object::Deployment(d) => d.spec.as_ref().unwrap().template.clone(),
+                _ => continue,
+            };
+            let annotations = template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.annotations.clone())
+                .unwrap_or_default();
+            let get = |k: &str| annotations.get(k).map(String::as_str);
+            assert_eq!(get("prometheus.io/scrape"), Some("true"), "{file}");
+            assert_eq!(get("prometheus.io/port"), Some("9180"), "{file}");
+            assert_eq!(get("prometheus.io/path"), Some("/metrics"), "{file}");
+            let container = &template.spec.as_ref().unwrap().containers[0];
+            let admin = container
+                .ports
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .find(|p| p.name.as_deref() == Some("admin"))
+                .unwrap_or_else(|| panic!("{file}: an admin port"))
+                .container_port;
+            assert_eq!(admin, 9180, "{file}");
+            let args = container.args.clone().unwrap_or_default();
+            assert!(
+                args.iter()
+                    .any(|a| a == "--admin-listen=0.0.0.0:9180" || a == "--admin-addr=0.0.0.0:9180"),
+                "{file}: the admin endpoint listens on 9180: {args:?}"
+            );
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 2, "the DaemonSet and the Deployment");
 }

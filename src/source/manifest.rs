@@ -1,7 +1,8 @@
 //! Parsing a multi-document YAML manifest — what one would `kubectl apply` —
 //! into index projections. ServiceImports (`v1alpha1` or `v1beta1`),
 //! `discovery.k8s.io/v1` EndpointSlices and `kind: List` wrappers are read;
-//! other kinds are skipped and reported. Any invalid object rejects the whole
+//! Namespaces are accepted silently (a manifest `kubectl apply` can take
+//! declares the namespaces it uses); other kinds are skipped and reported. Any invalid object rejects the whole
 //! manifest with an error naming the document, the object and the field, so
 //! the caller can keep serving its last good index.
 
@@ -114,6 +115,10 @@ type DocumentObjects = Arc<[(Option<usize>, Object)]>;
 enum Object {
     Import(ImportedService),
     Slice(SliceKey, SliceEndpoints),
+    /// A `v1` Namespace: nothing to serve, nothing to report. A manifest
+    /// meant for `kubectl apply` as well declares the namespaces its
+    /// objects live in (the file source serves every namespace anyway).
+    Namespace,
     /// Not served by DNS: what it is and why, for the skip report.
     Skipped(String),
 }
@@ -273,6 +278,7 @@ fn collect(documents: &[(usize, DocumentObjects)]) -> (Manifest, Vec<ManifestErr
                 Object::Skipped(what) => {
                     manifest.skipped.push(format!("document {number}: {what}"))
                 }
+                Object::Namespace => {}
             }
         }
     }
@@ -527,6 +533,7 @@ fn project_object(mut object: Value, at: Position) -> Result<Object, ManifestErr
                 },
             )
         }
+        ("", "v1", "Namespace") => Ok(Object::Namespace),
         _ => Ok(Object::Skipped(format!(
             "{api_version} {kind} {namespace}/{name} (not served by DNS)"
         ))),
@@ -571,6 +578,34 @@ items:
         assert_eq!(m.slices.len(), 1);
         assert_eq!(m.slices[0].1.cluster, "cluster-a");
         assert_eq!(m.skipped.len(), 1, "{:?}", m.skipped);
+    }
+
+    /// Namespace documents (what makes a manifest applicable with kubectl
+    /// on a cluster without them) are neither served nor reported as
+    /// skipped, also inside a List; `check` then has nothing to complain about.
+    #[test]
+    fn namespaces_are_accepted_without_a_skip() {
+        let namespaces = "apiVersion: v1\nkind: Namespace\nmetadata: {name: prod}\n---\n\
+            apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Namespace, metadata: {name: other}}\n---\n";
+        let text = format!("{namespaces}{GOOD}");
+        let m = parse(&text).unwrap();
+        assert_eq!((m.imports.len(), m.slices.len()), (1, 1));
+        assert_eq!(
+            m.skipped.len(),
+            1,
+            "only the ServiceExport: {:?}",
+            m.skipped
+        );
+        let report = check(&text);
+        assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+        assert_eq!(report.manifest.skipped, m.skipped);
+        // Only the core v1 kind: a look-alike of another group is skipped.
+        let other = text.replacen(
+            "apiVersion: v1\nkind: Namespace",
+            "apiVersion: example.com/v1\nkind: Namespace",
+            1,
+        );
+        assert_eq!(parse(&other).unwrap().skipped.len(), 2);
     }
 
     #[test]
@@ -879,6 +914,10 @@ mod mangled {
     fn mangle(text: &str, rng: &mut Rng) -> String {
         let mut bytes = text.as_bytes().to_vec();
         for _ in 0..1 + rng.below(4) {
+            // A truncation to nothing leaves nothing to mangle further.
+            if bytes.is_empty() {
+                break;
+            }
             let at = rng.below(bytes.len());
             match rng.below(5) {
                 0 => bytes[at] = NASTY[rng.below(NASTY.len())],
