@@ -8,8 +8,9 @@
 //! cannot renew them, so an expiring token would cut the peer off on a
 //! timer (after the grace period, its services drop everywhere). A token
 //! Secret does not expire, is one per reading cluster (labelled with its
-//! id), and deleting it revokes that cluster's token at once without
-//! touching the others. Rotating is running `peer add` again.
+//! id), and deleting it revokes that cluster's token (within moments: the
+//! apiserver checks token Secrets through its cache) without touching the
+//! others. Rotating is running `peer add` again.
 
 use std::time::{Duration, Instant};
 

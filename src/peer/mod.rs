@@ -147,7 +147,7 @@ pub struct RemoveArgs {
     #[command(flatten)]
     pub local: LocalArgs,
     /// Also delete, in the peer, every token Secret made for this cluster
-    /// (the tokens stop working at once). Needs the peer's kubeconfig.
+    /// (the tokens stop working). Needs the peer's kubeconfig.
     #[arg(long)]
     pub revoke: bool,
     /// The peer (with --revoke).

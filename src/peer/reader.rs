@@ -90,7 +90,7 @@ pub fn binding(namespace: &str) -> Value {
 /// A new token Secret of the ServiceAccount for the cluster `reader_id`
 /// (`generateName`: each run makes a new one, so a rotation never reuses a
 /// token). The peer's kube-controller-manager fills in `data.token` and
-/// `data.ca.crt`; deleting the Secret revokes the token at once.
+/// `data.ca.crt`; deleting the Secret revokes the token.
 pub fn token_secret(namespace: &str, reader_id: &str) -> Value {
     json!({
         "apiVersion": "v1",
