@@ -26,6 +26,8 @@
 //! - [`controller`]: the MCS controller (ServiceExports of every member
 //!   cluster → this cluster's ServiceImports, EndpointSlices, derived
 //!   Services), a pull mesh over the same watch layer.
+//! - [`peer`]: `clusterset-dns peer add|list|remove`, joining member
+//!   clusters from an admin's kubeconfigs (the controller's identity rules).
 //! - [`config`]: command line, environment and TOML configuration.
 //! - [`error`]: how errors and their causes are printed.
 //! - [`metrics`], [`admin`], [`explain`], [`telemetry`]: operations.
@@ -41,6 +43,7 @@ pub mod explain;
 pub mod index;
 pub mod metrics;
 pub mod model;
+pub mod peer;
 pub mod publish;
 pub mod source;
 pub mod telemetry;

@@ -1,5 +1,5 @@
-//! The `clusterset-dns` command: `serve`, `controller`, `check`, `dump-zone`
-//! and `crds`.
+//! The `clusterset-dns` command: `serve`, `controller`, `check`, `dump-zone`,
+//! `crds` and `peer`.
 
 use std::process::ExitCode;
 
@@ -38,6 +38,9 @@ enum Command {
     Controller(clusterset_dns::controller::ControllerArgs),
     /// Print the CustomResourceDefinitions (ServiceImport, ServiceExport, ClusterProperty).
     Crds,
+    /// Join member clusters: add, list and remove this cluster's peers
+    /// (the controller's peer Secrets), from admin kubeconfigs.
+    Peer(clusterset_dns::peer::PeerArgs),
 }
 
 fn main() -> ExitCode {
@@ -97,7 +100,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", clusterset_dns::api::crds::render_all_yaml());
             Ok(())
         }
+        Command::Peer(args) => peer(&args),
     }
+}
+
+fn peer(args: &clusterset_dns::peer::PeerArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+    let output = runtime.block_on(clusterset_dns::peer::run(args))?;
+    print!("{output}");
+    Ok(())
 }
 
 fn read_manifest(config: &Config) -> anyhow::Result<(std::path::PathBuf, String)> {

@@ -17,8 +17,9 @@
 //!            reconcile::plan (merge, conditions, naming; pure) ─▶ apply (SSA)
 //! ```
 //!
-//! - [`naming`], [`merge`], [`conditions`]: the pure rules (names, the
-//!   export merge and its conflicts, status conditions).
+//! - [`naming`], [`merge`], [`conditions`], [`membership`]: the pure rules
+//!   (names, the export merge and its conflicts, status conditions, which
+//!   peers are accepted).
 //! - [`cluster`]: what the watches indexed, per cluster.
 //! - [`reconcile`]: desired state and the writes that reach it.
 //! - [`connection`]: the watch and probe tasks of one cluster.
@@ -34,6 +35,7 @@ pub mod cluster;
 pub mod conditions;
 pub mod connection;
 pub mod leader;
+pub mod membership;
 pub mod merge;
 pub mod metrics;
 pub mod naming;

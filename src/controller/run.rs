@@ -26,8 +26,9 @@ use super::cluster::{ClusterData, LocalData, Objects, Touched};
 use super::connection::{
     ClusterKey, Connection, Identity, Report, Scope, WatchEvent, connect, identity,
 };
+use super::membership::{local_identity_problem, peer_refusal};
 use super::metrics::ControllerMetrics;
-use super::naming::{FIELD_MANAGER, is_dns_label};
+use super::naming::FIELD_MANAGER;
 use super::reconcile::{Inputs, Kind, NamespaceFilter, PeerView, Plan, Write, plan};
 use crate::api::{ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
@@ -309,11 +310,8 @@ impl Controller {
         metrics: Arc<ControllerMetrics>,
     ) -> Result<Self, StartError> {
         let identity = identity(&client).await.map_err(StartError::Identity)?;
-        if !is_dns_label(&identity.cluster_id) {
-            return Err(StartError::Identity(format!(
-                "cluster id {:?} (ClusterProperty cluster.clusterset.k8s.io) is not a DNS label: it becomes one label of <host>.<clusterid>.<svc>.<ns>.svc.clusterset.local",
-                identity.cluster_id
-            )));
+        if let Some(problem) = local_identity_problem(&identity.cluster_id) {
+            return Err(StartError::Identity(problem));
         }
         tracing::info!(cluster = %identity.cluster_id, clusterset = %identity.clusterset, "cluster identity");
         let leases = peer_leases(&client, &settings.namespace).await;
@@ -734,44 +732,18 @@ impl Controller {
                 return;
             }
         };
-        let refusal = if !is_dns_label(&identity.cluster_id) {
-            Some((
-                "InvalidClusterId",
-                format!(
-                    "peer cluster id {:?} is not a DNS label",
-                    identity.cluster_id
-                ),
-            ))
-        } else if identity.cluster_id == self.local_id {
-            Some((
-                "SelfReference",
-                format!("Secret {secret} points at this cluster ({})", self.local_id),
-            ))
-        } else if identity.clusterset != self.local_clusterset {
-            Some((
-                "OtherClusterSet",
-                format!(
-                    "peer {} belongs to clusterset {:?}, this cluster to {:?}",
-                    identity.cluster_id, identity.clusterset, self.local_clusterset
-                ),
-            ))
-        } else if let Some(other) = self
-            .peers
-            .values()
-            .find(|p| p.secret != secret && p.id() == Some(identity.cluster_id.as_str()))
-        {
-            Some((
-                "DuplicateClusterId",
-                format!(
-                    "Secrets {} and {secret} both name cluster {}",
-                    other.secret, identity.cluster_id
-                ),
-            ))
-        } else {
-            None
-        };
-        if let Some((reason, message)) = refusal {
-            self.refuse(secret, reason, &message);
+        let refusal = peer_refusal(
+            &self.local_id,
+            &self.local_clusterset,
+            secret,
+            &identity.cluster_id,
+            &identity.clusterset,
+            self.peers
+                .values()
+                .filter_map(|p| Some((p.secret.as_str(), p.id()?))),
+        );
+        if let Some(refusal) = refusal {
+            self.refuse(secret, refusal.reason, &refusal.message);
             return;
         }
         let scope = Scope::Peer {

@@ -1,0 +1,150 @@
+//! `clusterset-dns peer remove`: deletes a peer Secret; with `--revoke`,
+//! first deletes every token Secret made for this cluster in the peer
+//! (after checking the peer kubeconfig reaches the cluster the Secret
+//! names), so the credentials die with the membership. The peer-reader
+//! ServiceAccount and role stay: other clusters' tokens use them.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams};
+
+use super::cluster::{client_from_text, connect, read_identity};
+use super::{ANNOTATION_CLUSTER_ID, PEER_LABEL, PeerError, RemoveArgs, reader};
+use crate::controller::run::KUBECONFIG_KEY;
+
+/// Runs `peer remove` and returns what it did.
+pub async fn remove(args: &RemoveArgs) -> Result<String, PeerError> {
+    let namespace = args.local.namespace.as_str();
+    let name = args.name.as_str();
+    let local = connect(
+        args.local.kubeconfig.as_deref(),
+        args.local.context.as_deref(),
+        "--kubeconfig",
+    )
+    .await?;
+    let secrets: Api<Secret> = Api::namespaced(local.client.clone(), namespace);
+    let secret = secrets
+        .get_opt(name)
+        .await
+        .map_err(PeerError::kube(format!(
+            "reading Secret {namespace}/{name} in this cluster"
+        )))?
+        .ok_or_else(|| {
+            PeerError::Failed(format!(
+                "no Secret {namespace}/{name} in this cluster (`peer list` shows the peers)"
+            ))
+        })?;
+    if secret.labels().get(PEER_LABEL).map(String::as_str) != Some("true") {
+        return Err(PeerError::Failed(format!(
+            "Secret {namespace}/{name} is not a peer Secret (no label {PEER_LABEL}=true): left alone"
+        )));
+    }
+    let mut out = String::new();
+    if args.revoke {
+        out += &revoke(args, &local.client, &secret).await?;
+    }
+    secrets
+        .delete(name, &DeleteParams::default())
+        .await
+        .map_err(PeerError::kube(format!(
+            "deleting Secret {namespace}/{name} in this cluster"
+        )))?;
+    out += &format!("this cluster: peer Secret {namespace}/{name} deleted\n");
+    Ok(out)
+}
+
+/// Deletes this cluster's token Secrets in the peer that `secret` names.
+async fn revoke(
+    args: &RemoveArgs,
+    local: &kube::Client,
+    secret: &Secret,
+) -> Result<String, PeerError> {
+    if args.remote.peer_kubeconfig.is_none() && args.remote.peer_context.is_none() {
+        return Err(PeerError::Failed(
+            "--revoke needs the peer: pass --peer-kubeconfig (and/or --peer-context); nothing was deleted".into(),
+        ));
+    }
+    let peer = connect(
+        args.remote
+            .peer_kubeconfig
+            .as_deref()
+            .or(args.local.kubeconfig.as_deref()),
+        args.remote.peer_context.as_deref(),
+        "--peer-kubeconfig",
+    )
+    .await?;
+    let local_id = read_identity(local)
+        .await
+        .map_err(|e| PeerError::Failed(format!("this cluster's identity (--kubeconfig): {e}")))?;
+    let peer_id = read_identity(&peer.client).await.map_err(|e| {
+        PeerError::Failed(format!(
+            "the peer's identity (--peer-kubeconfig): {e}; nothing was deleted"
+        ))
+    })?;
+    let named = match secret.annotations().get(ANNOTATION_CLUSTER_ID) {
+        Some(id) => Some(id.clone()),
+        None => named_by_kubeconfig(secret).await,
+    };
+    match named {
+        Some(id) if id == peer_id.cluster_id => {}
+        Some(id) => {
+            return Err(PeerError::Failed(format!(
+                "Secret {} names cluster {id}, but --peer-kubeconfig reaches {}; nothing was deleted",
+                secret.name_any(),
+                peer_id.cluster_id
+            )));
+        }
+        None => {
+            return Err(PeerError::Failed(format!(
+                "cannot tell which cluster Secret {} names (no {ANNOTATION_CLUSTER_ID} annotation, and the peer does not answer with it); nothing was deleted",
+                secret.name_any()
+            )));
+        }
+    }
+    let peer_ns = args
+        .remote
+        .peer_namespace
+        .as_deref()
+        .unwrap_or(&args.local.namespace);
+    let tokens: Api<Secret> = Api::namespaced(peer.client.clone(), peer_ns);
+    let mine = tokens
+        .list(&ListParams::default().labels(&format!(
+            "{}={}",
+            reader::LABEL_READER_FOR,
+            local_id.cluster_id
+        )))
+        .await
+        .map_err(PeerError::kube(format!(
+            "listing token Secrets in the peer's namespace {peer_ns}"
+        )))?
+        .items;
+    let mut out = String::new();
+    for token in &mine {
+        tokens
+            .delete(&token.name_any(), &DeleteParams::default())
+            .await
+            .map_err(PeerError::kube(format!(
+                "deleting token Secret {peer_ns}/{} in the peer",
+                token.name_any()
+            )))?;
+        out += &format!(
+            "peer: token Secret {peer_ns}/{} deleted (revoked)\n",
+            token.name_any()
+        );
+    }
+    if mine.is_empty() {
+        out += &format!(
+            "peer: no token Secret for {} in {peer_ns} (nothing to revoke)\n",
+            local_id.cluster_id
+        );
+    }
+    Ok(out)
+}
+
+/// The cluster id the peer answers with through the Secret's own
+/// kubeconfig, if it answers.
+async fn named_by_kubeconfig(secret: &Secret) -> Option<String> {
+    let kubeconfig = secret.data.as_ref()?.get(KUBECONFIG_KEY)?;
+    let (client, _) = client_from_text(&kubeconfig.0).await.ok()?;
+    read_identity(&client).await.ok().map(|i| i.cluster_id)
+}

@@ -1,0 +1,416 @@
+//! The pure rules of `clusterset-dns peer`: which cluster a kubeconfig
+//! names, which CA a peer kubeconfig gets, what it looks like, whether a
+//! join is allowed, whether the controller's latest refusal still holds,
+//! and how `peer list` prints. No I/O: the commands read, these decide.
+
+use std::path::PathBuf;
+
+use data_encoding::BASE64;
+use k8s_openapi::jiff;
+use kube::config::Kubeconfig;
+use serde::Serialize;
+
+use crate::controller::membership::{Refusal, local_identity_problem, peer_refusal};
+
+/// The cluster a kubeconfig context points at, as far as a peer
+/// kubeconfig needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeconfigCluster {
+    /// The context used (the chosen one, else `current-context`).
+    pub context: String,
+    /// `server`.
+    pub server: String,
+    /// `certificate-authority-data` (decoded PEM) or `certificate-authority`.
+    pub ca: Option<CaSource>,
+    /// `insecure-skip-tls-verify`.
+    pub insecure: bool,
+    /// `tls-server-name`, carried into the peer kubeconfig.
+    pub tls_server_name: Option<String>,
+}
+
+/// Where a kubeconfig keeps its CA.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaSource {
+    /// Inline PEM (`certificate-authority-data`, decoded).
+    Data(Vec<u8>),
+    /// A PEM file (`certificate-authority`, made absolute by kube).
+    File(PathBuf),
+}
+
+/// The cluster of `context` (or the current context) in `kubeconfig`.
+pub fn kubeconfig_cluster(
+    kubeconfig: &Kubeconfig,
+    context: Option<&str>,
+) -> Result<KubeconfigCluster, String> {
+    let context = match context {
+        Some(context) => context.to_owned(),
+        None => kubeconfig
+            .current_context
+            .clone()
+            .filter(|c| !c.is_empty())
+            .ok_or("no current-context (pass a context)")?,
+    };
+    let cluster_name = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == context)
+        .and_then(|c| c.context.as_ref())
+        .map(|c| c.cluster.clone())
+        .ok_or_else(|| format!("no context {context:?}"))?;
+    let cluster = kubeconfig
+        .clusters
+        .iter()
+        .find(|c| c.name == cluster_name)
+        .and_then(|c| c.cluster.as_ref())
+        .ok_or_else(|| {
+            format!("context {context:?} names cluster {cluster_name:?}, which is not there")
+        })?;
+    let server = cluster
+        .server
+        .clone()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| format!("cluster {cluster_name:?} has no server"))?;
+    let ca = match (
+        &cluster.certificate_authority_data,
+        &cluster.certificate_authority,
+    ) {
+        (Some(data), _) if !data.trim().is_empty() => {
+            let compact: String = data.split_whitespace().collect();
+            let pem = BASE64.decode(compact.as_bytes()).map_err(|e| {
+                format!("cluster {cluster_name:?}: certificate-authority-data is not base64: {e}")
+            })?;
+            Some(CaSource::Data(pem))
+        }
+        (_, Some(file)) if !file.is_empty() => Some(CaSource::File(file.into())),
+        _ => None,
+    };
+    Ok(KubeconfigCluster {
+        context,
+        server,
+        ca,
+        insecure: cluster.insecure_skip_tls_verify == Some(true),
+        tls_server_name: cluster.tls_server_name.clone(),
+    })
+}
+
+/// True when `pem` holds at least one PEM certificate.
+pub fn is_pem_certificate(pem: &[u8]) -> bool {
+    std::str::from_utf8(pem).is_ok_and(|text| text.contains("-----BEGIN CERTIFICATE-----"))
+}
+
+/// Where the CA written into a peer kubeconfig came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaOrigin {
+    /// `--peer-certificate-authority`.
+    Flag,
+    /// The peer kubeconfig's cluster entry.
+    Kubeconfig,
+    /// The `ca.crt` the peer's kube-controller-manager put into the token
+    /// Secret (its `--root-ca-file`, what the peer's pods trust).
+    TokenSecret,
+}
+
+impl std::fmt::Display for CaOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Flag => "--peer-certificate-authority",
+            Self::Kubeconfig => "the peer kubeconfig",
+            Self::TokenSecret => "the token Secret's ca.crt",
+        })
+    }
+}
+
+/// The CA a peer kubeconfig gets: the flag, else the peer kubeconfig's,
+/// else the token Secret's `ca.crt`. A peer kubeconfig never skips TLS
+/// verification, so no CA at all is an error; so is one that holds no PEM
+/// certificate.
+pub fn choose_ca(
+    flag: Option<Vec<u8>>,
+    kubeconfig: Option<Vec<u8>>,
+    token_secret: Option<Vec<u8>>,
+) -> Result<(Vec<u8>, CaOrigin), String> {
+    let (pem, origin) = flag
+        .map(|pem| (pem, CaOrigin::Flag))
+        .or_else(|| kubeconfig.map(|pem| (pem, CaOrigin::Kubeconfig)))
+        .or_else(|| token_secret.map(|pem| (pem, CaOrigin::TokenSecret)))
+        .ok_or(
+            "no CA for the peer's apiserver: the peer kubeconfig has none and the token Secret no ca.crt; pass --peer-certificate-authority FILE",
+        )?;
+    if !is_pem_certificate(&pem) {
+        return Err(format!("the CA from {origin} holds no PEM certificate"));
+    }
+    Ok((pem, origin))
+}
+
+/// What a peer kubeconfig holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerKubeconfig<'a> {
+    /// The peer's cluster id: the cluster and context name.
+    pub cluster_id: &'a str,
+    /// The URL the local cluster reaches the peer's apiserver at.
+    pub server: &'a str,
+    /// PEM CA of the peer's apiserver.
+    pub ca_pem: &'a [u8],
+    /// The peer-reader token.
+    pub token: &'a str,
+    /// `tls-server-name`, when the admin kubeconfig had one.
+    pub tls_server_name: Option<&'a str>,
+    /// The user name (the ServiceAccount).
+    pub user: &'a str,
+}
+
+/// The YAML of a peer Secret's `data.kubeconfig`: one cluster, one user,
+/// one context, which is current.
+pub fn render_kubeconfig(peer: &PeerKubeconfig<'_>) -> String {
+    let mut cluster = serde_json::json!({
+        "server": peer.server,
+        "certificate-authority-data": BASE64.encode(peer.ca_pem),
+    });
+    if let Some(name) = peer.tls_server_name {
+        cluster["tls-server-name"] = name.into();
+    }
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": peer.cluster_id, "cluster": cluster}],
+        "users": [{"name": peer.user, "user": {"token": peer.token}}],
+        "contexts": [{
+            "name": peer.cluster_id,
+            "context": {"cluster": peer.cluster_id, "user": peer.user},
+        }],
+        "current-context": peer.cluster_id,
+    });
+    // A JSON value always serializes; JSON is YAML too, should it not.
+    serde_saphyr::to_string(&config).unwrap_or_else(|_| config.to_string())
+}
+
+/// The default name of the peer Secret for cluster `peer_id`.
+pub fn secret_name(peer_id: &str) -> String {
+    format!("peer-{peer_id}")
+}
+
+/// What the Secret that `peer add` is about to write is now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// No Secret of that name.
+    Absent,
+    /// A peer Secret, naming this cluster id if known.
+    Peer(Option<String>),
+    /// A Secret without the peer label: not ours to overwrite.
+    NotAPeer,
+}
+
+/// An identity as the join rules see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member<'a> {
+    /// `cluster.clusterset.k8s.io`.
+    pub cluster_id: &'a str,
+    /// `clusterset.k8s.io`.
+    pub clusterset: &'a str,
+}
+
+/// Whether the cluster `peer` may join `local` as Secret `secret`, given
+/// the other peer Secrets and the ids they are known to name (`None`: not
+/// known) and what the Secret is now. The controller's rules
+/// ([`peer_refusal`]) plus two of the command's own: this cluster's id
+/// must be valid, and the Secret must not be someone else's.
+pub fn check_join(
+    local: Member<'_>,
+    peer: Member<'_>,
+    secret: &str,
+    others: &[(String, Option<String>)],
+    target: &Target,
+) -> Result<(), Refusal> {
+    if let Some(problem) = local_identity_problem(local.cluster_id) {
+        return Err(Refusal {
+            reason: "InvalidLocalClusterId",
+            message: problem,
+        });
+    }
+    match target {
+        Target::NotAPeer => {
+            return Err(Refusal {
+                reason: "NameTaken",
+                message: format!("Secret {secret} exists and is not a peer Secret"),
+            });
+        }
+        Target::Peer(Some(id)) if id != peer.cluster_id => {
+            return Err(Refusal {
+                reason: "NameTaken",
+                message: format!(
+                    "Secret {secret} names cluster {id}, not {}",
+                    peer.cluster_id
+                ),
+            });
+        }
+        _ => {}
+    }
+    let known = others
+        .iter()
+        .filter_map(|(name, id)| Some((name.as_str(), id.as_deref()?)));
+    match peer_refusal(
+        local.cluster_id,
+        local.clusterset,
+        secret,
+        peer.cluster_id,
+        peer.clusterset,
+        known,
+    ) {
+        Some(refusal) => Err(refusal),
+        None => Ok(()),
+    }
+}
+
+/// What to do about a refusal, by its reason.
+pub fn hint(reason: &str) -> &'static str {
+    match reason {
+        "SelfReference" => "the two kubeconfigs reach the same cluster",
+        "OtherClusterSet" => {
+            "members of one clusterset share the ClusterProperty clusterset.k8s.io"
+        }
+        "DuplicateClusterId" => {
+            "that cluster is a peer already (re-run with --name <its Secret> to rotate its token), or two clusters share one ClusterProperty cluster.clusterset.k8s.io"
+        }
+        "InvalidClusterId" | "InvalidLocalClusterId" => {
+            "set the ClusterProperty cluster.clusterset.k8s.io to a DNS label"
+        }
+        "NameTaken" => "pass another --name, or remove that Secret first",
+        _ => "see docs/controller.md, Identity and membership",
+    }
+}
+
+/// A `PeerRefused` Event about a peer Secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusalEvent {
+    /// When the controller last refused it (series, event or creation time).
+    pub at: jiff::Timestamp,
+    /// The note: `<reason>: <message>`.
+    pub note: String,
+}
+
+/// The controller's refusal that still holds: the latest `PeerRefused`
+/// Event that is newer than the Secret's last change (a fixed Secret is
+/// read again) and than the peer's Lease (renewed only while the peer is
+/// accepted and healthy).
+pub fn current_refusal(
+    events: &[RefusalEvent],
+    secret_changed: Option<jiff::Timestamp>,
+    lease_renewed: Option<jiff::Timestamp>,
+) -> Option<&RefusalEvent> {
+    events
+        .iter()
+        .filter(|e| secret_changed.is_none_or(|changed| e.at >= changed))
+        .filter(|e| lease_renewed.is_none_or(|renewed| e.at > renewed))
+        .max_by_key(|e| e.at)
+}
+
+/// One row of `peer list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PeerStatus {
+    /// The Secret's name.
+    pub name: String,
+    /// The peer's cluster id: what it answers now, else the Secret's
+    /// annotation, else the controller's Lease.
+    pub cluster_id: Option<String>,
+    /// The peer's clusterset, when it answered.
+    pub clusterset: Option<String>,
+    /// The server of the Secret's kubeconfig.
+    pub server: Option<String>,
+    /// Whether the peer answered with the Secret's credentials just now
+    /// (its ClusterProperties and a one-item list of ServiceExports).
+    pub healthy: bool,
+    /// Why not.
+    pub error: Option<String>,
+    /// When the controller last saw it healthy (its Lease), RFC 3339.
+    pub last_seen: Option<String>,
+    /// Seconds since then.
+    pub last_seen_seconds_ago: Option<i64>,
+    /// The controller's refusal that still holds (the `PeerRefused` note).
+    pub refused: Option<String>,
+}
+
+impl PeerStatus {
+    /// What the controller makes of it: `refused`, `accepted` (its Lease
+    /// is renewed) or `-` (no controller has recorded anything).
+    pub fn controller(&self) -> &'static str {
+        if self.refused.is_some() {
+            "refused"
+        } else if self.last_seen.is_some() {
+            "accepted"
+        } else {
+            "-"
+        }
+    }
+}
+
+/// `4s ago`, `3m ago`, `2h ago`, `5d ago`.
+pub fn age(seconds: i64) -> String {
+    let s = seconds.max(0);
+    match s {
+        0..60 => format!("{s}s ago"),
+        60..3600 => format!("{}m ago", s / 60),
+        3600..86400 => format!("{}h ago", s / 3600),
+        _ => format!("{}d ago", s / 86400),
+    }
+}
+
+/// The header of `peer list`'s table.
+pub const TABLE_HEADER: [&str; 6] = [
+    "NAME",
+    "CLUSTER",
+    "SERVER",
+    "HEALTH",
+    "LAST SEEN",
+    "CONTROLLER",
+];
+
+/// `peer list`'s table, columns padded to their widest cell, then one
+/// line per problem (why a peer is unhealthy, why it was refused).
+pub fn render_table(peers: &[PeerStatus]) -> String {
+    let rows: Vec<[String; 6]> = peers
+        .iter()
+        .map(|p| {
+            [
+                p.name.clone(),
+                p.cluster_id.clone().unwrap_or_else(|| "?".into()),
+                p.server.clone().unwrap_or_else(|| "?".into()),
+                if p.healthy { "ok" } else { "unhealthy" }.into(),
+                p.last_seen_seconds_ago.map_or_else(|| "-".into(), age),
+                p.controller().into(),
+            ]
+        })
+        .collect();
+    let mut widths = TABLE_HEADER.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let line = |cells: &[&str]| {
+        let mut text = String::new();
+        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}  "));
+            }
+        }
+        text.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(&TABLE_HEADER);
+    for row in &rows {
+        out += &line(&row.each_ref().map(String::as_str));
+    }
+    for p in peers {
+        if let Some(error) = &p.error {
+            out += &format!("{}: {error}\n", p.name);
+        }
+        if let Some(note) = &p.refused {
+            out += &format!("{}: refused by the controller: {note}\n", p.name);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,686 @@
+//! `clusterset-dns peer add|list|remove`, the real binary against two real
+//! member clusters (their kube-controller-managers fill in token Secrets),
+//! with the controller running in cluster a.
+//!
+//! The command lines of docs/controller.md ("Joining clusters") are taken
+//! from the markdown and run as written, in a directory holding the
+//! kubeconfig files they name: the documentation cannot drift from what
+//! works. b.kubeconfig carries its cluster's CA, as an admin kubeconfig
+//! does; a.kubeconfig skips TLS verification, so the CA of the token
+//! Secret is used for a.
+
+#![cfg(feature = "testenv")]
+
+mod controlplane;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use clusterset_dns::api::{ServiceExport, ServiceImport};
+use controlplane::{
+    ADMIN_TOKEN, CONTROLLER_NAMESPACE, Cluster, ControlPlane, PEER_LABEL, apiserver_url,
+    apply_file, client_from_yaml, deploy_file, install_controller, set_cluster_properties,
+    spawn_controller,
+};
+use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+const CLUSTERSET: &str = "demo-set";
+const READER: &str = "clusterset-dns-peer-reader";
+const READER_FOR: &str = "clusterset-dns.io/peer-reader-for";
+/// How long the controller may take to import or drop a service.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// One `$ clusterset-dns …` line of the tested block and the output lines
+/// shown under it.
+struct DocCommand {
+    line: String,
+    args: Vec<String>,
+    output: Vec<String>,
+}
+
+/// The commands of every ```console block that follows a
+/// `<!-- peer-cli: … -->` marker in docs/controller.md.
+fn documented_commands() -> Vec<DocCommand> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/controller.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut commands: Vec<DocCommand> = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if !line.starts_with("<!-- peer-cli:") {
+            continue;
+        }
+        assert_eq!(
+            lines.next(),
+            Some("```console"),
+            "a console block after the marker"
+        );
+        for line in lines.by_ref() {
+            if line == "```" {
+                break;
+            }
+            if let Some(command) = line.strip_prefix("$ ") {
+                assert!(
+                    !command.contains(['"', '\'', '$', '\\', '|', '<']),
+                    "documented command needs a shell: {command}"
+                );
+                let mut words = command.split_whitespace().map(str::to_owned);
+                assert_eq!(words.next().as_deref(), Some("clusterset-dns"), "{command}");
+                commands.push(DocCommand {
+                    line: command.to_owned(),
+                    args: words.collect(),
+                    output: Vec::new(),
+                });
+            } else {
+                commands
+                    .last_mut()
+                    .expect("output before any command")
+                    .output
+                    .push(line.to_owned());
+            }
+        }
+    }
+    commands
+}
+
+/// What the binary did.
+struct Run {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `clusterset-dns <args>` in `dir`, without `KUBECONFIG`.
+async fn cli<S: AsRef<std::ffi::OsStr>>(dir: &Path, args: &[S]) -> Run {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_clusterset-dns"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("KUBECONFIG")
+        .output()
+        .await
+        .unwrap();
+    Run {
+        ok: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Runs a documented command, which must succeed.
+async fn run_doc(dir: &Path, command: &DocCommand) -> String {
+    let t = Instant::now();
+    let run = cli(dir, &command.args).await;
+    assert!(
+        run.ok,
+        "documented `{}` failed:\n{}{}",
+        command.line, run.stdout, run.stderr
+    );
+    eprintln!(
+        "`{}` in {:.1} s:\n{}",
+        command.line,
+        t.elapsed().as_secs_f64(),
+        run.stdout
+    );
+    run.stdout
+}
+
+/// Runs a command that must be refused with `reason`, and returns stderr.
+async fn refused(dir: &Path, args: &[&str], reason: &str) -> String {
+    let run = cli(dir, args).await;
+    assert!(!run.ok, "{args:?} should be refused:\n{}", run.stdout);
+    assert!(
+        run.stderr
+            .contains(&format!("refusing to add the peer: {reason}: "))
+            && run.stderr.contains("nothing was written"),
+        "{args:?}: {}",
+        run.stderr
+    );
+    run.stderr
+}
+
+/// `peer list -o json` of the cluster of `kubeconfig`.
+async fn list_json(dir: &Path, kubeconfig: &str) -> Vec<Value> {
+    let run = cli(
+        dir,
+        &["peer", "list", "--kubeconfig", kubeconfig, "-o", "json"],
+    )
+    .await;
+    assert!(run.ok, "peer list: {}", run.stderr);
+    serde_json::from_str(&run.stdout).unwrap()
+}
+
+fn entry<'a>(list: &'a [Value], name: &str) -> &'a Value {
+    list.iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not listed: {list:?}"))
+}
+
+async fn peer_secrets(client: &Client) -> Vec<Secret> {
+    Api::<Secret>::namespaced(client.clone(), CONTROLLER_NAMESPACE)
+        .list(&ListParams::default().labels(&format!("{PEER_LABEL}=true")))
+        .await
+        .unwrap()
+        .items
+}
+
+/// Names of the token Secrets made for cluster `reader` (in the peer).
+async fn token_secrets(client: &Client, reader: &str) -> Vec<String> {
+    Api::<Secret>::namespaced(client.clone(), CONTROLLER_NAMESPACE)
+        .list(&ListParams::default().labels(&format!("{READER_FOR}={reader}")))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect()
+}
+
+/// The kubeconfig of a peer Secret.
+async fn kubeconfig_of(client: &Client, name: &str) -> String {
+    let secret = Api::<Secret>::namespaced(client.clone(), CONTROLLER_NAMESPACE)
+        .get(name)
+        .await
+        .unwrap();
+    String::from_utf8(secret.data.unwrap()["kubeconfig"].0.clone()).unwrap()
+}
+
+/// Whether the client's user may `verb` `resource` cluster-wide.
+async fn may(client: &Client, verb: &str, group: &str, resource: &str) -> bool {
+    let review: SelfSubjectAccessReview = serde_json::from_value(json!({
+        "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource}},
+    }))
+    .unwrap();
+    Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .allowed
+}
+
+/// The status code of a failed request, or 200.
+fn code<T>(result: kube::Result<T>) -> u16 {
+    match result {
+        Ok(_) => 200,
+        Err(kube::Error::Api(status)) => status.code,
+        Err(other) => panic!("not an API error: {other}"),
+    }
+}
+
+/// `Ok` once the client's token is refused (401). The apiserver checks a
+/// token Secret through its informer cache, so a deleted one stops working
+/// within moments, not at the instant of the delete.
+async fn revoked(client: &Client) -> Result<(), String> {
+    match code(
+        Api::<ServiceExport>::all(client.clone())
+            .list(&ListParams::default())
+            .await,
+    ) {
+        401 => Ok(()),
+        other => Err(format!("the token still gets {other}")),
+    }
+}
+
+/// The admin kubeconfig of `cluster`, with its CA inline instead of
+/// skipping verification.
+fn kubeconfig_with_ca(cluster: &Cluster) -> String {
+    let ca = std::fs::read(cluster.dir.join("ca.crt")).unwrap();
+    let ca = serde_json::to_value(k8s_openapi::ByteString(ca)).unwrap();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "b", "cluster": {"server": apiserver_url(cluster), "certificate-authority-data": ca}}],
+        "users": [{"name": "admin", "user": {"token": ADMIN_TOKEN}}],
+        "contexts": [{"name": "b-admin", "context": {"cluster": "b", "user": "admin"}}],
+        "current-context": "b-admin",
+    })
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn peer_add_list_remove_against_two_member_clusters() {
+    let t0 = Instant::now();
+    let mut plane = ControlPlane::start_members(2, |_| false).await;
+    let (a, b) = (&plane.clusters[0], &plane.clusters[1]);
+    let (admin_a, admin_b) = (a.admin_client().await, b.admin_client().await);
+    set_cluster_properties(&admin_a, "cluster-a", CLUSTERSET).await;
+    set_cluster_properties(&admin_b, "cluster-b", CLUSTERSET).await;
+    // a: the controller and deploy/peer-reader.yaml; b: only the controller's
+    // namespace and role, so `peer add` creates b's reader objects.
+    let controller_kubeconfig = install_controller(a).await;
+    apply_file(&admin_b, &deploy_file("controller.yaml")).await;
+    for client in [&admin_a, &admin_b] {
+        Api::<Namespace>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "demo"}})).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    std::fs::copy(&a.admin_kubeconfig, dir.join("a.kubeconfig")).unwrap();
+    std::fs::write(dir.join("b.kubeconfig"), kubeconfig_with_ca(b)).unwrap();
+    let controller = spawn_controller(
+        a,
+        &controller_kubeconfig,
+        &["--peer-grace-period", "30s", "--startup-sync-timeout", "5s"],
+    );
+    let docs = documented_commands();
+    let subcommands: Vec<String> = docs.iter().map(|c| c.args[..2].join(" ")).collect();
+    assert_eq!(
+        subcommands,
+        [
+            "peer add",
+            "peer add",
+            "peer list",
+            "peer list",
+            "peer remove"
+        ],
+        "the documented sequence this test follows"
+    );
+    eprintln!("clusters up in {:.1} s", t0.elapsed().as_secs_f64());
+
+    // --- Refusals: nothing is written anywhere. ---
+    let stderr = refused(
+        dir,
+        &[
+            "peer",
+            "add",
+            "--kubeconfig",
+            "a.kubeconfig",
+            "--peer-kubeconfig",
+            "a.kubeconfig",
+        ],
+        "SelfReference",
+    )
+    .await;
+    assert!(
+        stderr.contains("points at this cluster (cluster-a)"),
+        "{stderr}"
+    );
+    set_cluster_properties(&admin_b, "cluster-b", "other-set").await;
+    let stderr = refused(
+        dir,
+        &[
+            "peer",
+            "add",
+            "--kubeconfig",
+            "a.kubeconfig",
+            "--peer-kubeconfig",
+            "b.kubeconfig",
+        ],
+        "OtherClusterSet",
+    )
+    .await;
+    assert!(
+        stderr.contains(
+            "peer cluster-b belongs to clusterset \"other-set\", this cluster to \"demo-set\""
+        ),
+        "{stderr}"
+    );
+    set_cluster_properties(&admin_b, "cluster-b", CLUSTERSET).await;
+    assert!(peer_secrets(&admin_a).await.is_empty());
+    assert!(token_secrets(&admin_a, "cluster-a").await.is_empty());
+    assert!(token_secrets(&admin_b, "cluster-a").await.is_empty());
+    assert!(
+        Api::<ServiceAccount>::namespaced(admin_b.clone(), CONTROLLER_NAMESPACE)
+            .get_opt(READER)
+            .await
+            .unwrap()
+            .is_none(),
+        "refused, yet the reader ServiceAccount was written in the peer"
+    );
+    assert!(
+        Api::<ClusterRole>::all(admin_b.clone())
+            .get_opt(READER)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // --- Join both ways, as documented. ---
+    let out = run_doc(dir, &docs[0]).await;
+    assert!(
+        out.contains("ClusterRole clusterset-dns-peer-reader created"),
+        "{out}"
+    );
+    assert!(out.contains("(CA from the peer kubeconfig)"), "{out}");
+    let out = run_doc(dir, &docs[1]).await;
+    assert!(
+        out.contains("ClusterRole clusterset-dns-peer-reader exists"),
+        "{out}"
+    );
+    assert!(out.contains("(CA from the token Secret's ca.crt)"), "{out}");
+    let secrets = peer_secrets(&admin_a).await;
+    assert_eq!(
+        secrets
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect::<Vec<_>>(),
+        ["peer-cluster-b"]
+    );
+    assert_eq!(
+        secrets[0].annotations()["clusterset-dns.io/cluster-id"],
+        "cluster-b"
+    );
+    assert_eq!(
+        peer_secrets(&admin_b)
+            .await
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect::<Vec<_>>(),
+        ["peer-cluster-a"]
+    );
+    let first_token = token_secrets(&admin_b, "cluster-a").await;
+    assert_eq!(first_token.len(), 1, "{first_token:?}");
+    assert_eq!(token_secrets(&admin_a, "cluster-b").await.len(), 1);
+    let kubeconfig = kubeconfig_of(&admin_a, "peer-cluster-b").await;
+    let parsed: Value =
+        serde_json::to_value(kube::config::Kubeconfig::from_yaml(&kubeconfig).unwrap()).unwrap();
+    assert_eq!(parsed["clusters"][0]["cluster"]["server"], apiserver_url(b));
+    assert!(
+        parsed["clusters"][0]["cluster"]
+            .get("insecure-skip-tls-verify")
+            .is_none()
+    );
+
+    // The token reads what the controller pulls, verifies TLS, and writes nothing.
+    let reader = client_from_yaml(&kubeconfig).await;
+    for verb in ["get", "list", "watch"] {
+        assert!(
+            may(&reader, verb, "multicluster.x-k8s.io", "serviceexports").await,
+            "{verb}"
+        );
+        assert!(
+            may(&reader, verb, "about.k8s.io", "clusterproperties").await,
+            "{verb}"
+        );
+    }
+    for verb in ["create", "update", "patch", "delete"] {
+        assert!(
+            !may(&reader, verb, "multicluster.x-k8s.io", "serviceexports").await,
+            "{verb}"
+        );
+    }
+    assert!(!may(&reader, "get", "", "secrets").await);
+    let exports_b: Api<ServiceExport> = Api::namespaced(reader.clone(), "demo");
+    assert_eq!(code(exports_b.list(&ListParams::default()).await), 200);
+    assert_eq!(
+        code(
+            exports_b
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap()
+                )
+                .await
+        ),
+        403,
+        "the peer-reader token wrote a ServiceExport"
+    );
+
+    // --- The controller accepts the peer: an export in b is imported in a. ---
+    controller.wait_ready(Duration::from_secs(60));
+    Api::<Service>::namespaced(admin_b.clone(), "demo")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "web"},
+                "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    Api::<ServiceExport>::namespaced(admin_b.clone(), "demo")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "web"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let imports_a: Api<ServiceImport> = Api::namespaced(admin_a.clone(), "demo");
+    a.wait_for("demo/web imported from cluster-b", WAIT, || async {
+        imports_a
+            .get_opt("web")
+            .await
+            .unwrap()
+            .map(|_| ())
+            .ok_or_else(|| {
+                format!(
+                    "no ServiceImport yet; controller log:\n{}",
+                    controller.log()
+                )
+            })
+    })
+    .await;
+    eprintln!(
+        "imported through the added peer at {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+
+    // --- The same cluster under another name: refused, nothing written. ---
+    let stderr = refused(
+        dir,
+        &[
+            "peer",
+            "add",
+            "--kubeconfig",
+            "a.kubeconfig",
+            "--peer-kubeconfig",
+            "b.kubeconfig",
+            "--name",
+            "peer-b-again",
+        ],
+        "DuplicateClusterId",
+    )
+    .await;
+    assert!(
+        stderr.contains("Secrets peer-cluster-b and peer-b-again both name cluster cluster-b"),
+        "{stderr}"
+    );
+    assert_eq!(peer_secrets(&admin_a).await.len(), 1);
+    assert_eq!(token_secrets(&admin_b, "cluster-a").await, first_token);
+
+    // --- A Secret the controller refuses shows as refused in `peer list`. ---
+    let copy: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "peer-copy", "labels": {PEER_LABEL: "true"}},
+        "stringData": {"kubeconfig": kubeconfig},
+    }))
+    .unwrap();
+    let secrets_a: Api<Secret> = Api::namespaced(admin_a.clone(), CONTROLLER_NAMESPACE);
+    secrets_a
+        .create(&PostParams::default(), &copy)
+        .await
+        .unwrap();
+    a.wait_for("peer-copy listed as refused", WAIT, || async {
+        let list = list_json(dir, "a.kubeconfig").await;
+        let copy = entry(&list, "peer-copy");
+        match copy["refused"].as_str() {
+            Some(note) if note.starts_with("DuplicateClusterId: ") => Ok(()),
+            _ => Err(format!("{copy}")),
+        }
+    })
+    .await;
+    secrets_a
+        .delete("peer-copy", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // --- Re-running is idempotent and rotates the token. ---
+    run_doc(dir, &docs[0]).await;
+    let second_token = token_secrets(&admin_b, "cluster-a").await;
+    assert_eq!(second_token.len(), 1, "{second_token:?}");
+    assert_ne!(second_token, first_token, "no new token");
+    assert_eq!(peer_secrets(&admin_a).await.len(), 1);
+    let rotated = kubeconfig_of(&admin_a, "peer-cluster-b").await;
+    assert_ne!(rotated, kubeconfig);
+    b.wait_for("the old token revoked", WAIT, || revoked(&reader))
+        .await;
+    let new: Api<ServiceExport> = Api::all(client_from_yaml(&rotated).await);
+    assert_eq!(code(new.list(&ListParams::default()).await), 200);
+
+    // --- --peer-server: the address the controller uses, not the admin's
+    // (here one where nothing listens: `peer list` probes that address). ---
+    let elsewhere = format!("https://127.0.0.1:{}", controlplane::free_port());
+    let run = cli(
+        dir,
+        &[
+            "peer",
+            "add",
+            "--kubeconfig",
+            "a.kubeconfig",
+            "--peer-kubeconfig",
+            "b.kubeconfig",
+            "--peer-server",
+            &elsewhere,
+        ],
+    )
+    .await;
+    assert!(run.ok, "{}", run.stderr);
+    assert!(
+        kubeconfig_of(&admin_a, "peer-cluster-b")
+            .await
+            .contains(&elsewhere)
+    );
+    let list = list_json(dir, "a.kubeconfig").await;
+    let moved = entry(&list, "peer-cluster-b");
+    assert_eq!(moved["server"], elsewhere.as_str());
+    assert_eq!(moved["healthy"], false, "{moved}");
+    assert_eq!(
+        moved["cluster_id"], "cluster-b",
+        "known from the annotation"
+    );
+
+    // --- Back to the documented command: the controller reads b with the
+    // latest token (its Lease is renewed after it), the import never dropped. ---
+    run_doc(dir, &docs[0]).await;
+    let rotated_at = k8s_openapi::jiff::Timestamp::now();
+    let rotated = kubeconfig_of(&admin_a, "peer-cluster-b").await;
+    assert!(rotated.contains(&apiserver_url(b)));
+    assert_eq!(token_secrets(&admin_b, "cluster-a").await.len(), 1);
+    a.wait_for(
+        "the controller reads b with the latest token",
+        WAIT,
+        || async {
+            let list = list_json(dir, "a.kubeconfig").await;
+            let b = entry(&list, "peer-cluster-b");
+            let seen: Option<k8s_openapi::jiff::Timestamp> =
+                b["last_seen"].as_str().and_then(|t| t.parse().ok());
+            if b["healthy"] == true
+                && b["refused"].is_null()
+                && seen.is_some_and(|t| t > rotated_at)
+            {
+                Ok(())
+            } else {
+                Err(format!("{b}"))
+            }
+        },
+    )
+    .await;
+    assert!(
+        imports_a.get_opt("web").await.unwrap().is_some(),
+        "the import dropped during rotations"
+    );
+
+    // --- `peer list`, table and JSON, as documented. ---
+    let table = run_doc(dir, &docs[2]).await;
+    let lines: Vec<&str> = table.lines().collect();
+    let words = |line: &str| {
+        line.split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        words(lines[0]),
+        words(&docs[2].output[0]),
+        "the documented header"
+    );
+    let row = words(
+        lines
+            .iter()
+            .find(|l| l.starts_with("peer-cluster-b "))
+            .unwrap(),
+    );
+    let documented = words(&docs[2].output[1]);
+    for i in [0, 1, 3, 6] {
+        assert_eq!(row[i], documented[i], "column {i} of {row:?}");
+    }
+    assert_eq!(row[2], apiserver_url(b));
+    let list: Vec<Value> = serde_json::from_str(&run_doc(dir, &docs[3]).await).unwrap();
+    let entry_b = entry(&list, "peer-cluster-b");
+    assert_eq!(entry_b["cluster_id"], "cluster-b");
+    assert_eq!(entry_b["clusterset"], CLUSTERSET);
+    assert!(entry_b["last_seen_seconds_ago"].as_i64().unwrap() < 120);
+
+    // --- `peer remove --revoke`: the Secret, the token and the import go. ---
+    let out = run_doc(dir, &docs[4]).await;
+    assert!(out.contains("deleted (revoked)"), "{out}");
+    assert!(peer_secrets(&admin_a).await.is_empty());
+    assert!(token_secrets(&admin_b, "cluster-a").await.is_empty());
+    let last = client_from_yaml(&rotated).await;
+    b.wait_for("the last token revoked", WAIT, || revoked(&last))
+        .await;
+    a.wait_for("demo/web no longer imported", WAIT, || async {
+        match imports_a.get_opt("web").await.unwrap() {
+            None => Ok(()),
+            Some(_) => Err("still imported".to_owned()),
+        }
+    })
+    .await;
+    let run = cli(
+        dir,
+        &[
+            "peer",
+            "remove",
+            "peer-cluster-b",
+            "--kubeconfig",
+            "a.kubeconfig",
+        ],
+    )
+    .await;
+    assert!(
+        !run.ok
+            && run
+                .stderr
+                .contains("no Secret clusterset-dns/peer-cluster-b"),
+        "{}",
+        run.stderr
+    );
+
+    // --- A peer that is down is listed as unhealthy, its id still known. ---
+    drop(controller);
+    let list = list_json(dir, "b.kubeconfig").await;
+    assert_eq!(entry(&list, "peer-cluster-a")["healthy"], true, "{list:?}");
+    plane.apiservers[0].stop();
+    let list = list_json(dir, "b.kubeconfig").await;
+    let down = entry(&list, "peer-cluster-a");
+    assert_eq!(down["healthy"], false, "{down}");
+    assert_eq!(down["cluster_id"], "cluster-a");
+    assert!(down["error"].is_string());
+    let run = cli(dir, &["peer", "list", "--kubeconfig", "b.kubeconfig"]).await;
+    assert!(run.ok);
+    let row = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("peer-cluster-a "))
+        .unwrap();
+    assert_eq!(
+        row.split_whitespace().nth(3),
+        Some("unhealthy"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("\npeer-cluster-a: "),
+        "the reason under the table: {}",
+        run.stdout
+    );
+    eprintln!("whole test in {:.1} s", t0.elapsed().as_secs_f64());
+}
