@@ -10,7 +10,6 @@
 //! fails too, so no snippet escapes the check.
 //!
 //! Tier 2: needs the Go-built coredns, hence the `testenv` feature.
-#![cfg(feature = "testenv")]
 
 mod common;
 mod controlplane;

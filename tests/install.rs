@@ -12,7 +12,6 @@
 //! server on every node at every pod change.
 //!
 //! Tier 2: `cargo test --features testenv --test install`.
-#![cfg(feature = "testenv")]
 
 mod controlplane;
 mod markdown;

@@ -112,13 +112,18 @@ pub fn token_secret(namespace: &str, reader_id: &str) -> Value {
 mod tests {
     use super::*;
 
-    /// The documents of the shipped manifest, by kind.
+    /// The documents of the shipped manifest, by kind (the namespace is
+    /// created by deploy/controller.yaml, the first file of the install).
     fn shipped(kind: &str) -> Value {
-        let docs: Vec<Value> =
-            serde_saphyr::from_multiple(include_str!("../../deploy/peer-reader.yaml")).unwrap();
+        let (file, text) = if kind == "Namespace" {
+            ("controller.yaml", include_str!("../../deploy/controller.yaml"))
+        } else {
+            ("peer-reader.yaml", include_str!("../../deploy/peer-reader.yaml"))
+        };
+        let docs: Vec<Value> = serde_saphyr::from_multiple(text).unwrap();
         docs.into_iter()
             .find(|d| d["kind"] == kind)
-            .unwrap_or_else(|| panic!("no {kind} in deploy/peer-reader.yaml"))
+            .unwrap_or_else(|| panic!("no {kind} in deploy/{file}"))
     }
 
     #[test]
