@@ -1181,6 +1181,13 @@ fn start_member_processes(cluster: &Cluster, sa_key: &Path) -> Vec<Process> {
         format!("--cidr={}", cluster.spec.pod_cidrs[0]),
         "--node-ip=127.0.0.1".into(),
         format!("--server-address=127.0.0.1:{kwok_port}"),
+        // The heartbeat-with-lease Stage updates Node status only every
+        // ~10 min: the heartbeat kube-controller-manager watches is the
+        // Lease, which kwok renews only with this flag. Without it every
+        // Node turns NotReady ~50 s after start (node-monitor-grace-period)
+        // and node-lifecycle-controller marks all its pods NotReady for
+        // good, which only a cluster that lives past a minute notices.
+        "--node-lease-duration-seconds=40".into(),
     ];
     let kcm = Process::start(
         "kube-controller-manager",
