@@ -48,6 +48,12 @@ build() {
 		bin=$("$repo/scripts/testenv-build.sh" | tail -n1)
 	fi
 	testenv_bin=$bin
+	# Run from a `cargo test` (tests/tutorials.rs), the environment holds the
+	# test crate's CARGO_PKG_*, CARGO_MANIFEST_* ... variables. Some build
+	# scripts (ring's) track them: building with them would rebuild those
+	# crates here, and every plain cargo build after it would rebuild them back.
+	unset "${!CARGO_PKG_@}" "${!CARGO_MANIFEST_@}" "${!CARGO_BIN_@}" CARGO_CRATE_NAME \
+		CARGO_PRIMARY_PACKAGE CARGO_TARGET_TMPDIR CARGO_RUSTC_CURRENT_DIR OUT_DIR
 	if [ -x "$demo_bin" ] && [ -x "$target/debug/clusterset-dns" ]; then
 		(cd "$repo" && cargo build --quiet --locked --features testenv --bin clusterset-dns --example demo)
 	else
@@ -77,6 +83,8 @@ up() {
 	pid=$!
 	echo "$pid" >"$state/pid"
 	say "starting 3 member clusters (log: $state/demo.log)"
+	# Interrupted while starting: take it down again.
+	trap 'echo >&2; down; exit 130' INT TERM
 	local seen=0
 	until [ -f "$state/ready" ]; do
 		if ! kill -0 "$pid" 2>/dev/null; then
@@ -100,10 +108,12 @@ up() {
 		fi
 		sleep 0.2
 	done
+	trap - INT TERM
 	grep '^demo:' "$state/demo.log" | tail -n +$((seen + 1)) >&2
 	say "up in $((SECONDS - start)) s (scripts/demo.sh down stops it)"
 	echo
 	cat "$state/summary"
+	[ "${1:-}" = quiet ] && return
 	echo
 	echo "Try:"
 	echo "  source <(scripts/demo.sh env)     # KUBECONFIG, kubectl on PATH, \$DNS_A \$DNS_B \$DNS_C"
@@ -144,7 +154,11 @@ ctl() {
 
 # Prints a command, then runs it.
 run() {
-	printf '\n\033[1m$ %s\033[0m\n' "$*"
+	if [ -t 1 ]; then
+		printf '\n\033[1m$ %s\033[0m\n' "$*"
+	else
+		printf '\n$ %s\n' "$*"
+	fi
 	bash -c "$*" || true
 }
 
@@ -226,7 +240,7 @@ cd "$repo"
 case ${1:-all} in
 all)
 	running && die "a demo is already up at $state: scripts/demo.sh show, or scripts/demo.sh down first"
-	up
+	up quiet
 	trap down EXIT
 	show
 	;;
