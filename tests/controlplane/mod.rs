@@ -146,6 +146,32 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// Starts `program` with `args`, stdout and stderr to `log`, with
+/// `PR_SET_PDEATHSIG` (it dies with this process); panics if it cannot start.
+/// For processes the harness has no type for (the demo's `clusterset-dns serve`).
+pub fn spawn_logged(program: &Path, args: &[String], log: &Path) -> Child {
+    spawn(program, args, log)
+}
+
+/// The `clusterset-dns` binary: cargo's `CARGO_BIN_EXE_clusterset-dns` in
+/// tests and benches; elsewhere (the demo, a Cargo example, which cargo gives
+/// no such variable) `CLUSTERSET_DNS_BIN`, else `clusterset-dns` next to the
+/// running executable's directory (`target/debug/examples/demo` →
+/// `target/debug/clusterset-dns`).
+pub fn clusterset_dns_binary() -> PathBuf {
+    if let Some(path) = option_env!("CARGO_BIN_EXE_clusterset-dns") {
+        return PathBuf::from(path);
+    }
+    if let Some(path) = std::env::var_os("CLUSTERSET_DNS_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("the path of the running executable");
+    exe.parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("clusterset-dns"))
+        .expect("the executable is in a directory")
+}
+
 fn spawn(program: &Path, args: &[String], log: &Path) -> Child {
     assert!(
         program.is_file(),
@@ -1155,6 +1181,13 @@ fn start_member_processes(cluster: &Cluster, sa_key: &Path) -> Vec<Process> {
         format!("--cidr={}", cluster.spec.pod_cidrs[0]),
         "--node-ip=127.0.0.1".into(),
         format!("--server-address=127.0.0.1:{kwok_port}"),
+        // The heartbeat-with-lease Stage updates Node status only every
+        // ~10 min: the heartbeat kube-controller-manager watches is the
+        // Lease, which kwok renews only with this flag. Without it every
+        // Node turns NotReady ~50 s after start (node-monitor-grace-period)
+        // and node-lifecycle-controller marks all its pods NotReady for
+        // good, which only a cluster that lives past a minute notices.
+        "--node-lease-duration-seconds=40".into(),
     ];
     let kcm = Process::start(
         "kube-controller-manager",
@@ -1543,7 +1576,7 @@ pub fn spawn_controller(
     args.extend(extra_args.iter().map(|a| a.to_string()));
     let log = cluster.dir.join(format!("controller-{n}.log"));
     let file = std::fs::File::create(&log).unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_clusterset-dns"));
+    let mut command = Command::new(clusterset_dns_binary());
     command
         .args(&args)
         .env("KUBECONFIG", kubeconfig_path)

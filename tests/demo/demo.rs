@@ -1,0 +1,564 @@
+//! The local clusterset of `scripts/demo.sh`: three member clusters from the
+//! test harness (`tests/controlplane`: etcd, and per cluster kube-apiserver,
+//! kube-controller-manager, kube-scheduler and kwok; cluster b dual-stack),
+//! and per cluster a `clusterset-dns controller`, a `clusterset-dns serve`
+//! and a CoreDNS that forwards `clusterset.local` to it. Loopback only.
+//!
+//! ```text
+//! demo run STATE_DIR [--grace 20s]   start everything, deploy the sample app, write
+//!                                    STATE_DIR/{env,kubeconfig,summary,ready}, run until
+//!                                    SIGTERM/SIGINT (then stop everything)
+//! demo ctl STATE_DIR REQUEST...      ask a running demo: stop-cluster X, start-cluster X, status
+//! ```
+//!
+//! `scripts/demo.sh` builds this example and drives it; users never call it
+//! directly. Every process it starts dies with it (`PR_SET_PDEATHSIG`), which
+//! is what `scripts/demo.sh down` relies on.
+
+#[path = "../controlplane/mod.rs"]
+mod controlplane;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use controlplane::{Cluster, ControlPlane, ControllerProcess, CoreDns};
+use hickory_proto::op::{Message, Query, ResponseCode};
+use hickory_proto::rr::{Name, RData, RecordType};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+
+/// The clusters' short names (kubectl contexts, `stop-cluster <name>`);
+/// cluster `NAMES[i]` is the harness's cluster `i`. Cluster b is dual-stack.
+const NAMES: [&str; 3] = ["a", "b", "c"];
+/// The clusterset every cluster joins (ClusterProperty `clusterset.k8s.io`).
+const CLUSTERSET: &str = "demo";
+/// Lifetime of the tokens the demo hands out (controller, DNS server, peer
+/// readers): long enough that a demo left `up` keeps working for a month.
+const TOKEN_TTL_SECS: i64 = 30 * 24 * 3600;
+/// How long the demo waits for the clusterset to converge at start.
+const CONVERGE: Duration = Duration::from_secs(60);
+
+/// The cluster id of cluster `name` (ClusterProperty
+/// `cluster.clusterset.k8s.io`): the `<clusterid>` label of per-pod names.
+fn cluster_id(name: &str) -> String {
+    format!("cluster-{name}")
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("run") if args.len() >= 2 => {
+            let state = PathBuf::from(&args[1]);
+            let mut grace = "20s".to_owned();
+            let mut rest = args[2..].iter();
+            while let Some(arg) = rest.next() {
+                match (arg.as_str(), rest.next()) {
+                    ("--grace", Some(value)) => grace = value.clone(),
+                    _ => usage(),
+                }
+            }
+            // One thread: the harness gives every child PR_SET_PDEATHSIG,
+            // which fires when the *thread* that spawned it ends, so all
+            // children are spawned from the main thread, which lives as long
+            // as the process.
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a tokio runtime")
+                .block_on(run(&state, &grace));
+        }
+        Some("ctl") if args.len() >= 3 => {
+            std::process::exit(ctl(Path::new(&args[1]), &args[2..].join(" ")));
+        }
+        _ => usage(),
+    }
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: demo run STATE_DIR [--grace DURATION] | demo ctl STATE_DIR REQUEST...\n\
+         (scripts/demo.sh runs this; see its --help)"
+    );
+    std::process::exit(2);
+}
+
+/// Sends one request line to the running demo's control socket and prints
+/// the answer; the exit code is 0 when the answer starts with `ok`.
+fn ctl(state: &Path, request: &str) -> i32 {
+    let socket = state.join("control.sock");
+    let mut stream = match std::os::unix::net::UnixStream::connect(&socket) {
+        Ok(stream) => stream,
+        Err(e) => {
+            eprintln!(
+                "no demo answers on {}: {e} (is it up? scripts/demo.sh up)",
+                socket.display()
+            );
+            return 1;
+        }
+    };
+    writeln!(stream, "{request}").expect("write to the control socket");
+    let mut answer = String::new();
+    BufReader::new(stream)
+        .read_line(&mut answer)
+        .expect("read from the control socket");
+    let answer = answer.trim_end();
+    if let Some(message) = answer.strip_prefix("ok") {
+        println!("{}", message.trim_start());
+        0
+    } else {
+        eprintln!("{answer}");
+        1
+    }
+}
+
+/// One member cluster of the demo and the processes that serve it.
+struct Member {
+    name: &'static str,
+    /// `clusterset-dns serve`, killed on drop.
+    serve: Serve,
+    /// CoreDNS forwarding `clusterset.local` to `serve`.
+    coredns: CoreDns,
+    controller: ControllerProcess,
+}
+
+/// A `clusterset-dns serve` process, killed on drop.
+struct Serve {
+    child: Child,
+    dns: SocketAddr,
+    admin: SocketAddr,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn run(state: &Path, grace: &str) {
+    let t0 = Instant::now();
+    let plane = ControlPlane::start_members(NAMES.len() as u8, |i| i == 1).await;
+    say(
+        t0,
+        "3 member clusters up (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok)",
+    );
+
+    let mut controller_kubeconfigs = Vec::new();
+    let mut serve_kubeconfigs = Vec::new();
+    for (cluster, name) in plane.clusters.iter().zip(NAMES) {
+        let client = cluster.admin_client().await;
+        controlplane::set_cluster_properties(&client, &cluster_id(name), CLUSTERSET).await;
+        // The CRDs and the shipped manifests; the harness's own controller
+        // kubeconfig lasts an hour, so the demo asks for a longer one.
+        controlplane::install_controller(cluster).await;
+        controller_kubeconfigs.push(
+            write_token_kubeconfig(cluster, controlplane::CONTROLLER_SA, "controller-demo").await,
+        );
+        // The DNS server's role, exactly as deploy/rbac.yaml ships it.
+        controlplane::apply_file(&client, &controlplane::deploy_file("rbac.yaml")).await;
+        serve_kubeconfigs.push(write_token_kubeconfig(cluster, "clusterset-dns", "serve").await);
+    }
+    join_peers(&plane).await;
+
+    let mut members = Vec::new();
+    for (i, name) in NAMES.into_iter().enumerate() {
+        let cluster = &plane.clusters[i];
+        let controller = controlplane::spawn_controller(
+            cluster,
+            &controller_kubeconfigs[i],
+            &[
+                "--peer-grace-period",
+                grace,
+                "--startup-sync-timeout",
+                "10s",
+            ],
+        );
+        let serve = spawn_serve(cluster, &serve_kubeconfigs[i]);
+        let coredns = CoreDns::start(&corefile(cluster, serve.dns));
+        members.push(Member {
+            name,
+            serve,
+            coredns,
+            controller,
+        });
+    }
+    for m in &members {
+        m.controller.wait_ready(CONVERGE);
+        wait_http_ok(&format!("http://{}/ready", m.serve.admin), CONVERGE);
+        wait_dns(m, "dns-version.clusterset.local.", RecordType::TXT, 1).await;
+    }
+    say(
+        t0,
+        "controllers, clusterset-dns and CoreDNS ready in every cluster",
+    );
+
+    deploy_sample_app(&plane).await;
+    for m in &members {
+        wait_dns(m, "web.shop.svc.clusterset.local.", RecordType::A, 1).await;
+        wait_dns(m, "db.shop.svc.clusterset.local.", RecordType::A, 4).await;
+    }
+    say(
+        t0,
+        "sample app shop/web and shop/db exported from a and b, resolvable everywhere",
+    );
+
+    write_state(state, &plane, &members, grace);
+    std::fs::write(state.join("ready"), format!("{}\n", std::process::id())).unwrap();
+    say(t0, "ready");
+
+    serve_control(state, plane, members).await;
+}
+
+fn say(t0: Instant, what: &str) {
+    eprintln!("demo: {:5.1} s  {what}", t0.elapsed().as_secs_f64());
+}
+
+/// Writes `<cluster dir>/<file>.kubeconfig`: a TokenRequest kubeconfig of
+/// ServiceAccount `clusterset-dns/<service_account>` ([`TOKEN_TTL_SECS`]).
+async fn write_token_kubeconfig(cluster: &Cluster, service_account: &str, file: &str) -> PathBuf {
+    let kubeconfig = controlplane::service_account_kubeconfig(
+        cluster,
+        controlplane::CONTROLLER_NAMESPACE,
+        service_account,
+        TOKEN_TTL_SECS,
+    )
+    .await;
+    let path = cluster.dir.join(format!("{file}.kubeconfig"));
+    std::fs::write(&path, kubeconfig).unwrap();
+    path
+}
+
+/// THE place where clusters join the clusterset as each other's peers.
+///
+/// Today: for every ordered pair (local, peer), a read-only kubeconfig of the
+/// peer (a token of its `clusterset-dns-peer-reader` ServiceAccount from
+/// deploy/peer-reader.yaml) stored as Secret `peer-<peer id>` labelled
+/// `clusterset-dns.io/peer=true` in the local cluster's `clusterset-dns`
+/// namespace, the way tests/controller.rs does it. When `clusterset-dns peer
+/// add` lands, this function should run that command instead (one call per
+/// pair) so the demo shows the supported way.
+async fn join_peers(plane: &ControlPlane) {
+    for (local, local_name) in plane.clusters.iter().zip(NAMES) {
+        let client = local.admin_client().await;
+        for (peer, peer_name) in plane.clusters.iter().zip(NAMES) {
+            if peer_name == local_name {
+                continue;
+            }
+            let reader = controlplane::service_account_kubeconfig(
+                peer,
+                controlplane::CONTROLLER_NAMESPACE,
+                controlplane::PEER_READER_SA,
+                TOKEN_TTL_SECS,
+            )
+            .await;
+            controlplane::add_peer_secret(&client, &cluster_id(peer_name), &reader).await;
+        }
+    }
+}
+
+/// `clusterset-dns serve` for `cluster` with the role of deploy/rbac.yaml,
+/// DNS and admin on free loopback ports, log `<cluster dir>/serve.log`.
+fn spawn_serve(cluster: &Cluster, kubeconfig: &Path) -> Serve {
+    let dns: SocketAddr = ([127, 0, 0, 1], controlplane::free_udp_and_tcp_port()).into();
+    let admin: SocketAddr = ([127, 0, 0, 1], controlplane::free_port()).into();
+    let args: Vec<String> = vec![
+        "serve".into(),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+        "--dns-listen".into(),
+        dns.to_string(),
+        "--admin-listen".into(),
+        admin.to_string(),
+        "--udp-workers".into(),
+        "1".into(),
+    ];
+    let child = controlplane::spawn_logged(
+        &controlplane::clusterset_dns_binary(),
+        &args,
+        &cluster.dir.join("serve.log"),
+    );
+    Serve { child, dns, admin }
+}
+
+/// The cluster DNS of `cluster` as a real cluster would run it: the
+/// `kubernetes` plugin for `cluster.local` and the `clusterset.local` stub
+/// domain forwarded to clusterset-dns (docs/deploy.md). `{port}` is filled
+/// in by [`CoreDns::start`].
+fn corefile(cluster: &Cluster, clusterset_dns: SocketAddr) -> String {
+    format!(
+        "cluster.local:{{port}} {{\n  bind 127.0.0.1\n  kubernetes cluster.local {{\n    kubeconfig {} {}\n  }}\n}}\n\
+         clusterset.local:{{port}} {{\n  bind 127.0.0.1\n  forward . {clusterset_dns}\n}}\n",
+        cluster.admin_kubeconfig.display(),
+        cluster.name,
+    )
+}
+
+/// Namespace `shop` everywhere; `web` then `db` (tests/demo/*.yaml) in a
+/// and b, one after the other so that pod IPs come out the same every run.
+async fn deploy_sample_app(plane: &ControlPlane) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/demo");
+    for cluster in &plane.clusters {
+        let client = cluster.admin_client().await;
+        controlplane::apply_file(&client, &dir.join("namespace.yaml")).await;
+    }
+    for cluster in &plane.clusters[..2] {
+        let client = cluster.admin_client().await;
+        controlplane::apply_file(&client, &dir.join("web.yaml")).await;
+        cluster
+            .wait_deployment_ready(&client, "shop", "web", 2)
+            .await;
+        controlplane::apply_file(&client, &dir.join("db.yaml")).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "shop");
+        cluster
+            .wait_for("StatefulSet shop/db: 2 Ready pods", CONVERGE, || {
+                let pods = pods.clone();
+                async move {
+                    let list = pods
+                        .list(&ListParams::default().labels("app=db"))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let ready = list
+                        .items
+                        .iter()
+                        .filter(|p| controlplane::pod_running_ready(p))
+                        .count();
+                    if ready == 2 {
+                        Ok(())
+                    } else {
+                        Err(format!("{ready} of 2 ready"))
+                    }
+                }
+            })
+            .await;
+    }
+}
+
+/// Waits until `m`'s CoreDNS answers `name` `rtype` with exactly `count`
+/// records; exits the demo (dropping everything) when it does not in time.
+async fn wait_dns(m: &Member, name: &str, rtype: RecordType, count: usize) {
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        let got = lookup(m.coredns.addr, name, rtype).await;
+        if matches!(&got, Ok(records) if records.len() == count) {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "cluster {}: {name} {rtype} through CoreDNS {}: want {count} records, got {got:?}; \
+                 clusterset-dns log:\n{}\ncontroller log:\n{}",
+                m.name,
+                m.coredns.addr,
+                std::fs::read_to_string(m.controller.log_path().with_file_name("serve.log"))
+                    .unwrap_or_default(),
+                m.controller.log()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One UDP query: the answer's records as text (addresses for A/AAAA), or
+/// why there is none.
+async fn lookup(server: SocketAddr, name: &str, rtype: RecordType) -> Result<Vec<String>, String> {
+    let mut query = Message::query();
+    query.metadata.recursion_desired = true;
+    query.add_query(Query::query(Name::from_ascii(name).unwrap(), rtype));
+    let bytes = query.to_vec().map_err(|e| e.to_string())?;
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    socket.connect(server).await.map_err(|e| e.to_string())?;
+    socket.send(&bytes).await.map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; 65535];
+    let n = tokio::time::timeout(Duration::from_secs(1), socket.recv(&mut buf))
+        .await
+        .map_err(|_| "no answer within 1 s".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let response = Message::from_vec(&buf[..n]).map_err(|e| e.to_string())?;
+    if response.metadata.response_code != ResponseCode::NoError {
+        return Err(response.metadata.response_code.to_string());
+    }
+    Ok(response
+        .answers
+        .iter()
+        .map(|r| match &r.data {
+            RData::A(a) => a.0.to_string(),
+            RData::AAAA(a) => a.0.to_string(),
+            other => other.to_string(),
+        })
+        .collect())
+}
+
+fn wait_http_ok(url: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let ok = std::process::Command::new("curl")
+            .args(["-sf", "-o", "/dev/null", "--max-time", "2", url])
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{url} not ready in {timeout:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Writes what users need into the state directory: `kubeconfig` (contexts
+/// a, b, c with the admin token), `bin/kubectl`, `cluster-<x>` links to each
+/// cluster's logs, `env` (for `source`) and `summary` (what `up` prints).
+fn write_state(state: &Path, plane: &ControlPlane, members: &[Member], grace: &str) {
+    let mut clusters = String::new();
+    let mut contexts = String::new();
+    for (cluster, m) in plane.clusters.iter().zip(members) {
+        let server = controlplane::apiserver_url(cluster);
+        clusters += &format!(
+            "- name: {0}\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\n",
+            m.name
+        );
+        contexts += &format!(
+            "- name: {0}\n  context:\n    cluster: {0}\n    user: admin\n",
+            m.name
+        );
+        let link = state.join(format!("cluster-{}", m.name));
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&cluster.dir, &link).unwrap();
+    }
+    let kubeconfig = state.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n{clusters}users:\n- name: admin\n  user:\n    token: {}\n\
+             contexts:\n{contexts}current-context: a\n",
+            controlplane::ADMIN_TOKEN
+        ),
+    )
+    .unwrap();
+    let bin = state.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let kubectl = bin.join("kubectl");
+    let _ = std::fs::remove_file(&kubectl);
+    std::os::unix::fs::symlink(controlplane::binary("kubectl"), &kubectl).unwrap();
+
+    let mut env = format!(
+        "# The clusterset-dns demo (scripts/demo.sh). Use: source <(scripts/demo.sh env)\n\
+         export CLUSTERSET_DNS_DEMO_DIR='{}'\nexport KUBECONFIG='{}'\nexport PATH='{}':\"$PATH\"\n\
+         export DEMO_GRACE_PERIOD='{grace}'\n",
+        state.display(),
+        kubeconfig.display(),
+        bin.display()
+    );
+    let mut summary = format!(
+        "kubeconfig  {}   (contexts a, b, c; kubectl --context b ...)\n\
+         kubectl     {}\npeer grace  {grace}   (a lost cluster's endpoints are dropped after this)\n\n\
+         cluster  id         apiserver                CoreDNS (dig -p)  clusterset-dns    logs\n",
+        kubeconfig.display(),
+        kubectl.display()
+    );
+    for (cluster, m) in plane.clusters.iter().zip(members) {
+        let upper = m.name.to_uppercase();
+        env += &format!(
+            "export DNS_{upper}={}   # cluster {}'s CoreDNS: dig @127.0.0.1 -p $DNS_{upper}\n",
+            m.coredns.addr.port(),
+            m.name
+        );
+        summary += &format!(
+            "{:<8} {:<10} {:<24} {:<17} {:<17} {}\n",
+            m.name,
+            cluster_id(m.name),
+            controlplane::apiserver_url(cluster),
+            m.coredns.addr,
+            m.serve.dns,
+            state.join(format!("cluster-{}", m.name)).display()
+        );
+    }
+    std::fs::write(state.join("env"), env).unwrap();
+    std::fs::write(state.join("summary"), summary).unwrap();
+}
+
+/// Answers control requests until SIGTERM or SIGINT, then drops everything
+/// (processes first, then the clusters).
+async fn serve_control(state: &Path, mut plane: ControlPlane, members: Vec<Member>) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    use tokio::signal::unix::{SignalKind, signal};
+    let socket = state.join("control.sock");
+    let _ = std::fs::remove_file(&socket);
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    let mut term = signal(SignalKind::terminate()).unwrap();
+    let mut int = signal(SignalKind::interrupt()).unwrap();
+    loop {
+        let stream = tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => continue,
+            },
+        };
+        let (read, mut write) = stream.into_split();
+        let mut line = String::new();
+        if tokio::io::BufReader::new(read)
+            .read_line(&mut line)
+            .await
+            .is_err()
+        {
+            continue;
+        }
+        let answer = control(&mut plane, line.trim());
+        let _ = write.write_all(format!("{answer}\n").as_bytes()).await;
+    }
+    eprintln!("demo: stopping");
+    drop(members);
+    drop(plane);
+}
+
+/// One control request: `stop-cluster X`, `start-cluster X`, `status`.
+fn control(plane: &mut ControlPlane, request: &str) -> String {
+    let words: Vec<&str> = request.split_whitespace().collect();
+    let index = |name: &str| {
+        let name = name.strip_prefix("cluster-").unwrap_or(name);
+        NAMES.iter().position(|n| *n == name)
+    };
+    match words.as_slice() {
+        ["stop-cluster", name] => match index(name) {
+            Some(i) if plane.apiservers[i].pid().is_none() => {
+                format!("ok cluster {} is already stopped", NAMES[i])
+            }
+            Some(i) => {
+                plane.apiservers[i].stop();
+                format!(
+                    "ok cluster {}: kube-apiserver stopped (its other processes keep running)",
+                    NAMES[i]
+                )
+            }
+            None => format!("error: no cluster {name:?} (a, b or c)"),
+        },
+        ["start-cluster", name] => match index(name) {
+            Some(i) if plane.apiservers[i].pid().is_some() => {
+                format!("ok cluster {} is already running", NAMES[i])
+            }
+            Some(i) => {
+                plane.apiservers[i].start();
+                format!("ok cluster {}: kube-apiserver ready again", NAMES[i])
+            }
+            None => format!("error: no cluster {name:?} (a, b or c)"),
+        },
+        ["status"] => {
+            let states: Vec<String> = NAMES
+                .iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    let up = plane.apiservers[i].pid().is_some();
+                    format!("{n}={}", if up { "running" } else { "stopped" })
+                })
+                .collect();
+            format!("ok {}", states.join(" "))
+        }
+        _ => {
+            format!("error: unknown request {request:?} (stop-cluster X, start-cluster X, status)")
+        }
+    }
+}
