@@ -9,7 +9,6 @@
 //! does; a.kubeconfig skips TLS verification, so the CA of the token
 //! Secret is used for a.
 
-
 mod controlplane;
 
 use std::path::Path;

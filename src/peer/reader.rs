@@ -116,9 +116,15 @@ mod tests {
     /// created by deploy/controller.yaml, the first file of the install).
     fn shipped(kind: &str) -> Value {
         let (file, text) = if kind == "Namespace" {
-            ("controller.yaml", include_str!("../../deploy/controller.yaml"))
+            (
+                "controller.yaml",
+                include_str!("../../deploy/controller.yaml"),
+            )
         } else {
-            ("peer-reader.yaml", include_str!("../../deploy/peer-reader.yaml"))
+            (
+                "peer-reader.yaml",
+                include_str!("../../deploy/peer-reader.yaml"),
+            )
         };
         let docs: Vec<Value> = serde_saphyr::from_multiple(text).unwrap();
         docs.into_iter()

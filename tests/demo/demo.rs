@@ -231,30 +231,31 @@ async fn write_token_kubeconfig(cluster: &Cluster, service_account: &str, file: 
     path
 }
 
-/// THE place where clusters join the clusterset as each other's peers.
-///
-/// Today: for every ordered pair (local, peer), a read-only kubeconfig of the
-/// peer (a token of its `clusterset-dns-peer-reader` ServiceAccount from
-/// deploy/peer-reader.yaml) stored as Secret `peer-<peer id>` labelled
-/// `clusterset-dns.io/peer=true` in the local cluster's `clusterset-dns`
-/// namespace, the way tests/controller.rs does it. When `clusterset-dns peer
-/// add` lands, this function should run that command instead (one call per
-/// pair) so the demo shows the supported way.
+/// Joins every pair of clusters the supported way: `clusterset-dns peer add`
+/// with the two admin kubeconfigs (docs/controller.md, "Joining clusters"),
+/// which makes the peer-reader token in the peer and the peer Secret here.
 async fn join_peers(plane: &ControlPlane) {
-    for (local, local_name) in plane.clusters.iter().zip(NAMES) {
-        let client = local.admin_client().await;
-        for (peer, peer_name) in plane.clusters.iter().zip(NAMES) {
-            if peer_name == local_name {
-                continue;
-            }
-            let reader = controlplane::service_account_kubeconfig(
-                peer,
-                controlplane::CONTROLLER_NAMESPACE,
-                controlplane::PEER_READER_SA,
-                TOKEN_TTL_SECS,
-            )
-            .await;
-            controlplane::add_peer_secret(&client, &cluster_id(peer_name), &reader).await;
+    let binary = controlplane::clusterset_dns_binary();
+    for local in &plane.clusters {
+        for peer in plane.clusters.iter().filter(|p| p.name != local.name) {
+            let output = tokio::process::Command::new(&binary)
+                .arg("peer")
+                .arg("add")
+                .arg("--kubeconfig")
+                .arg(&local.admin_kubeconfig)
+                .arg("--peer-kubeconfig")
+                .arg(&peer.admin_kubeconfig)
+                .output()
+                .await
+                .expect("running clusterset-dns peer add");
+            assert!(
+                output.status.success(),
+                "clusterset-dns peer add ({} reads {}) failed:\n{}{}",
+                local.name,
+                peer.name,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
         }
     }
 }
