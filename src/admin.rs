@@ -1,5 +1,6 @@
 //! The admin HTTP endpoint: `/metrics` (Prometheus), `/ready` (200 once a
-//! zone is published, 503 before), `/live`, and
+//! zone is published, 503 before and from the moment shutdown begins),
+//! `/live`, and
 //! `/explain?name=<name>&type=<type>` (JSON: why a name answers the way it
 //! does, see [`crate::explain`]).
 
@@ -7,6 +8,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,11 +21,19 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::explain::{Context, Explainer, Explanation, NameReading};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, NetworkEvent};
 use crate::publish::ZoneHandle;
 
 /// How long `/explain` waits for the source task to describe a service.
 const EXPLAIN_WAIT: Duration = Duration::from_secs(2);
+/// Most admin connections open at once: its own budget, apart from DNS's,
+/// so that probes answer however many DNS connections there are.
+pub const MAX_CONNECTIONS: usize = 32;
+/// How long one admin connection may stay open (probes take milliseconds;
+/// `/explain` up to [`EXPLAIN_WAIT`]), so that idle ones free their slot.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
+/// How long the accept loop waits after an accept error (such as EMFILE).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// What the admin endpoint reads.
 #[derive(Debug, Clone)]
@@ -36,18 +46,42 @@ pub struct State {
     pub explainer: Explainer,
     /// The configured zone apex.
     pub origin: Name,
+    /// Set when shutdown begins: `/ready` turns 503 while DNS still answers
+    /// (the lame-duck interval).
+    pub shutting_down: Arc<AtomicBool>,
 }
 
-/// Serves the admin endpoint until `shutdown` turns true.
+/// Serves the admin endpoint until `shutdown` turns true, at most
+/// [`MAX_CONNECTIONS`] connections at once.
 pub async fn serve(listener: TcpListener, state: State, mut shutdown: watch::Receiver<bool>) {
     let state = Arc::new(state);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(error) => { tracing::warn!(%error, "admin accept failed"); continue; }
-            },
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             _ = shutdown.changed() => return,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                if let Some(suppressed) = state.metrics.network_event(NetworkEvent::Admin) {
+                    tracing::warn!(%error, suppressed, "admin accept failed; backing off");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(ACCEPT_BACKOFF) => continue,
+                    _ = shutdown.changed() => return,
+                }
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if let Some(suppressed) = state.metrics.network_event(NetworkEvent::Admin) {
+                tracing::warn!(
+                    max = MAX_CONNECTIONS,
+                    suppressed,
+                    "admin connection limit reached; refused a connection"
+                );
+            }
+            continue;
         };
         let state = state.clone();
         tokio::spawn(async move {
@@ -55,9 +89,10 @@ pub async fn serve(listener: TcpListener, state: State, mut shutdown: watch::Rec
                 let state = state.clone();
                 async move { Ok::<_, Infallible>(respond(&req, &state).await) }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
+            drop(slot);
         });
     }
 }
@@ -73,6 +108,11 @@ const JSON: &str = "application/json";
 async fn respond(req: &Request<Incoming>, state: &State) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match req.uri().path() {
         "/metrics" => (StatusCode::OK, TEXT, state.metrics.render()),
+        "/ready" | "/readyz" if state.shutting_down.load(Ordering::Relaxed) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
+            "not ready: shutting down\n".into(),
+        ),
         "/ready" | "/readyz" if state.zone.is_ready() => (StatusCode::OK, TEXT, "ready\n".into()),
         "/ready" | "/readyz" => (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -131,9 +131,17 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         // default action of dying with the signal.
         let shutdown = ShutdownSignal::register().context("installing signal handlers")?;
         let mut running = clusterset_dns::app::start(&config).await?;
-        let result = tokio::select! {
-            _ = shutdown.received() => Ok(()),
-            error = running.fatal_error() => Err(anyhow::Error::new(error)),
+        let fatal = tokio::select! {
+            _ = shutdown.received() => None,
+            error = running.fatal_error() => Some(error),
+        };
+        let result = match fatal {
+            // Answer the queries already on their way while clients move on.
+            None => {
+                running.lame_duck().await;
+                Ok(())
+            }
+            Some(error) => Err(anyhow::Error::new(error)),
         };
         tracing::info!("shutting down");
         running.stop().await;
