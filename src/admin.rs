@@ -30,7 +30,7 @@ const EXPLAIN_WAIT: Duration = Duration::from_secs(2);
 /// so that probes answer however many DNS connections there are.
 pub const MAX_CONNECTIONS: usize = 32;
 /// How long one admin connection may stay open (probes take milliseconds;
-/// `/explain` up to [`EXPLAIN_WAIT`]), so that idle ones free their slot.
+/// `/explain` up to [`EXPLAIN_WAIT`]).
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
 /// How long the accept loop waits after an accept error (such as EMFILE).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -52,10 +52,10 @@ pub struct State {
 }
 
 /// Serves the admin endpoint until `shutdown` turns true, at most
-/// [`MAX_CONNECTIONS`] connections at once.
+/// [`MAX_CONNECTIONS`] connections at once (a new one closes the oldest).
 pub async fn serve(listener: TcpListener, state: State, mut shutdown: watch::Receiver<bool>) {
     let state = Arc::new(state);
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let connections = Arc::new(Connections::default());
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -73,17 +73,17 @@ pub async fn serve(listener: TcpListener, state: State, mut shutdown: watch::Rec
                 }
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
+        let (id, close) = connections.admit(|| {
             if let Some(suppressed) = state.metrics.network_event(NetworkEvent::Admin) {
                 tracing::warn!(
                     max = MAX_CONNECTIONS,
                     suppressed,
-                    "admin connection limit reached; refused a connection"
+                    "admin connection limit reached; closed the oldest connection"
                 );
             }
-            continue;
-        };
+        });
         let state = state.clone();
+        let connections = connections.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let state = state.clone();
@@ -91,9 +91,44 @@ pub async fn serve(listener: TcpListener, state: State, mut shutdown: watch::Rec
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
-            drop(slot);
+            tokio::select! {
+                _ = tokio::time::timeout(CONNECTION_LIFETIME, connection) => {}
+                _ = close.notified() => {}
+            }
+            connections.remove(id);
         });
+    }
+}
+
+/// The open admin connections, oldest first.
+#[derive(Debug, Default)]
+struct Connections {
+    next_id: std::sync::atomic::AtomicU64,
+    open: std::sync::Mutex<std::collections::VecDeque<(u64, Arc<tokio::sync::Notify>)>>,
+}
+
+impl Connections {
+    /// Registers a connection; at [`MAX_CONNECTIONS`] closes the oldest
+    /// first (calling `on_full`), so a client holding connections open
+    /// cannot lock probes out.
+    fn admit(&self, on_full: impl FnOnce()) -> (u64, Arc<tokio::sync::Notify>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let close = Arc::new(tokio::sync::Notify::new());
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if open.len() >= MAX_CONNECTIONS
+            && let Some((_, oldest)) = open.pop_front()
+        {
+            // A stored permit: the connection's task sees it when it waits.
+            oldest.notify_one();
+            on_full();
+        }
+        open.push_back((id, close.clone()));
+        (id, close)
+    }
+
+    fn remove(&self, id: u64) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|(open_id, _)| *open_id != id);
     }
 }
 
@@ -197,5 +232,25 @@ mod tests {
         assert!(explain_query("type=A").is_err());
         assert!(explain_query("name=a&colour=red").is_err());
         assert!(explain_query("name=bad%2").is_err());
+    }
+
+    #[test]
+    fn a_full_admin_endpoint_closes_its_oldest_connection() {
+        use futures::FutureExt;
+        let connections = Connections::default();
+        let (_, oldest) = connections.admit(|| panic!("not full yet"));
+        for _ in 1..MAX_CONNECTIONS {
+            connections.admit(|| panic!("not full yet"));
+        }
+        let mut full = false;
+        let (newest, _) = connections.admit(|| full = true);
+        assert!(full);
+        assert!(
+            oldest.notified().now_or_never().is_some(),
+            "oldest told to close"
+        );
+        connections.remove(newest);
+        let open = connections.open.lock().unwrap().len();
+        assert_eq!(open, MAX_CONNECTIONS - 1);
     }
 }

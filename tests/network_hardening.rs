@@ -139,7 +139,8 @@ async fn a_flood_of_bad_queries_gets_errors_and_one_log_line_a_second() {
 /// 128 descriptors kept for everything else). 300 idle connections (the
 /// review's attack: more than the process has descriptors for): the 172
 /// oldest are closed to make room, new TCP and UDP queries and `/ready`
-/// still answer at once, and the process does not spin.
+/// still answer at once (also with 40 idle admin connections, beyond the
+/// admin endpoint's own 32), and the process does not spin.
 #[tokio::test(flavor = "multi_thread")]
 async fn connections_beyond_the_limit_close_the_oldest_idle_and_probes_still_answer() {
     const LIMIT: usize = 128;
@@ -148,6 +149,15 @@ async fn connections_beyond_the_limit_close_the_oldest_idle_and_probes_still_ans
     let mut connections = Vec::new();
     for _ in 0..OPENED {
         connections.push(TcpStream::connect(server.dns).await.expect("connect"));
+    }
+    // And more idle admin connections than the admin endpoint's budget.
+    let mut admin_idle = Vec::new();
+    for _ in 0..40 {
+        admin_idle.push(
+            TcpStream::connect(server.admin)
+                .await
+                .expect("connect admin"),
+        );
     }
     // Let the server accept them all.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -188,6 +198,7 @@ async fn connections_beyond_the_limit_close_the_oldest_idle_and_probes_still_ans
         closed.len() >= over && closed.len() <= over + 2 && closed.iter().all(|i| *i < over + 2),
         "closed: {closed:?}"
     );
+    drop(admin_idle);
     let (_, text) = http_get_status(server.admin, "/metrics").await;
     let full = metric(
         &text,
