@@ -19,9 +19,12 @@ use crate::zone::ZoneSettings;
 /// Default log filter: our own lifecycle at info, libraries quiet. kube's
 /// per-request failure line ("failed with error client error (Connect)")
 /// is off: the source logs each failure itself, with its cause and the
-/// apiserver's URL.
-pub const DEFAULT_LOG_FILTER: &str =
-    "clusterset_dns=info,hickory_server=warn,kube=warn,kube_client::client::builder=off,warn";
+/// apiserver's URL. hickory-proto warns about odd records in a message it
+/// decodes (broken EDNS options, which `dns::wire_check` now answers
+/// FORMERR before hickory sees them), once per message and without a
+/// limit: errors only, since anyone can send those messages (our own lines
+/// about network input are counted and rate-limited).
+pub const DEFAULT_LOG_FILTER: &str = "clusterset_dns=info,hickory_server=warn,hickory_proto=error,kube=warn,kube_client::client::builder=off,warn";
 
 /// How long DNS keeps answering after SIGTERM (CoreDNS `health { lameduck }`).
 pub const DEFAULT_LAME_DUCK: Duration = Duration::from_secs(5);

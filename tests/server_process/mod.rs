@@ -53,7 +53,8 @@ impl ServerProcess {
                 "--log-format=json",
             ])
             .args(args)
-            .env("CLUSTERSET_DNS_LOG", "clusterset_dns=info,warn")
+            // The default log filter, as shipped.
+            .env_remove("CLUSTERSET_DNS_LOG")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
@@ -115,6 +116,11 @@ impl ServerProcess {
     }
 
     /// Every log line so far.
+    pub fn stderr_lines(&self) -> Vec<serde_json::Value> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// How many log lines so far.
     pub fn all_log_lines(&self) -> usize {
         self.stderr.lock().unwrap().len()
     }
