@@ -132,3 +132,20 @@ async fn sigterm_keeps_answering_for_the_lame_duck_interval_then_exits() {
     }
     eprintln!("exit {exited:?} after SIGTERM, /ready 503 in {ready_checks} checks");
 }
+
+/// A second SIGTERM ends the lame-duck interval at once (Ctrl-C twice).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_signal_ends_the_lame_duck_interval() {
+    let mut server = ServerProcess::start(&["--lame-duck=30"], None).await;
+    server.terminate();
+    let (status, _) = http_get_status(server.admin, "/ready").await;
+    assert_eq!(status, 503);
+    let start = Instant::now();
+    server.terminate();
+    let status = tokio::time::timeout(STOP_LIMIT, server.child.wait())
+        .await
+        .expect("exit soon after the second signal")
+        .expect("wait for the child");
+    assert!(status.success(), "exit status: {status}");
+    eprintln!("exit {:?} after the second SIGTERM", start.elapsed());
+}
