@@ -11,7 +11,7 @@ use common::{QUERY_TIMEOUT, Transport, exchange, http_get_status, metric, query}
 use hickory_proto::op::{Message, OpCode, ResponseCode};
 use hickory_proto::rr::RecordType;
 use server_process::ServerProcess;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::time::Instant;
 
@@ -161,8 +161,8 @@ async fn a_flood_of_bad_queries_gets_errors_and_one_log_line_a_second() {
 
 /// Under `ulimit -n 256` the TCP limit is lowered to 128 (256 minus the
 /// 128 descriptors kept for everything else). 300 idle connections (the
-/// review's attack: more than the process has descriptors for): the 172
-/// oldest are closed to make room, new TCP and UDP queries and `/ready`
+/// review's attack: more than the process has descriptors for; half of
+/// them with a query half sent): the 172 oldest are closed to make room, new TCP and UDP queries and `/ready`
 /// still answer at once (also with 40 idle admin connections, beyond the
 /// admin endpoint's own 32), and the process does not spin.
 #[tokio::test(flavor = "multi_thread")]
@@ -171,8 +171,13 @@ async fn connections_beyond_the_limit_close_the_oldest_idle_and_probes_still_ans
     const OPENED: usize = 300;
     let server = ServerProcess::start(&[], Some(256)).await;
     let mut connections = Vec::new();
-    for _ in 0..OPENED {
-        connections.push(TcpStream::connect(server.dns).await.expect("connect"));
+    for i in 0..OPENED {
+        let mut stream = TcpStream::connect(server.dns).await.expect("connect");
+        if i % 2 == 0 {
+            // Half of them trickle a query in: a length of 40, then 3 bytes.
+            stream.write_all(&[0, 40, 1, 2, 3]).await.expect("write");
+        }
+        connections.push(stream);
     }
     // And more idle admin connections than the admin endpoint's budget.
     let mut admin_idle = Vec::new();

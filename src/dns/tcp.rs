@@ -4,7 +4,9 @@
 //!
 //! At most `max_connections` connections are open at once (Knot's
 //! `tcp-max-clients`): when a new one arrives at the limit, the connection
-//! idle the longest (not in the middle of a query) is closed to make room,
+//! idle the longest is closed to make room (never one whose query is being
+//! answered; one whose query is still arriving counts as idle, so a client
+//! trickling bytes holds no slot it cannot lose),
 //! and the new one is refused only when every connection is busy. An accept
 //! error (EMFILE, ENFILE, ENOBUFS…) backs off instead of spinning, and also
 //! closes the oldest idle connection, since the error means descriptors
@@ -90,7 +92,7 @@ struct Open {
 struct Connection {
     /// When the last query was answered (or the connection opened).
     idle_since: Instant,
-    /// Between reading a query's length and writing its response.
+    /// Between reading a whole query and writing its response.
     busy: bool,
     close: Arc<Notify>,
 }
@@ -248,19 +250,16 @@ async fn serve(
 ) {
     let _ = stream.set_nodelay(true);
     loop {
-        let len = tokio::select! {
-            read = tokio::time::timeout(idle_timeout, stream.read_u16()) => match read {
-                Ok(Ok(len)) => usize::from(len),
-                _ => return,
+        // Idle, and so closable to make room, until a whole query is in:
+        // a client trickling a message in holds no slot it cannot lose.
+        let message = tokio::select! {
+            read = read_message(&mut stream, idle_timeout) => match read {
+                Some(message) => message,
+                None => return,
             },
             _ = close.notified() => return,
         };
         connections.set_busy(id, true);
-        let mut message = vec![0; len];
-        match tokio::time::timeout(idle_timeout, stream.read_exact(&mut message)).await {
-            Ok(Ok(_)) => {}
-            _ => return,
-        }
         if let Some(response) = request::answer(handler, &message, peer, Protocol::Tcp).await {
             let mut framed = Vec::with_capacity(2 + response.len());
             framed.extend_from_slice(&(response.len() as u16).to_be_bytes());
@@ -272,6 +271,21 @@ async fn serve(
         }
         connections.set_busy(id, false);
     }
+}
+
+/// Reads one length-prefixed message, each part within `idle_timeout`;
+/// `None` when the client closes, stalls or breaks the framing.
+async fn read_message(stream: &mut TcpStream, idle_timeout: Duration) -> Option<Vec<u8>> {
+    let len = tokio::time::timeout(idle_timeout, stream.read_u16())
+        .await
+        .ok()?
+        .ok()?;
+    let mut message = vec![0; usize::from(len)];
+    tokio::time::timeout(idle_timeout, stream.read_exact(&mut message))
+        .await
+        .ok()?
+        .ok()?;
+    Some(message)
 }
 
 #[cfg(test)]
