@@ -149,3 +149,41 @@ async fn a_second_signal_ends_the_lame_duck_interval() {
     assert!(status.success(), "exit status: {status}");
     eprintln!("exit {:?} after the second SIGTERM", start.elapsed());
 }
+
+/// The number after `prefix` on the first line of `text` that has it.
+fn number_after(text: &str, prefix: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.trim().trim_start_matches("- ").strip_prefix(prefix))
+        .and_then(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no {prefix:?}"))
+}
+
+/// The DaemonSet and the Helm chart give a pod being deleted time for its
+/// preStop sleep and then the lame-duck interval, with 10 s to spare for
+/// closing, before the kubelet kills it.
+#[test]
+fn the_grace_period_covers_the_pre_stop_sleep_and_the_lame_duck() {
+    let read = |path: &str| std::fs::read_to_string(common::repo_path(path)).unwrap();
+    let daemonset = read("deploy/clusterset-dns.yaml");
+    let grace = number_after(&daemonset, "terminationGracePeriodSeconds: ");
+    let sleep = number_after(&daemonset, "sleep: {seconds: ");
+    let lame_duck = number_after(&daemonset, "--lame-duck=");
+    assert!(
+        grace >= sleep + lame_duck + 10,
+        "deploy: grace {grace} s < preStop {sleep} s + lame duck {lame_duck} s + 10 s"
+    );
+    let values = read("deploy/helm/clusterset-dns/values.yaml");
+    let chart = read("deploy/helm/clusterset-dns/templates/clusterset-dns.yaml");
+    assert!(chart.contains("--lame-duck={{ .Values.dns.lameDuckSeconds }}"));
+    let dns_values = values.split("\ncontroller:").next().unwrap();
+    let grace = number_after(dns_values, "terminationGracePeriodSeconds: ");
+    let sleep = number_after(dns_values, "preStopSleepSeconds: ");
+    let lame_duck = number_after(dns_values, "lameDuckSeconds: ");
+    assert!(
+        grace >= sleep + lame_duck + 10,
+        "helm: grace {grace} s < preStop {sleep} s + lame duck {lame_duck} s + 10 s"
+    );
+}
