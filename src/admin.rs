@@ -1,5 +1,6 @@
 //! The admin HTTP endpoint: `/metrics` (Prometheus), `/ready` (200 once a
-//! zone is published, 503 before), `/live`, and
+//! zone is published, 503 before and from the moment shutdown begins),
+//! `/live`, and
 //! `/explain?name=<name>&type=<type>` (JSON: why a name answers the way it
 //! does, see [`crate::explain`]).
 
@@ -7,6 +8,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,11 +21,19 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::explain::{Context, Explainer, Explanation, NameReading};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, NetworkEvent};
 use crate::publish::ZoneHandle;
 
 /// How long `/explain` waits for the source task to describe a service.
 const EXPLAIN_WAIT: Duration = Duration::from_secs(2);
+/// Most admin connections open at once: its own budget, apart from DNS's,
+/// so that probes answer however many DNS connections there are.
+pub const MAX_CONNECTIONS: usize = 32;
+/// How long one admin connection may stay open (probes take milliseconds;
+/// `/explain` up to [`EXPLAIN_WAIT`]).
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
+/// How long the accept loop waits after an accept error (such as EMFILE).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// What the admin endpoint reads.
 #[derive(Debug, Clone)]
@@ -36,29 +46,89 @@ pub struct State {
     pub explainer: Explainer,
     /// The configured zone apex.
     pub origin: Name,
+    /// Set when shutdown begins: `/ready` turns 503 while DNS still answers
+    /// (the lame-duck interval).
+    pub shutting_down: Arc<AtomicBool>,
 }
 
-/// Serves the admin endpoint until `shutdown` turns true.
+/// Serves the admin endpoint until `shutdown` turns true, at most
+/// [`MAX_CONNECTIONS`] connections at once (a new one closes the oldest).
 pub async fn serve(listener: TcpListener, state: State, mut shutdown: watch::Receiver<bool>) {
     let state = Arc::new(state);
+    let connections = Arc::new(Connections::default());
     loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(error) => { tracing::warn!(%error, "admin accept failed"); continue; }
-            },
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             _ = shutdown.changed() => return,
         };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                if let Some(suppressed) = state.metrics.network_event(NetworkEvent::Admin) {
+                    tracing::warn!(%error, suppressed, "admin accept failed; backing off");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(ACCEPT_BACKOFF) => continue,
+                    _ = shutdown.changed() => return,
+                }
+            }
+        };
+        let (id, close) = connections.admit(|| {
+            if let Some(suppressed) = state.metrics.network_event(NetworkEvent::Admin) {
+                tracing::warn!(
+                    max = MAX_CONNECTIONS,
+                    suppressed,
+                    "admin connection limit reached; closed the oldest connection"
+                );
+            }
+        });
         let state = state.clone();
+        let connections = connections.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let state = state.clone();
                 async move { Ok::<_, Infallible>(respond(&req, &state).await) }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                _ = tokio::time::timeout(CONNECTION_LIFETIME, connection) => {}
+                _ = close.notified() => {}
+            }
+            connections.remove(id);
         });
+    }
+}
+
+/// The open admin connections, oldest first.
+#[derive(Debug, Default)]
+struct Connections {
+    next_id: std::sync::atomic::AtomicU64,
+    open: std::sync::Mutex<std::collections::VecDeque<(u64, Arc<tokio::sync::Notify>)>>,
+}
+
+impl Connections {
+    /// Registers a connection; at [`MAX_CONNECTIONS`] closes the oldest
+    /// first (calling `on_full`), so a client holding connections open
+    /// cannot lock probes out.
+    fn admit(&self, on_full: impl FnOnce()) -> (u64, Arc<tokio::sync::Notify>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let close = Arc::new(tokio::sync::Notify::new());
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if open.len() >= MAX_CONNECTIONS
+            && let Some((_, oldest)) = open.pop_front()
+        {
+            // A stored permit: the connection's task sees it when it waits.
+            oldest.notify_one();
+            on_full();
+        }
+        open.push_back((id, close.clone()));
+        (id, close)
+    }
+
+    fn remove(&self, id: u64) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|(open_id, _)| *open_id != id);
     }
 }
 
@@ -73,6 +143,11 @@ const JSON: &str = "application/json";
 async fn respond(req: &Request<Incoming>, state: &State) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match req.uri().path() {
         "/metrics" => (StatusCode::OK, TEXT, state.metrics.render()),
+        "/ready" | "/readyz" if state.shutting_down.load(Ordering::Relaxed) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
+            "not ready: shutting down\n".into(),
+        ),
         "/ready" | "/readyz" if state.zone.is_ready() => (StatusCode::OK, TEXT, "ready\n".into()),
         "/ready" | "/readyz" => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -157,5 +232,25 @@ mod tests {
         assert!(explain_query("type=A").is_err());
         assert!(explain_query("name=a&colour=red").is_err());
         assert!(explain_query("name=bad%2").is_err());
+    }
+
+    #[test]
+    fn a_full_admin_endpoint_closes_its_oldest_connection() {
+        use futures::FutureExt;
+        let connections = Connections::default();
+        let (_, oldest) = connections.admit(|| panic!("not full yet"));
+        for _ in 1..MAX_CONNECTIONS {
+            connections.admit(|| panic!("not full yet"));
+        }
+        let mut full = false;
+        let (newest, _) = connections.admit(|| full = true);
+        assert!(full);
+        assert!(
+            oldest.notified().now_or_never().is_some(),
+            "oldest told to close"
+        );
+        connections.remove(newest);
+        let open = connections.open.lock().unwrap().len();
+        assert_eq!(open, MAX_CONNECTIONS - 1);
     }
 }

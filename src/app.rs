@@ -4,6 +4,8 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -76,6 +78,8 @@ pub struct Running {
     zone: ZoneHandle,
     metrics: Arc<Metrics>,
     shutdown: watch::Sender<bool>,
+    shutting_down: Arc<AtomicBool>,
+    lame_duck: Duration,
     tasks: Vec<JoinHandle<()>>,
     fatal: mpsc::Receiver<FatalError>,
 }
@@ -111,6 +115,19 @@ impl Running {
         }
     }
 
+    /// The lame-duck interval (CoreDNS's `health { lameduck }`): turns
+    /// `/ready` to 503 at once, so that Services stop sending new clients
+    /// here, and returns after the configured interval, during which DNS
+    /// keeps answering on UDP and TCP; then call [`Self::stop`].
+    pub async fn lame_duck(&self) {
+        self.shutting_down.store(true, Ordering::Relaxed);
+        tracing::info!(
+            lame_duck_secs = self.lame_duck.as_secs_f64(),
+            "shutting down: /ready is 503, DNS answers until the lame-duck interval ends"
+        );
+        tokio::time::sleep(self.lame_duck).await;
+    }
+
     /// Stops the source, the admin endpoint and the DNS server.
     pub async fn stop(self) {
         let _ = self.shutdown.send(true);
@@ -127,6 +144,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let metrics = Arc::new(Metrics::new());
     let zone = ZoneHandle::new();
     let (shutdown, shutdown_rx) = watch::channel(false);
+    let shutting_down = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
 
     let (fatal_tx, fatal) = mpsc::channel(1);
@@ -192,6 +210,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             metrics: metrics.clone(),
             explainer,
             origin: config.zone.origin.clone(),
+            shutting_down: shutting_down.clone(),
         },
         shutdown_rx,
     ));
@@ -216,6 +235,8 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         zone,
         metrics,
         shutdown,
+        shutting_down,
+        lame_duck: config.lame_duck,
         tasks,
         fatal,
     })

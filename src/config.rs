@@ -19,9 +19,15 @@ use crate::zone::ZoneSettings;
 /// Default log filter: our own lifecycle at info, libraries quiet. kube's
 /// per-request failure line ("failed with error client error (Connect)")
 /// is off: the source logs each failure itself, with its cause and the
-/// apiserver's URL.
-pub const DEFAULT_LOG_FILTER: &str =
-    "clusterset_dns=info,hickory_server=warn,kube=warn,kube_client::client::builder=off,warn";
+/// apiserver's URL. hickory-proto warns about odd records in a message it
+/// decodes (broken EDNS options, which `dns::wire_check` now answers
+/// FORMERR before hickory sees them), once per message and without a
+/// limit: errors only, since anyone can send those messages (our own lines
+/// about network input are counted and rate-limited).
+pub const DEFAULT_LOG_FILTER: &str = "clusterset_dns=info,hickory_server=warn,hickory_proto=error,kube=warn,kube_client::client::builder=off,warn";
+
+/// How long DNS keeps answering after SIGTERM (CoreDNS `health { lameduck }`).
+pub const DEFAULT_LAME_DUCK: Duration = Duration::from_secs(5);
 
 /// The options of `serve` (and, a subset, of `check` and `dump-zone`),
 /// defined once: each field is a flag, an environment variable
@@ -74,6 +80,14 @@ pub struct ServeArgs {
     /// Close idle TCP connections after this many seconds.
     #[arg(long, env = "CLUSTERSET_DNS_TCP_IDLE_TIMEOUT")]
     pub tcp_idle_timeout: Option<u64>,
+    /// Most DNS TCP connections open at once; at the limit the one idle the
+    /// longest is closed (lowered to fit the open-file limit).
+    #[arg(long, env = "CLUSTERSET_DNS_MAX_TCP_CONNECTIONS")]
+    pub max_tcp_connections: Option<usize>,
+    /// Seconds DNS keeps answering after SIGTERM, with /ready at 503, before
+    /// the server exits.
+    #[arg(long, env = "CLUSTERSET_DNS_LAME_DUCK")]
+    pub lame_duck: Option<u64>,
     /// tracing filter, e.g. `clusterset_dns=debug`.
     #[arg(long, env = "CLUSTERSET_DNS_LOG")]
     pub log: Option<String>,
@@ -140,6 +154,8 @@ impl ServeArgs {
             udp_workers: Some(dns.udp_workers),
             fast_path: Some(dns.fast_path),
             tcp_idle_timeout: Some(dns.tcp_idle_timeout.as_secs()),
+            max_tcp_connections: Some(dns.max_tcp_connections),
+            lame_duck: Some(DEFAULT_LAME_DUCK.as_secs()),
             log: Some(DEFAULT_LOG_FILTER.into()),
             log_format: Some(LogFormat::default()),
             kubeconfig: None,
@@ -225,6 +241,8 @@ pub struct Config {
     pub dns: DnsServerConfig,
     /// Admin HTTP address.
     pub admin_listen: SocketAddr,
+    /// How long DNS keeps answering after SIGTERM.
+    pub lame_duck: Duration,
     /// tracing filter.
     pub log: String,
     /// Log line format.
@@ -313,12 +331,19 @@ impl Config {
             udp_workers: set(options.udp_workers),
             fast_path: set(options.fast_path),
             tcp_idle_timeout: Duration::from_secs(set(options.tcp_idle_timeout)),
+            max_tcp_connections: set(options.max_tcp_connections),
         };
+        if dns.max_tcp_connections == 0 {
+            return Err(ConfigError::Invalid(
+                "max_tcp_connections must be at least 1".into(),
+            ));
+        }
         Ok(Self {
             file: options.file,
             zone,
             dns,
             admin_listen: set(options.admin_listen),
+            lame_duck: Duration::from_secs(set(options.lame_duck)),
             log: set(options.log),
             log_format: set(options.log_format),
             kubeconfig: options.kubeconfig,

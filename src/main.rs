@@ -129,11 +129,23 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         // Register the handlers before any socket is bound: a SIGTERM that
         // arrives once the server answers must mean "shut down", never the
         // default action of dying with the signal.
-        let shutdown = ShutdownSignal::register().context("installing signal handlers")?;
+        let mut shutdown = ShutdownSignal::register().context("installing signal handlers")?;
         let mut running = clusterset_dns::app::start(&config).await?;
-        let result = tokio::select! {
-            _ = shutdown.received() => Ok(()),
-            error = running.fatal_error() => Err(anyhow::Error::new(error)),
+        let fatal = tokio::select! {
+            _ = shutdown.received() => None,
+            error = running.fatal_error() => Some(error),
+        };
+        let result = match fatal {
+            // Answer the queries already on their way while clients move on.
+            None => {
+                // A second signal ends the interval early (Ctrl-C twice).
+                tokio::select! {
+                    _ = running.lame_duck() => {}
+                    _ = shutdown.received() => tracing::info!("second signal: ending the lame-duck interval"),
+                }
+                Ok(())
+            }
+            Some(error) => Err(anyhow::Error::new(error)),
         };
         tracing::info!("shutting down");
         running.stop().await;
@@ -145,7 +157,7 @@ fn controller(args: &clusterset_dns::controller::ControllerArgs) -> anyhow::Resu
     clusterset_dns::telemetry::init(&args.log, args.log_format);
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     runtime.block_on(async {
-        let shutdown = ShutdownSignal::register().context("installing signal handlers")?;
+        let mut shutdown = ShutdownSignal::register().context("installing signal handlers")?;
         clusterset_dns::controller::run(args, shutdown.received()).await?;
         tracing::info!("shutting down");
         Ok(())
@@ -167,7 +179,7 @@ impl ShutdownSignal {
         })
     }
 
-    async fn received(mut self) {
+    async fn received(&mut self) {
         tokio::select! {
             _ = self.terminate.recv() => {}
             _ = self.interrupt.recv() => {}

@@ -26,6 +26,58 @@ const RCODES: [&str; 8] = [
     "NOERROR", "NODATA", "NXDOMAIN", "REFUSED", "SERVFAIL", "FORMERR", "NOTIMP", "BADVERS",
 ];
 
+/// Something the network did that the server refused, dropped or could
+/// not serve. Each is counted in `clusterset_dns_network_events_total` by
+/// its [`Self::reason`], and logged at most once per
+/// [`crate::telemetry::NETWORK_LOG_INTERVAL`] (with the number of lines
+/// held back), since anyone can send them at any rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkEvent {
+    /// A malformed query, answered FORMERR.
+    Malformed,
+    /// A datagram or message that is not a query (QR set, or shorter than
+    /// a header), dropped.
+    NotAQuery,
+    /// A response that could not be encoded within its size limit; a
+    /// header-only error went out instead.
+    EncodeFailed,
+    /// A UDP receive error.
+    UdpReceive,
+    /// A TCP accept error (such as EMFILE); the listener backs off.
+    TcpAccept,
+    /// A TCP connection closed because the connection limit was reached
+    /// (the oldest idle one), or refused when none was idle.
+    TcpFull,
+    /// An admin (HTTP) accept error, or a connection refused at its limit.
+    Admin,
+}
+
+impl NetworkEvent {
+    /// Every event, in label order.
+    pub const ALL: [Self; 7] = [
+        Self::Malformed,
+        Self::NotAQuery,
+        Self::EncodeFailed,
+        Self::UdpReceive,
+        Self::TcpAccept,
+        Self::TcpFull,
+        Self::Admin,
+    ];
+
+    /// The `reason` label.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Malformed => "malformed",
+            Self::NotAQuery => "not_a_query",
+            Self::EncodeFailed => "encode_failed",
+            Self::UdpReceive => "udp_receive",
+            Self::TcpAccept => "tcp_accept",
+            Self::TcpFull => "tcp_full",
+            Self::Admin => "admin",
+        }
+    }
+}
+
 /// What a response said, at the granularity the metrics count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -79,6 +131,10 @@ pub struct Metrics {
     pub watch_expired: IntCounterVec,
     /// Watches restarted (relisted) because the apiserver answered again.
     pub watch_restarts: IntCounter,
+    /// Open DNS TCP connections.
+    pub tcp_connections: IntGauge,
+    network_events: Vec<IntCounter>,
+    network_logs: std::sync::Arc<[crate::telemetry::LogLimiter]>,
 }
 
 impl Default for Metrics {
@@ -105,6 +161,23 @@ impl Metrics {
                 }
             }
         }
+        let events = IntCounterVec::new(
+            Opts::new(
+                "network_events_total",
+                "Network input the server refused, dropped or could not serve, by reason; \
+                 each reason is logged at most once a second.",
+            ),
+            &["reason"],
+        )
+        .expect("static metric is valid");
+        let network_events = NetworkEvent::ALL
+            .iter()
+            .map(|e| events.with_label_values(&[e.reason()]))
+            .collect();
+        let network_logs = NetworkEvent::ALL
+            .iter()
+            .map(|_| crate::telemetry::LogLimiter::new(crate::telemetry::NETWORK_LOG_INTERVAL))
+            .collect();
         let counter =
             |name: &str, help: &str| IntCounter::new(name, help).expect("static metric is valid");
         let gauge =
@@ -199,6 +272,9 @@ impl Metrics {
                 "Times the watches were restarted with a full relist because the apiserver \
                  answered again after watch failures.",
             ),
+            tcp_connections: gauge("tcp_connections", "Open DNS TCP connections."),
+            network_events,
+            network_logs,
             responses,
             registry,
         };
@@ -221,6 +297,8 @@ impl Metrics {
             Box::new(metrics.watch_errors.clone()),
             Box::new(metrics.watch_expired.clone()),
             Box::new(metrics.watch_restarts.clone()),
+            Box::new(metrics.tcp_connections.clone()),
+            Box::new(events),
         ];
         for c in collectors {
             for desc in c.desc() {
@@ -269,6 +347,15 @@ impl Metrics {
             Outcome::Code(_) => 4,
         };
         self.responses[(t * QTYPES.len() + q) * RCODES.len() + r].inc();
+    }
+
+    /// Counts a [`NetworkEvent`]; `Some(suppressed)` when its log line is
+    /// due (with the number of lines held back since the last one), `None`
+    /// when the caller must stay silent.
+    pub fn network_event(&self, event: NetworkEvent) -> Option<u64> {
+        let i = event as usize;
+        self.network_events[i].inc();
+        self.network_logs[i].allow()
     }
 
     /// Records a published zone: index sizes, services served and rebuilt,

@@ -56,6 +56,8 @@ async fn start_serve() -> (Child, SocketAddr) {
             .arg("--admin-listen")
             .arg(admin.to_string())
             .env("CLUSTERSET_DNS_LOG", "clusterset_dns=warn")
+            // No lame-duck interval: tests/shutdown.rs is about that one.
+            .env("CLUSTERSET_DNS_LAME_DUCK", "0")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)

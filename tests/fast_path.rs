@@ -150,9 +150,9 @@ fn queries(names: &BTreeSet<String>, types: &[RecordType]) -> Vec<(String, Messa
     out
 }
 
-/// Rarer query shapes on a few names: other types, an EDNS option (a
-/// client cookie) and the DO bit, which the server must ignore, and header
-/// flags RD clear, CD set, AD set.
+/// Rarer query shapes on a few names: other types, EDNS options (a
+/// client cookie, a client subnet, NSID) and the DO bit, which the server
+/// must ignore, and header flags RD clear, CD set, AD set.
 fn unusual_queries() -> Vec<(String, Message)> {
     let mut out = Vec::new();
     let names = [
@@ -171,7 +171,23 @@ fn unusual_queries() -> Vec<(String, Message)> {
             .insert(EdnsOption::Unknown(EdnsCode::Cookie.into(), vec![7; 8]));
         let mut dnssec_ok = edns(1232);
         dnssec_ok.set_dnssec_ok(true);
-        for (what, edns) in [("cookie", cookie), ("DO", dnssec_ok)] {
+        // Options hickory's decoder reads rather than carries: a client
+        // subnet (10.1.2.0/24) and an NSID request. The fast path checks
+        // their form itself (broken ones: tests/protocol.rs).
+        let mut subnet = edns(1232);
+        subnet.options_mut().insert(EdnsOption::Unknown(
+            EdnsCode::Subnet.into(),
+            vec![0, 1, 24, 0, 10, 1, 2],
+        ));
+        let mut nsid = edns(1232);
+        nsid.options_mut()
+            .insert(EdnsOption::Unknown(EdnsCode::NSID.into(), vec![]));
+        for (what, edns) in [
+            ("cookie", cookie),
+            ("DO", dnssec_ok),
+            ("client subnet", subnet),
+            ("NSID", nsid),
+        ] {
             for rtype in [RecordType::A, RecordType::SRV] {
                 out.push((
                     format!("{name} {rtype} EDNS {what}"),

@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use common::{
-    EXAMPLE, NO_REPLY_WAIT, Options, TestServer, Transport, big_headless, decode, encode, exchange,
-    exchange_sized, query, query_edns, tcp_raw, udp_raw, v4, v6,
+    EXAMPLE, NO_REPLY_WAIT, Options, QUERY_TIMEOUT, TestServer, Transport, big_headless, decode,
+    encode, exchange, exchange_sized, query, query_edns, tcp_raw, udp_raw, v4, v6,
 };
 use hickory_proto::op::{OpCode, Query, ResponseCode};
 use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
@@ -502,15 +502,155 @@ async fn an_eleven_byte_packet_gets_no_reply() {
     stop_all(servers).await;
 }
 
-/// A message with QR set is not a query and gets no reply (no reflection).
+/// A message with QR set is not a query and gets no reply (no reflection),
+/// whether it reads or not, over UDP and TCP, on both paths.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_response_sent_to_the_server_gets_no_reply() {
     let servers = both_paths(&mid_fixture(), Options::fast_path(true)).await;
-    let mut bytes = encode(&query("mid.shop.svc.clusterset.local.", RecordType::A));
-    bytes[2] |= 0x80;
+    let mut response = encode(&query("mid.shop.svc.clusterset.local.", RecordType::A));
+    response[2] |= 0x80;
+    let mut malformed = response.clone();
+    malformed.truncate(15);
+    let mut with_broken_opt = encode(&query_edns(
+        "mid.shop.svc.clusterset.local.",
+        RecordType::A,
+        1232,
+        0,
+    ));
+    with_broken_opt[2] |= 0x80;
+    with_broken_opt.push(0);
     for (path, server) in &servers {
-        let reply = udp_raw(server.dns(), &bytes, NO_REPLY_WAIT).await;
-        assert!(reply.is_none(), "{path}: replied to a response");
+        for (what, bytes) in [
+            ("response", &response),
+            ("malformed response", &malformed),
+            ("response with trailing byte", &with_broken_opt),
+        ] {
+            let udp = udp_raw(server.dns(), bytes, NO_REPLY_WAIT).await;
+            assert!(udp.is_none(), "{path} UDP: replied to a {what}");
+            let tcp = tcp_raw(server.dns(), bytes, NO_REPLY_WAIT).await;
+            assert!(tcp.is_none(), "{path} TCP: replied to a {what}");
+        }
+    }
+    stop_all(servers).await;
+}
+
+/// Queries with a broken OPT record or bytes after their last record,
+/// each with an opcode, ID and RD to keep: `(what, bytes)`.
+fn broken_opt_and_trailing_data() -> Vec<(&'static str, Vec<u8>)> {
+    let name = "mid.shop.svc.clusterset.local.";
+    let plain = encode(&query(name, RecordType::A));
+    let with_opt = |options: &[u8]| {
+        let mut bytes = encode(&query_edns(name, RecordType::A, 1232, 0));
+        let len = bytes.len();
+        bytes[len - 2..].copy_from_slice(&(options.len() as u16).to_be_bytes());
+        bytes.extend_from_slice(options);
+        bytes
+    };
+    let cookie = b"\x00\x0a\x00\x08abcdefgh";
+    vec![
+        (
+            "option longer than the RDATA",
+            with_opt(b"\x00\x0a\x00\x09abcdefgh"),
+        ),
+        (
+            "option shorter than the RDATA",
+            with_opt(b"\x00\x0a\x00\x07abcdefgh"),
+        ),
+        ("option header cut", with_opt(b"\x00\x0a\x00")),
+        (
+            "client subnet of family 3",
+            with_opt(b"\x00\x08\x00\x05\x00\x03\x08\x00\x0a"),
+        ),
+        (
+            "client subnet longer than its prefix",
+            with_opt(b"\x00\x08\x00\x06\x00\x01\x08\x00\x0a\x01"),
+        ),
+        (
+            "trailing byte after a good OPT",
+            [with_opt(cookie), vec![0]].concat(),
+        ),
+        (
+            "trailing bytes without OPT",
+            [plain.clone(), vec![1, 2, 3]].concat(),
+        ),
+    ]
+}
+
+/// A broken OPT record or trailing bytes get FORMERR, the header alone
+/// with the query's ID, opcode and RD, over UDP and TCP: the same bytes on
+/// both paths (differential: the fast path decodes the OPT record itself,
+/// the hickory path through hickory). A well-formed client subnet option
+/// is answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn broken_opt_records_and_trailing_bytes_get_the_same_formerr_on_both_paths() {
+    let servers = both_paths(&mid_fixture(), Options::fast_path(true)).await;
+    for (what, mut bytes) in broken_opt_and_trailing_data() {
+        for opcode in [0u8, 2] {
+            bytes[2] = (bytes[2] & !0x78) | (opcode << 3);
+            let mut replies = Vec::new();
+            for (path, server) in &servers {
+                for (transport, reply) in [
+                    ("UDP", udp_raw(server.dns(), &bytes, NO_REPLY_WAIT).await),
+                    ("TCP", tcp_raw(server.dns(), &bytes, NO_REPLY_WAIT).await),
+                ] {
+                    let context = format!("{path} {transport} {what} opcode {opcode}");
+                    let reply = reply.unwrap_or_else(|| panic!("{context}: no reply"));
+                    let r = decode(&reply, &context);
+                    assert_eq!(r.metadata.response_code, ResponseCode::FormErr, "{context}");
+                    assert_eq!(&reply[..2], &bytes[..2], "{context}: ID");
+                    assert_eq!(u8::from(r.metadata.op_code), opcode, "{context}: opcode");
+                    assert!(r.metadata.recursion_desired, "{context}: RD");
+                    assert_eq!(reply.len(), 12, "{context}: the header alone");
+                    replies.push(reply);
+                }
+            }
+            assert!(
+                replies.windows(2).all(|w| w[0] == w[1]),
+                "{what}: paths and transports differ: {replies:?}"
+            );
+        }
+    }
+    let mut subnet = encode(&query_edns(
+        "mid.shop.svc.clusterset.local.",
+        RecordType::A,
+        1232,
+        0,
+    ));
+    let len = subnet.len();
+    subnet[len - 2..].copy_from_slice(&11u16.to_be_bytes());
+    subnet.extend_from_slice(b"\x00\x08\x00\x07\x00\x01\x18\x00\x0a\x01\x02");
+    for (path, server) in &servers {
+        let reply = udp_raw(server.dns(), &subnet, QUERY_TIMEOUT).await;
+        let r = decode(&reply.expect("a reply"), path);
+        assert_eq!(r.metadata.response_code, ResponseCode::NoError, "{path}");
+        assert_eq!(r.answers.len(), 60, "{path}");
+    }
+    stop_all(servers).await;
+}
+
+/// Several questions that do not fit back into a 512-byte response: the
+/// header alone, FORMERR with the query's ID, opcode and RD, on both paths.
+#[tokio::test(flavor = "multi_thread")]
+async fn several_long_questions_get_a_header_only_formerr() {
+    let servers = both_paths(&mid_fixture(), Options::fast_path(true)).await;
+    let mut bytes = vec![0x5e, 0x11, 0x01, 0x00, 0, 3, 0, 0, 0, 0, 0, 0];
+    for q in 0..3u8 {
+        for _ in 0..4 {
+            bytes.push(61);
+            bytes.extend_from_slice(&[b'a' + q; 61]);
+        }
+        bytes.extend_from_slice(&[0, 0, 1, 0, 1]);
+    }
+    for (path, server) in &servers {
+        let reply = udp_raw(server.dns(), &bytes, QUERY_TIMEOUT)
+            .await
+            .unwrap_or_else(|| panic!("{path}: no reply"));
+        let r = decode(&reply, path);
+        assert_eq!(r.metadata.response_code, ResponseCode::FormErr, "{path}");
+        assert_eq!(r.metadata.op_code, OpCode::Query, "{path}");
+        assert!(r.metadata.recursion_desired, "{path}: RD");
+        assert_eq!(&reply[..2], &bytes[..2], "{path}: ID");
+        assert_eq!(reply.len(), 12, "{path}");
     }
     stop_all(servers).await;
 }

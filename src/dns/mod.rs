@@ -1,11 +1,15 @@
-//! The DNS side: the hickory request handler, the UDP fast path and the
-//! listening sockets. Reads only the published zone; never talks to Kubernetes.
+//! The DNS side: the hickory request handler, the UDP fast path, the
+//! structural check every query passes, the UDP workers, the TCP listener
+//! and the sockets. Reads only the published zone; never talks to Kubernetes.
 
 pub mod handler;
 pub mod plan;
+mod request;
 pub mod server;
+pub mod tcp;
 pub mod udp;
 pub mod wire_answer;
+pub mod wire_check;
 
 pub use handler::Handler;
 pub use server::{DnsServer, DnsServerConfig};

@@ -1,6 +1,6 @@
-//! Sockets: N UDP sockets with SO_REUSEPORT on one port (served by the fast
-//! path, or by hickory when the fast path is off) and one TCP listener on the
-//! same port, served by hickory.
+//! Sockets: N UDP sockets with SO_REUSEPORT on one port (served by the UDP
+//! workers, with or without the fast path) and one TCP listener on the same
+//! port (served by [`super::tcp`]).
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -9,7 +9,8 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::Handler;
-use super::udp::FastPath;
+use super::tcp::TcpServer;
+use super::udp::UdpWorkers;
 use crate::publish::ZoneHandle;
 
 /// Socket-level settings of the DNS server.
@@ -23,6 +24,9 @@ pub struct DnsServerConfig {
     pub fast_path: bool,
     /// Close TCP connections idle this long.
     pub tcp_idle_timeout: Duration,
+    /// Most TCP connections open at once; at the limit the one idle the
+    /// longest is closed. Lowered at start to fit the open-file limit.
+    pub max_tcp_connections: usize,
 }
 
 impl Default for DnsServerConfig {
@@ -32,6 +36,7 @@ impl Default for DnsServerConfig {
             udp_workers: 0,
             fast_path: true,
             tcp_idle_timeout: Duration::from_secs(10),
+            max_tcp_connections: 1000,
         }
     }
 }
@@ -39,8 +44,8 @@ impl Default for DnsServerConfig {
 /// A running DNS server.
 pub struct DnsServer {
     local_addr: SocketAddr,
-    hickory: hickory_server::Server<Handler>,
-    fast_path: Option<FastPath>,
+    tcp: TcpServer,
+    udp: UdpWorkers,
 }
 
 impl std::fmt::Debug for DnsServer {
@@ -72,25 +77,26 @@ impl DnsServer {
             }
         };
 
-        let mut hickory = hickory_server::Server::new(handler.clone());
-        hickory.register_listener(
+        let max_tcp = fit_open_files(config.max_tcp_connections, open_file_limit());
+        if max_tcp < config.max_tcp_connections {
+            tracing::warn!(
+                configured = config.max_tcp_connections,
+                max_tcp_connections = max_tcp,
+                "the open-file limit (ulimit -n) leaves room for fewer TCP connections than configured"
+            );
+        }
+        let tcp = TcpServer::start(
             tokio::net::TcpListener::from_std(tcp)?,
+            handler.clone(),
+            max_tcp,
             config.tcp_idle_timeout,
-            64,
         );
-        let fast_path = if config.fast_path {
-            Some(FastPath::start(udp, zone, handler)?)
-        } else {
-            for socket in udp {
-                hickory.register_socket(tokio::net::UdpSocket::from_std(socket)?);
-            }
-            None
-        };
-        tracing::info!(%local_addr, udp_sockets = workers, fast_path = config.fast_path, "DNS server listening on UDP and TCP");
+        let udp = UdpWorkers::start(udp, zone, handler, config.fast_path)?;
+        tracing::info!(%local_addr, udp_sockets = workers, fast_path = config.fast_path, max_tcp_connections = max_tcp, "DNS server listening on UDP and TCP");
         Ok(Self {
             local_addr,
-            hickory,
-            fast_path,
+            tcp,
+            udp,
         })
     }
 
@@ -100,15 +106,40 @@ impl DnsServer {
     }
 
     /// Stops accepting queries and waits for in-flight ones.
-    pub async fn shutdown(mut self) {
-        if let Some(fast_path) = self.fast_path.take() {
-            // Joining threads blocks; do it off the async workers.
-            let _ = tokio::task::spawn_blocking(move || fast_path.stop()).await;
-        }
-        if let Err(error) = self.hickory.shutdown_gracefully().await {
-            tracing::warn!(%error, "DNS server shutdown");
-        }
+    pub async fn shutdown(self) {
+        let udp = self.udp;
+        // Joining threads blocks; do it off the async workers.
+        let _ = tokio::task::spawn_blocking(move || udp.stop()).await;
+        self.tcp.stop().await;
     }
+}
+
+/// Descriptors kept out of the TCP connection budget: the sockets, the
+/// admin endpoint's connections ([`crate::admin::MAX_CONNECTIONS`]), the
+/// manifest, the runtime's own.
+pub const RESERVED_FILES: u64 = 128;
+
+/// The TCP connection limit that fits `open_files` descriptors.
+fn fit_open_files(max_tcp_connections: usize, open_files: Option<u64>) -> usize {
+    match open_files {
+        Some(limit) => {
+            let room = limit.saturating_sub(RESERVED_FILES).max(1);
+            max_tcp_connections.min(usize::try_from(room).unwrap_or(usize::MAX))
+        }
+        None => max_tcp_connections,
+    }
+}
+
+/// The soft RLIMIT_NOFILE, if there is one.
+#[allow(unsafe_code)]
+fn open_file_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we own.
+    let status = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    (status == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
 }
 
 /// Binds `workers` UDP sockets and the TCP listener on one port.
@@ -151,4 +182,17 @@ fn bind_tcp(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     socket.listen(1024)?;
     socket.set_nonblocking(true)?;
     Ok(socket.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tcp_limit_leaves_descriptors_for_everything_else() {
+        assert_eq!(fit_open_files(1000, None), 1000);
+        assert_eq!(fit_open_files(1000, Some(1 << 20)), 1000);
+        assert_eq!(fit_open_files(1000, Some(256)), 128);
+        assert_eq!(fit_open_files(1000, Some(10)), 1);
+    }
 }

@@ -1,10 +1,12 @@
-//! The UDP fast path: one SO_REUSEPORT socket and one OS thread per worker,
+//! The UDP workers: one SO_REUSEPORT socket and one OS thread per worker,
 //! receiving and sending in batches with `recvmmsg`/`sendmmsg`.
 //!
-//! Common queries are answered from precompiled wire data
-//! ([`super::wire_answer`]); every other datagram is decoded by hickory and
-//! answered by the same [`Handler`] the TCP listener uses; both render the
-//! same [`super::plan::Plan`].
+//! With the fast path on, common queries are answered from precompiled
+//! wire data ([`super::wire_answer`]); every other datagram (all of them
+//! with the fast path off) is decoded by hickory and answered by the same
+//! [`Handler`] the TCP listener uses, through [`super::request::answer`];
+//! both render the same [`super::plan::Plan`], and both drop what is not a
+//! query and answer a malformed query FORMERR by the same rules.
 //!
 //! A worker never dies of a query: if answering a batch panics (a bug), the
 //! batch is dropped, counted in `clusterset_dns_udp_worker_panics_total`
@@ -20,19 +22,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use hickory_proto::op::{Header, HeaderCounts, MessageType, Metadata, OpCode, ResponseCode};
-use hickory_proto::rr::Record;
-use hickory_proto::serialize::binary::{BinDecodable, BinEncodable, BinEncoder};
-use hickory_server::net::NetError;
-use hickory_server::net::runtime::TokioTime;
 use hickory_server::net::xfer::Protocol;
-use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
-use hickory_server::zone_handler::MessageResponse;
 use socket2::{SockAddr, SockAddrStorage};
 
 use super::Handler;
+use super::request;
 use super::wire_answer::{self, Fast, MAX_RESPONSE};
-use crate::metrics::Transport;
+use crate::metrics::{NetworkEvent, Transport};
 use crate::publish::ZoneHandle;
 
 /// Datagrams per `recvmmsg`/`sendmmsg` call.
@@ -42,16 +38,22 @@ const RECV_BUFFER: usize = 4096;
 /// How often a blocked worker wakes up to check for shutdown.
 const STOP_POLL: Duration = Duration::from_millis(100);
 
-/// Running fast-path workers.
+/// Running UDP workers.
 #[derive(Debug)]
-pub struct FastPath {
+pub struct UdpWorkers {
     stop: Arc<AtomicBool>,
     workers: Vec<JoinHandle<()>>,
 }
 
-impl FastPath {
-    /// Starts one worker thread per socket.
-    pub fn start(sockets: Vec<UdpSocket>, zone: ZoneHandle, handler: Handler) -> io::Result<Self> {
+impl UdpWorkers {
+    /// Starts one worker thread per socket; `fast_path` answers common
+    /// queries from precompiled wire data.
+    pub fn start(
+        sockets: Vec<UdpSocket>,
+        zone: ZoneHandle,
+        handler: Handler,
+        fast_path: bool,
+    ) -> io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut workers = Vec::new();
         for (i, socket) in sockets.into_iter().enumerate() {
@@ -64,6 +66,7 @@ impl FastPath {
                 zone: zone.clone(),
                 handler: handler.clone(),
                 stop: stop.clone(),
+                fast_path,
             };
             workers.push(
                 std::thread::Builder::new()
@@ -88,6 +91,7 @@ struct Worker {
     zone: ZoneHandle,
     handler: Handler,
     stop: Arc<AtomicBool>,
+    fast_path: bool,
 }
 
 impl Worker {
@@ -118,7 +122,9 @@ impl Worker {
                     continue;
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "UDP receive failed");
+                    if let Some(suppressed) = metrics.network_event(NetworkEvent::UdpReceive) {
+                        tracing::warn!(%error, suppressed, "UDP receive failed");
+                    }
                     continue;
                 }
             };
@@ -184,8 +190,8 @@ impl Worker {
             let query = &recv_bufs[i][..*len];
             let out = &mut send_bufs[replies];
             let fast = match zone.as_ref() {
-                Some(zone) => wire_answer::answer(zone, query, out),
-                None => Fast::Slow,
+                Some(zone) if self.fast_path => wire_answer::answer(zone, query, out),
+                _ => Fast::Slow,
             };
             let reply_len = match fast {
                 Fast::Reply {
@@ -202,7 +208,7 @@ impl Worker {
                     Some(len)
                 }
                 Fast::Drop => {
-                    metrics.dropped.inc();
+                    request::not_a_query(metrics, *len);
                     None
                 }
                 Fast::Slow => match sockaddr_to_std(&addrs[i], *addr_len) {
@@ -230,7 +236,8 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("panic")
 }
 
-/// Answers one datagram through hickory's decoder and our handler.
+/// Answers one datagram through hickory's decoder and our handler
+/// ([`super::request::answer`]).
 pub(crate) fn slow_path(
     handler: &Handler,
     query: &[u8],
@@ -240,88 +247,12 @@ pub(crate) fn slow_path(
     if src.port() == 0 {
         return None;
     }
-    let request = match Request::from_bytes(query.to_vec(), src, Protocol::Udp) {
-        Ok(request) => request,
-        Err(_) => return form_error(query, out),
-    };
-    if request.metadata.message_type == MessageType::Response {
-        handler.metrics().dropped.inc();
-        return None;
-    }
-    let capture = Capture::default();
-    // The handler never waits on anything but our in-memory capture, so
+    // The handler never waits on anything but an in-memory buffer, so
     // driving it to completion on this thread does not block.
-    futures::executor::block_on(handler.handle_request::<_, TokioTime>(&request, capture.clone()));
-    let bytes = capture.out.lock().unwrap_or_else(|e| e.into_inner());
+    let bytes = futures::executor::block_on(request::answer(handler, query, src, Protocol::Udp))?;
     let len = bytes.len().min(MAX_RESPONSE);
     out[..len].copy_from_slice(&bytes[..len]);
     Some(len)
-}
-
-/// FORMERR for a datagram whose header parses but whose body does not.
-fn form_error(query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Option<usize> {
-    let mut decoder = hickory_proto::serialize::binary::BinDecoder::new(query);
-    let header = Header::read(&mut decoder).ok()?;
-    if header.metadata.message_type == MessageType::Response {
-        return None;
-    }
-    let mut metadata = Metadata::response_from_request(&header.metadata);
-    metadata.response_code = ResponseCode::FormErr;
-    let response = Header {
-        metadata,
-        counts: HeaderCounts {
-            queries: 0,
-            answers: 0,
-            authorities: 0,
-            additionals: 0,
-        },
-    };
-    let mut bytes = Vec::with_capacity(12);
-    response.emit(&mut BinEncoder::new(&mut bytes)).ok()?;
-    out[..bytes.len()].copy_from_slice(&bytes);
-    Some(bytes.len())
-}
-
-/// A `ResponseHandler` that encodes into memory with hickory's UDP size rules.
-#[derive(Clone, Default)]
-struct Capture {
-    out: Arc<std::sync::Mutex<Vec<u8>>>,
-}
-
-#[async_trait::async_trait]
-impl ResponseHandler for Capture {
-    async fn send_response<'a>(
-        &mut self,
-        response: MessageResponse<
-            '_,
-            'a,
-            impl Iterator<Item = &'a Record> + Send + 'a,
-            impl Iterator<Item = &'a Record> + Send + 'a,
-            impl Iterator<Item = &'a Record> + Send + 'a,
-            impl Iterator<Item = &'a Record> + Send + 'a,
-        >,
-    ) -> Result<ResponseInfo, NetError> {
-        let id = response.metadata().id;
-        let limit = response.edns().map_or(512, |e| e.max_payload());
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        let mut encoder = BinEncoder::new(&mut out);
-        encoder.set_max_size(limit);
-        match response.destructive_emit(&mut encoder) {
-            Ok(info) => Ok(info),
-            Err(error) => {
-                tracing::error!(%error, "error encoding response");
-                out.clear();
-                let mut metadata = Metadata::new(id, MessageType::Response, OpCode::Query);
-                metadata.response_code = ResponseCode::ServFail;
-                let header = Header {
-                    metadata,
-                    counts: HeaderCounts::default(),
-                };
-                header.emit(&mut BinEncoder::new(&mut out))?;
-                Ok(ResponseInfo::from(header))
-            }
-        }
-    }
 }
 
 /// Receives up to `BATCH` datagrams; returns `(length, address length)` per datagram.

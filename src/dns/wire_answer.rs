@@ -12,6 +12,7 @@
 use hickory_proto::rr::RecordType;
 
 use super::plan::{CLASS_IN, EdnsQuery, Fit, MAX_UDP_PAYLOAD, Plan, Query, Question, udp_limit};
+use super::wire_check;
 use crate::metrics::Outcome;
 use crate::zone::wire::{HEADER_LEN, OPT_RECORD_LEN};
 use crate::zone::{MAX_LABELS, Zone};
@@ -101,8 +102,8 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
         return Fast::Slow;
     }
 
-    // Optional OPT record: root owner, version 0; options are ignored, as the
-    // hickory handler ignores them.
+    // Optional OPT record: root owner, version 0; options are ignored once
+    // they are well-formed, as the hickory handler ignores them.
     let edns = if count(10) == 1 {
         let opt = &query[question_end..];
         if opt.len() < OPT_RECORD_LEN
@@ -113,7 +114,10 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
             return Fast::Slow;
         }
         let rdlen = u16::from_be_bytes([opt[9], opt[10]]) as usize;
-        if opt.len() != OPT_RECORD_LEN + rdlen {
+        // Broken options and trailing bytes: the slow path answers FORMERR.
+        if opt.len() != OPT_RECORD_LEN + rdlen
+            || !wire_check::options_well_formed(&opt[OPT_RECORD_LEN..])
+        {
             return Fast::Slow;
         }
         Some(EdnsQuery {
