@@ -79,6 +79,9 @@ async fn sigterm_keeps_answering_for_the_lame_duck_interval_then_exits() {
     let start = Instant::now();
     server.terminate();
     *signalled.lock().unwrap() = Some(start);
+    // The signal reaches the server's runtime asynchronously: give it a
+    // bound, then /ready must stay 503 for the rest of the interval.
+    wait_not_ready(server.admin).await;
     let mut ready_checks = 0;
     while start.elapsed() < LAME_DUCK - MARGIN {
         let (status, body) = http_get_status(server.admin, "/ready").await;
@@ -133,13 +136,32 @@ async fn sigterm_keeps_answering_for_the_lame_duck_interval_then_exits() {
     eprintln!("exit {exited:?} after SIGTERM, /ready 503 in {ready_checks} checks");
 }
 
+/// How long the first SIGTERM may take to turn `/ready` 503.
+const NOT_READY_WITHIN: Duration = Duration::from_millis(500);
+
+/// Polls `/ready` until it answers 503; panics after [`NOT_READY_WITHIN`].
+async fn wait_not_ready(admin: std::net::SocketAddr) {
+    let start = Instant::now();
+    loop {
+        let (status, body) = http_get_status(admin, "/ready").await;
+        if status == 503 {
+            return;
+        }
+        assert!(
+            start.elapsed() < NOT_READY_WITHIN,
+            "/ready still {status} {:?} after SIGTERM: {body}",
+            start.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 /// A second SIGTERM ends the lame-duck interval at once (Ctrl-C twice).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_signal_ends_the_lame_duck_interval() {
     let mut server = ServerProcess::start(&["--lame-duck=30"], None).await;
     server.terminate();
-    let (status, _) = http_get_status(server.admin, "/ready").await;
-    assert_eq!(status, 503);
+    wait_not_ready(server.admin).await;
     let start = Instant::now();
     server.terminate();
     let status = tokio::time::timeout(STOP_LIMIT, server.child.wait())
