@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite, both tiers (README.md, "Tests"), on a fresh
 # machine:
-#  1. installs the tools the tests drive when missing (dig, kdig, curl, openssl);
+#  1. installs the tools the tests drive when missing (dig, kdig, curl, openssl;
+#     skopeo and umoci for the image test, tests/image.rs);
 #  2. builds kube-apiserver, etcd and CoreDNS from the Go module proxy into
 #     ~/.cache/clusterset-dns/testenv (first run only: ~12 min on 2 cores;
 #     later runs reuse the cache) — see scripts/testenv-build.sh;
@@ -16,6 +17,10 @@ command -v dig >/dev/null 2>&1 || missing+=(bind9-dnsutils)
 command -v kdig >/dev/null 2>&1 || missing+=(knot-dnsutils)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v skopeo >/dev/null 2>&1 || missing+=(skopeo)
+command -v umoci >/dev/null 2>&1 || missing+=(umoci)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+command -v strip >/dev/null 2>&1 || missing+=(binutils)
 if ((${#missing[@]})); then
     sudo=""
     [ "$(id -u)" = 0 ] || sudo=sudo

@@ -31,10 +31,12 @@
 //! - [`config`]: command line, environment and TOML configuration.
 //! - [`error`]: how errors and their causes are printed.
 //! - [`metrics`], [`admin`], [`explain`], [`telemetry`]: operations.
+//! - [`build_info`]: version, commit and toolchain the binary was built from.
 
 pub mod admin;
 pub mod api;
 pub mod app;
+pub mod build_info;
 pub mod config;
 pub mod controller;
 pub mod dns;

@@ -1,5 +1,5 @@
 //! The `clusterset-dns` command: `serve`, `controller`, `check`, `dump-zone`,
-//! `crds` and `peer`.
+//! `crds`, `peer` and `version`.
 
 use std::process::ExitCode;
 
@@ -36,16 +36,51 @@ enum Command {
     /// become this cluster's ServiceImports, EndpointSlices and derived
     /// Services.
     Controller(clusterset_dns::controller::ControllerArgs),
-    /// Print the CustomResourceDefinitions (ServiceImport, ServiceExport, ClusterProperty).
-    Crds,
+    /// Print the CustomResourceDefinitions (ServiceImport, ServiceExport,
+    /// ClusterProperty), or install them with `crds install`.
+    Crds(CrdsArgs),
+    /// Print the version, git commit, build target and rustc version.
+    Version,
     /// Join member clusters: add, list and remove this cluster's peers
     /// (the controller's peer Secrets), from admin kubeconfigs.
     Peer(clusterset_dns::peer::PeerArgs),
 }
 
+#[derive(clap::Args)]
+struct CrdsArgs {
+    #[command(subcommand)]
+    action: Option<CrdsAction>,
+}
+
+#[derive(Subcommand)]
+enum CrdsAction {
+    /// Server-side apply the CRDs, keeping any mcs-api CRD the cluster holds
+    /// in a newer release. Exits 0 when every CRD is at this version, 3 when
+    /// one or more newer ones were kept (the rest applied), 1 on error.
+    Install {
+        /// kubeconfig to use; default: $KUBECONFIG, else ~/.kube/config, else
+        /// in-cluster credentials.
+        #[arg(long)]
+        kubeconfig: Option<std::path::PathBuf>,
+    },
+}
+
+/// Exit code of `crds install` when a newer CRD in the cluster was kept.
+const EXIT_NEWER_CRD_KEPT: u8 = 3;
+
+/// `crds install` kept at least one newer CRD: not a failure, but a
+/// distinct exit code so that scripts can tell.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} CRD(s) in the cluster are newer than this release and were kept")]
+struct NewerCrdsKept(usize);
+
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if error.is::<NewerCrdsKept>() => {
+            eprintln!("{error}");
+            ExitCode::from(EXIT_NEWER_CRD_KEPT)
+        }
         Err(error) => {
             let error: &(dyn std::error::Error + 'static) = error.as_ref();
             eprintln!("error: {}", clusterset_dns::error::Chain(error));
@@ -96,8 +131,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", clusterset_dns::zone::master_file(&zone));
             Ok(())
         }
-        Command::Crds => {
+        Command::Crds(CrdsArgs { action: None }) => {
             print!("{}", clusterset_dns::api::crds::render_all_yaml());
+            Ok(())
+        }
+        Command::Crds(CrdsArgs {
+            action: Some(CrdsAction::Install { kubeconfig }),
+        }) => crds_install(kubeconfig.as_deref()),
+        Command::Version => {
+            print!("{}", clusterset_dns::build_info::describe());
             Ok(())
         }
         Command::Peer(args) => peer(&args),
@@ -108,6 +150,38 @@ fn peer(args: &clusterset_dns::peer::PeerArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     let output = runtime.block_on(clusterset_dns::peer::run(args))?;
     print!("{output}");
+    Ok(())
+}
+
+fn crds_install(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<()> {
+    use clusterset_dns::api::install::{Action, install};
+    let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+    let outcomes = runtime.block_on(async {
+        let config = match kubeconfig {
+            Some(path) => {
+                let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                    .await
+                    .with_context(|| format!("using {}", path.display()))?
+            }
+            None => kube::Config::infer()
+                .await
+                .context("no kubeconfig: pass --kubeconfig PATH")?,
+        };
+        let client = kube::Client::try_from(config).context("building the API client")?;
+        anyhow::Ok(install(&client).await?)
+    })?;
+    for outcome in &outcomes {
+        println!("{outcome}");
+    }
+    let kept = outcomes
+        .iter()
+        .filter(|o| matches!(o.action, Action::KeptNewer { .. }))
+        .count();
+    if kept > 0 {
+        return Err(NewerCrdsKept(kept).into());
+    }
     Ok(())
 }
 

@@ -7,8 +7,8 @@
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// Transport a query arrived on.
@@ -299,6 +299,7 @@ impl Metrics {
             Box::new(metrics.watch_restarts.clone()),
             Box::new(metrics.tcp_connections.clone()),
             Box::new(events),
+            Box::new(build_info("")),
         ];
         for c in collectors {
             for desc in c.desc() {
@@ -379,17 +380,37 @@ impl Metrics {
 
     /// Renders all metrics in the Prometheus text format.
     pub fn render(&self) -> String {
-        render(&self.registry)
+        render(&[&self.registry])
     }
 }
 
-/// Renders a registry in the Prometheus text format (the DNS server's and
-/// the controller's alike).
-pub fn render(registry: &Registry) -> String {
+/// Renders registries in the Prometheus text format (the DNS server's and
+/// the controller's alike), one after the other.
+pub fn render(registries: &[&Registry]) -> String {
+    let families: Vec<_> = registries.iter().flat_map(|r| r.gather()).collect();
     let mut out = Vec::new();
     // Encoding gathered families into a Vec cannot fail.
-    let _ = TextEncoder::new().encode(&registry.gather(), &mut out);
+    let _ = TextEncoder::new().encode(&families, &mut out);
     String::from_utf8(out).unwrap_or_default()
+}
+
+/// The `build_info` gauge: 1, labelled with this binary's version and git
+/// commit (see [`crate::build_info`]). `prefix` goes before `build_info`,
+/// for a registry without one (the controller's has its own prefix, yet
+/// both processes export the same `clusterset_dns_build_info`).
+pub fn build_info(prefix: &str) -> IntGaugeVec {
+    let gauge = IntGaugeVec::new(
+        Opts::new(
+            format!("{prefix}build_info"),
+            "Always 1; the labels say which build is running (version, git commit).",
+        ),
+        &["version", "commit"],
+    )
+    .expect("static metric is valid");
+    gauge
+        .with_label_values(&[crate::build_info::VERSION, crate::build_info::COMMIT])
+        .set(1);
+    gauge
 }
 
 #[cfg(test)]
@@ -427,6 +448,17 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn build_info_is_one_with_version_and_commit() {
+        let text = Metrics::new().render();
+        let line = format!(
+            "clusterset_dns_build_info{{commit=\"{}\",version=\"{}\"}} 1",
+            crate::build_info::COMMIT,
+            crate::build_info::VERSION
+        );
+        assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
     }
 
     #[test]

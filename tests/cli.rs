@@ -467,3 +467,65 @@ metadata: {name: good, namespace: prod}
         assert!(stderr.contains(problem), "{problem}:\n{stderr}");
     }
 }
+
+/// `version` prints the crate version, the commit `HEAD` points at, the
+/// target and the compiler, one fact per line; `--version` stays the short
+/// clap form.
+#[tokio::test(flavor = "multi_thread")]
+async fn version_names_version_commit_target_and_rustc() {
+    let here = std::env::temp_dir();
+    let (ok, stdout, stderr) = run(&["version"], &[], &here).await;
+    assert!(ok, "version failed: {stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    let [name, commit, target, rustc] = lines[..] else {
+        panic!("four lines expected:\n{stdout}");
+    };
+    assert_eq!(
+        name,
+        format!("clusterset-dns {}", env!("CARGO_PKG_VERSION"))
+    );
+    let commit = commit.strip_prefix("commit: ").expect("commit line");
+    let head = std::process::Command::new("git")
+        .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "HEAD"])
+        .output()
+        .expect("run git (the tests run in a git checkout)");
+    assert!(head.status.success(), "git rev-parse HEAD failed");
+    assert_eq!(commit, String::from_utf8_lossy(&head.stdout).trim());
+    let target = target.strip_prefix("target: ").expect("target line");
+    assert!(
+        target.starts_with(std::env::consts::ARCH) && target.contains("linux"),
+        "{target}"
+    );
+    assert!(rustc.starts_with("rustc: rustc 1."), "{rustc}");
+
+    let (ok, short, _) = run(&["--version"], &[], &here).await;
+    assert!(ok);
+    assert_eq!(short.trim(), name);
+}
+
+/// Plain `crds` still prints the CRDs; `crds install` is a subcommand with
+/// its own `--kubeconfig`, and fails naming the kubeconfig it cannot read.
+#[tokio::test(flavor = "multi_thread")]
+async fn crds_prints_and_crds_install_names_an_unreadable_kubeconfig() {
+    let here = std::env::temp_dir();
+    let (ok, yaml, _) = run(&["crds"], &[], &here).await;
+    assert!(ok);
+    assert_eq!(yaml, clusterset_dns::api::crds::render_all_yaml());
+    let (ok, help, _) = run(&["crds", "install", "--help"], &[], &here).await;
+    assert!(ok);
+    assert!(
+        help.contains("--kubeconfig") && help.contains("3 when"),
+        "{help}"
+    );
+    let (ok, _, stderr) = run(
+        &["crds", "install", "--kubeconfig", "/nonexistent/kubeconfig"],
+        &[],
+        &here,
+    )
+    .await;
+    assert!(!ok);
+    assert!(
+        stderr.starts_with("error: reading /nonexistent/kubeconfig"),
+        "{stderr}"
+    );
+}

@@ -12,10 +12,13 @@
 //!   `From`.
 //! - [`well_known`]: label, annotation, property, condition and group names.
 //! - [`crds`]: the merged multi-version CRDs and their YAML rendering.
+//! - [`install`]: `crds install`, a server-side apply that never downgrades
+//!   a newer mcs-api CRD bundle.
 //! - [`limits`]: the CRD and apiserver limits both sources check objects
 //!   against.
 //!
-//! This module only describes data: no client, no reconciliation. Field
+//! Apart from [`install`], this module only describes data: no client, no
+//! reconciliation. Field
 //! types follow the Go API (`omitempty` lists and maps are empty
 //! collections that are skipped when serializing; optional scalars and
 //! objects are `Option`s). Unknown fields are ignored when deserializing, so
@@ -55,6 +58,7 @@ macro_rules! convert_between_versions {
 
 mod cluster_property;
 pub mod crds;
+pub mod install;
 pub mod limits;
 mod service_export;
 mod service_import;

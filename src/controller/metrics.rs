@@ -8,6 +8,9 @@ use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec,
 #[derive(Debug, Clone)]
 pub struct ControllerMetrics {
     registry: Registry,
+    /// Holds `clusterset_dns_build_info`, the same name as the DNS
+    /// server's, which the prefixed `registry` cannot.
+    build: Registry,
     /// `(name, help, labels)` of every metric, for the docs test.
     catalog: Vec<(String, Vec<String>)>,
     /// 1 while a peer is synced and its probe succeeds, by peer.
@@ -136,8 +139,18 @@ impl ControllerMetrics {
         registry
             .register(Box::new(change_to_write.clone()))
             .expect("unique");
+        // Unprefixed: the build-info metric is named alike in both processes.
+        let build = Registry::new();
+        build
+            .register(Box::new(crate::metrics::build_info("clusterset_dns_")))
+            .expect("unique");
+        catalog.push((
+            "clusterset_dns_build_info".into(),
+            vec!["version".into(), "commit".into()],
+        ));
         Self {
             registry,
+            build,
             catalog,
             peer_up,
             peer_last_seen,
@@ -161,7 +174,7 @@ impl ControllerMetrics {
 
     /// Renders all metrics in the Prometheus text format.
     pub fn render(&self) -> String {
-        crate::metrics::render(&self.registry)
+        crate::metrics::render(&[&self.registry, &self.build])
     }
 }
 
@@ -179,7 +192,10 @@ mod tests {
         let metrics = ControllerMetrics::new();
         let documented: std::collections::BTreeMap<String, Vec<String>> = docs
             .lines()
-            .filter_map(|line| line.strip_prefix("| `clusterset_dns_controller_"))
+            .filter_map(|line| {
+                let rest = line.strip_prefix("| `clusterset_dns_")?;
+                (rest.starts_with("controller_") || rest.starts_with("build_info`")).then_some(rest)
+            })
             .map(|rest| {
                 let mut cells = rest.split('|');
                 let name = cells
@@ -194,7 +210,7 @@ mod tests {
                     .map(|l| l.trim().to_owned())
                     .filter(|l| !l.is_empty())
                     .collect();
-                (format!("clusterset_dns_controller_{name}"), labels)
+                (format!("clusterset_dns_{name}"), labels)
             })
             .collect();
         let registered: std::collections::BTreeMap<String, Vec<String>> =
@@ -207,5 +223,11 @@ mod tests {
                 .render()
                 .contains("clusterset_dns_controller_peer_up{peer=\"b\"} 1")
         );
+        let build_info = format!(
+            "clusterset_dns_build_info{{commit=\"{}\",version=\"{}\"}} 1",
+            crate::build_info::COMMIT,
+            crate::build_info::VERSION
+        );
+        assert!(metrics.render().lines().any(|l| l == build_info));
     }
 }
