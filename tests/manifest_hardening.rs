@@ -121,9 +121,17 @@ async fn until_web(dns: SocketAddr, want: &[String]) {
     .await;
 }
 
-/// The note `/explain` gives about the failing source.
-async fn source_problem(admin: SocketAddr) -> String {
-    explain_notes(&explain(admin, WEB, "A").await)
+/// Polls until `/explain` says the source is failing because of `problem`.
+async fn until_problem(admin: SocketAddr, problem: &str) {
+    poll(
+        RELOAD_LIMIT,
+        &format!("/explain to say {problem:?}"),
+        || async {
+            let notes = explain_notes(&explain(admin, WEB, "A").await);
+            notes.contains(problem).then_some(())
+        },
+    )
+    .await;
 }
 
 /// `clusterset-dns serve` as a child process, for what only a process can
@@ -218,11 +226,7 @@ async fn a_fifo_in_place_of_the_manifest_stalls_nothing() {
     mkfifo(&fifo);
     rename_over(&fifo, &manifest);
     until_metric(admin, STALE, 1.0).await;
-    let note = source_problem(admin).await;
-    assert!(
-        note.contains("is a FIFO (named pipe), not a regular file"),
-        "{note}"
-    );
+    until_problem(admin, "is a FIFO (named pipe), not a regular file").await;
     let until = Instant::now() + Duration::from_secs(1);
     let mut slowest = Duration::ZERO;
     while Instant::now() < until {
@@ -292,8 +296,7 @@ async fn dev_zero_an_oversize_file_and_an_alias_bomb_stay_within_memory() {
         rename_over(&attack, &manifest);
         until_metric(admin, RELOADS_ERROR, errors + 1.0).await;
         assert_eq!(read_metric(admin, STALE).await, 1.0, "{what}");
-        let note = source_problem(admin).await;
-        assert!(note.contains(expected), "{what}: {note}");
+        until_problem(admin, expected).await;
         probe(dns, admin, &v1).await;
         rename_over(&good, &manifest);
         until_metric(admin, STALE, 0.0).await;
@@ -318,11 +321,7 @@ async fn a_directory_in_place_of_the_manifest_is_refused_clearly() {
     );
     std::fs::create_dir(server.manifest()).expect("mkdir");
     until_metric(server.admin(), STALE, 1.0).await;
-    let note = source_problem(server.admin()).await;
-    assert!(
-        note.contains("is a directory, not a regular file"),
-        "{note}"
-    );
+    until_problem(server.admin(), "is a directory, not a regular file").await;
     probe(server.dns(), server.admin(), &web_a("10.96.10.10")).await;
     std::fs::remove_dir(server.manifest()).expect("rmdir");
     server.write_manifest(&example());
