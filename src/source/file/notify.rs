@@ -4,7 +4,7 @@
 //! ConfigMap volume swapping its `..data` symlink, and whether a writer is
 //! in the middle of an in-place write (`IN_MODIFY` seen, no `IN_CLOSE_WRITE`
 //! yet). Owns the inotify descriptor; doesn't decide when to load (see
-//! `Settle` in the parent module). Where inotify is unavailable,
+//! the sibling module `settle`). Where inotify is unavailable,
 //! [`Notifier::new`] fails and the source polls alone.
 
 use std::ffi::{CString, OsString};
