@@ -315,18 +315,18 @@ impl Config {
                 "max_records must be at least 1".into(),
             ));
         }
-        let dns = DnsServerConfig {
-            listen: set(options.dns_listen),
-            udp_workers: set(options.udp_workers),
-            fast_path: set(options.fast_path),
-            tcp_idle_timeout: Duration::from_secs(set(options.tcp_idle_timeout)),
-        };
         let file_max_bytes = set(options.file_max_bytes);
         if file_max_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "file_max_bytes must be at least 1".into(),
             ));
         }
+        let dns = DnsServerConfig {
+            listen: set(options.dns_listen),
+            udp_workers: set(options.udp_workers),
+            fast_path: set(options.fast_path),
+            tcp_idle_timeout: Duration::from_secs(set(options.tcp_idle_timeout)),
+        };
         Ok(Self {
             file: options.file,
             file_max_bytes,
