@@ -160,6 +160,9 @@ impl Served {
             .args(["--udp-workers", "1"])
             .args(extra)
             .env("CLUSTERSET_DNS_LOG", "clusterset_dns=warn")
+            // No lame-duck interval after SIGTERM where the server has one:
+            // the exit itself is what is tested.
+            .env("CLUSTERSET_DNS_LAME_DUCK", "0")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
