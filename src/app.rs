@@ -152,8 +152,10 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     match &config.file {
         Some(path) => {
             let publisher = Publisher::new(zone.clone(), metrics.clone(), inquiries);
-            let mut source = FileSource::new(path, config.zone.clone(), publisher);
-            let stats = source.load()?;
+            let source = FileSource::new(path, config.zone.clone(), publisher)
+                .with_max_bytes(config.file_max_bytes);
+            let (source, result) = source.load_off_runtime().await;
+            let stats = result?;
             tracing::info!(
                 file = %path.display(),
                 services = stats.rebuilt,

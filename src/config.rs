@@ -46,6 +46,10 @@ pub struct ServeArgs {
     /// (relative to the configuration file when set there).
     #[arg(long, env = "CLUSTERSET_DNS_FILE")]
     pub file: Option<PathBuf>,
+    /// Largest manifest file read, bytes; a larger one is refused and the
+    /// last good version keeps serving.
+    #[arg(long, env = "CLUSTERSET_DNS_FILE_MAX_BYTES")]
+    pub file_max_bytes: Option<u64>,
     /// Zone to be authoritative for.
     #[arg(long, env = "CLUSTERSET_DNS_ZONE")]
     pub zone: Option<String>,
@@ -144,6 +148,7 @@ impl ServeArgs {
         Self {
             config: None,
             file: None,
+            file_max_bytes: Some(crate::source::file::DEFAULT_MAX_BYTES),
             zone: Some("clusterset.local".into()),
             dns_listen: Some(dns.listen),
             admin_listen: Some(SocketAddr::from(([0, 0, 0, 0], 9180))),
@@ -235,6 +240,8 @@ impl ServeArgs {
 pub struct Config {
     /// Manifest file to serve.
     pub file: Option<PathBuf>,
+    /// Largest manifest file read, bytes.
+    pub file_max_bytes: u64,
     /// Zone settings.
     pub zone: ZoneSettings,
     /// Socket settings.
@@ -326,6 +333,12 @@ impl Config {
                 "max_records must be at least 1".into(),
             ));
         }
+        let file_max_bytes = set(options.file_max_bytes);
+        if file_max_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "file_max_bytes must be at least 1".into(),
+            ));
+        }
         let dns = DnsServerConfig {
             listen: set(options.dns_listen),
             udp_workers: set(options.udp_workers),
@@ -340,6 +353,7 @@ impl Config {
         }
         Ok(Self {
             file: options.file,
+            file_max_bytes,
             zone,
             dns,
             admin_listen: set(options.admin_listen),

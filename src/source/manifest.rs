@@ -79,7 +79,10 @@ pub fn check(text: &str) -> Report {
     match split_documents(text) {
         Some(pieces) => {
             for piece in pieces {
-                match serde_saphyr::from_str_with_options(piece.text, yaml_options()) {
+                match serde_saphyr::from_str_with_options(
+                    piece.text,
+                    yaml_options(piece.text.len()),
+                ) {
                     Ok(document) => project(document, piece.number, &mut rejected),
                     // Only the first syntax error can be placed by parsing
                     // the whole stream again.
@@ -93,14 +96,17 @@ pub fn check(text: &str) -> Report {
                 }
             }
         }
-        None => match serde_saphyr::from_multiple_with_options::<Value>(text, yaml_options()) {
-            Ok(values) => {
-                for (i, document) in values.into_iter().enumerate() {
-                    project(document, i + 1, &mut rejected);
+        None => {
+            match serde_saphyr::from_multiple_with_options::<Value>(text, yaml_options(text.len()))
+            {
+                Ok(values) => {
+                    for (i, document) in values.into_iter().enumerate() {
+                        project(document, i + 1, &mut rejected);
+                    }
                 }
+                Err(error) => rejected.push(ManifestError::Yaml(error.to_string())),
             }
-            Err(error) => rejected.push(ManifestError::Yaml(error.to_string())),
-        },
+        }
     }
     let (manifest, duplicates) = collect(&documents);
     rejected.extend(duplicates);
@@ -161,7 +167,7 @@ impl Parser {
         let Some(pieces) = split_documents(text) else {
             // Directives: parse the stream whole, without the cache.
             let documents: Vec<Value> =
-                serde_saphyr::from_multiple_with_options(text, yaml_options())
+                serde_saphyr::from_multiple_with_options(text, yaml_options(text.len()))
                     .map_err(|e| ManifestError::Yaml(e.to_string()))?;
             let mut parsed = Vec::with_capacity(documents.len());
             for (i, document) in documents.into_iter().enumerate() {
@@ -176,9 +182,11 @@ impl Parser {
             let objects = match self.cache.get(&key) {
                 Some(objects) => objects.clone(),
                 None => {
-                    let document: Value =
-                        serde_saphyr::from_str_with_options(piece.text, yaml_options())
-                            .map_err(|e| yaml_error(text, &piece, e))?;
+                    let document: Value = serde_saphyr::from_str_with_options(
+                        piece.text,
+                        yaml_options(piece.text.len()),
+                    )
+                    .map_err(|e| yaml_error(text, &piece, e))?;
                     project_document(document, piece.number)?
                 }
             };
@@ -195,7 +203,7 @@ impl Parser {
 /// line numbers and snippet (found by parsing the whole stream again, which
 /// stops at the same place).
 fn yaml_error(text: &str, piece: &Piece<'_>, error: serde_saphyr::Error) -> ManifestError {
-    let message = serde_saphyr::from_multiple_with_options::<Value>(text, yaml_options())
+    let message = serde_saphyr::from_multiple_with_options::<Value>(text, yaml_options(text.len()))
         .err()
         .map_or_else(
             || format!("line {} and after: {error}", piece.first_line),
@@ -356,16 +364,30 @@ fn split_documents(text: &str) -> Option<Vec<Piece<'_>>> {
     Some(pieces)
 }
 
-/// Parser limits sized for a whole clusterset (the defaults stop at 1,024
-/// documents and 250,000 nodes; 10,000 services with slices need more).
-/// They still bound memory against a hostile file.
-fn yaml_options() -> serde_saphyr::Options {
+/// Parser limits for `len` bytes of YAML, proportional to it: what the
+/// text can hold without aliases, so that an alias bomb (a few kilobytes
+/// of anchors referring to anchors) stops once it has expanded to about
+/// the size of an honest document of the same length, and memory stays
+/// within a small multiple of the file's size. Counted per parse: a
+/// document of a split stream gets the budget of its own length.
+///
+/// Written out, YAML takes at least a byte per node (`[a,b]`: 3 nodes in 5
+/// bytes) and scalars decode to no more bytes than they are written in;
+/// tags (`!!str` is `tag:yaml.org,2002:str`) and a few forms like `[:]`
+/// (4 nodes in 3 bytes) give a little more, hence the factors and the
+/// constant floor for small documents.
+fn yaml_options(len: usize) -> serde_saphyr::Options {
+    /// Room for the smallest documents (and their tags).
+    const FLOOR: usize = 64 * 1024;
     let mut budget = serde_saphyr::Budget::default();
     budget.max_documents = 1_000_000;
-    budget.max_nodes = 100_000_000;
-    budget.max_events = 200_000_000;
-    budget.max_total_scalar_bytes = 1 << 30;
-    budget.max_reader_input_bytes = Some(1 << 30);
+    budget.max_nodes = 2 * len + FLOOR;
+    budget.max_events = 4 * len + FLOOR;
+    budget.max_total_scalar_bytes = 4 * len + FLOOR;
+    budget.max_aliases = len / 2 + 100;
+    budget.max_recorded_anchor_events = 2 * len + FLOOR;
+    budget.max_recorded_anchor_bytes = 4 * len + FLOOR;
+    budget.max_reader_input_bytes = Some(len + 1);
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
     // YAML 1.2 booleans: a namespace called `n` or `no` stays a string.
@@ -881,6 +903,44 @@ items:
         // A failed parse leaves the last good documents cached.
         assert_eq!(parser.cache.len(), 2);
         assert_eq!(parser.parse(GOOD).unwrap().imports.len(), 1);
+    }
+
+    /// Six levels of ten aliases over a 10 KB scalar would expand to 10 GB
+    /// (16 KB of text): the budget, sized by the document, stops it at a
+    /// few times the text's size, with an error that says so.
+    #[test]
+    fn an_alias_bomb_is_stopped_by_the_budget() {
+        let mut text = format!("a0: &a0 \"{}\"\n", "x".repeat(10 * 1024));
+        for level in 1..=6 {
+            let refs = vec![format!("*a{}", level - 1); 10].join(", ");
+            text.push_str(&format!("a{level}: &a{level} [{refs}]\n"));
+        }
+        let started = std::time::Instant::now();
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(err.contains("budget"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        // The same in a stream with a directive, parsed whole.
+        let err = parse(&format!("%YAML 1.2\n---\n{text}"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("budget"), "{err}");
+        // A few aliases, as a hand-written manifest may use, are fine.
+        let import = |name: &str, ip: &str, ports: &str| {
+            format!(
+                "- apiVersion: multicluster.x-k8s.io/v1beta1\n  kind: ServiceImport\n  metadata: {{name: {name}, namespace: prod}}\n  spec: {{type: ClusterSetIP, ips: [{ip}], ports: {ports}}}\n"
+            )
+        };
+        let text = format!(
+            "apiVersion: v1\nkind: List\nitems:\n{}{}",
+            import(
+                "web",
+                "10.42.0.1",
+                "&ports [{name: http, protocol: TCP, port: 80}]"
+            ),
+            import("api", "10.42.0.2", "*ports"),
+        );
+        let m = parse(&text).unwrap();
+        assert_eq!(m.imports.len(), 2);
     }
 }
 
