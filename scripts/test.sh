@@ -2,12 +2,14 @@
 # Runs the whole test suite, both tiers (README.md, "Tests"), on a fresh
 # machine:
 #  1. installs the tools the tests drive when missing (dig, kdig, curl, openssl;
-#     skopeo and umoci for the image test, tests/image.rs);
-#  2. builds kube-apiserver, etcd and CoreDNS from the Go module proxy into
-#     ~/.cache/clusterset-dns/testenv (first run only: ~12 min on 2 cores;
-#     later runs reuse the cache) — see scripts/testenv-build.sh;
+#     skopeo, umoci, python3 and strip for the image test, tests/image.rs);
+#  2. builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+#     etcd, CoreDNS, kwok and helm from the Go module proxy into
+#     ~/.cache/clusterset-dns/testenv (first run only; later runs reuse the
+#     cache) — see scripts/testenv-build.sh;
 #  3. cargo test --features testenv: tier 1 (what plain `cargo test` runs)
-#     plus the tests that start etcd, kube-apiserver and CoreDNS.
+#     plus the tests that start member clusters, CoreDNS, kubectl and helm,
+#     the demo of the tutorials, and the image build.
 # Extra arguments go to `cargo test` (e.g. `scripts/test.sh --test coredns`).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -415,10 +415,70 @@ fn resolve(server: SocketAddr, query: &Message) -> Result<(), String> {
     }
 }
 
+/// The commands of README's "Try it locally" block that read a running
+/// demo (`scripts/demo.sh env`, `dig`, `kubectl`), run in one bash session
+/// against the demo just brought up: each must succeed and print something,
+/// the `dig` answer the headless `shop/db` from clusters a and b. (`up` and
+/// `down` are what [`Demo`] runs; the full show is the same code path.)
+fn readme_try_it_locally(demo: &Demo) {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let section = readme
+        .split("\n## Try it locally\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("README.md has a \"Try it locally\" section");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("its first ```sh block");
+    let commands: Vec<&str> = block
+        .lines()
+        .map(|line| line.split(" # ").next().unwrap_or("").trim())
+        .filter(|c| !c.is_empty() && !c.starts_with("scripts/demo.sh"))
+        .collect();
+    assert!(
+        commands
+            .iter()
+            .any(|c| c.starts_with("source <(scripts/demo.sh env)")),
+        "{commands:?}"
+    );
+    for (i, command) in commands.iter().enumerate().skip(1) {
+        let script = format!("set -e\n{}\n{command}\n", commands[0]);
+        let deadline = Instant::now() + CONVERGE;
+        loop {
+            let output = Command::new("bash")
+                .arg("-c")
+                .arg(&script)
+                .env("CLUSTERSET_DNS_DEMO_DIR", &demo.state)
+                .current_dir(repo())
+                .stdin(Stdio::null())
+                .output()
+                .expect("run bash");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let ok = output.status.success()
+                && !stdout.trim().is_empty()
+                && (!command.starts_with("dig")
+                    || (stdout.contains("10.200.") && stdout.contains("10.201.")));
+            if ok {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "README.md Try it locally, command {i} `{command}`: {}\n{stdout}{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+}
+
 #[test]
 fn tutorials_run_as_written() {
     let started = Instant::now();
     let demo = Demo::up();
+    readme_try_it_locally(&demo);
     let mut tutorials: Vec<PathBuf> = std::fs::read_dir(repo().join("docs/tutorials"))
         .unwrap()
         .map(|e| e.unwrap().path())

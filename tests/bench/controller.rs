@@ -581,14 +581,14 @@ async fn apply_floor(
                         let name = format!("floor-{k}");
                         let imports: Api<ServiceImport> = Api::namespaced(client.clone(), ns);
                         let import = json!({
-                            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+                            "apiVersion": "multicluster.x-k8s.io/v1beta1",
                             "kind": "ServiceImport",
                             "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "bench-floor"}},
                             "spec": {"type": "ClusterSetIP", "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
                         });
                         imports.patch(&name, &params, &Patch::Apply(&import)).await.unwrap();
                         let status = json!({
-                            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+                            "apiVersion": "multicluster.x-k8s.io/v1beta1",
                             "kind": "ServiceImport",
                             "metadata": {"name": name},
                             "status": {"clusters": [{"cluster": "cluster0"}]},
@@ -1022,6 +1022,9 @@ fn main() {
     // Memory at the end.
     let rss_end: Vec<(u64, u64)> = controllers.iter().map(|c| memory_kib(c.pid())).collect();
     let serve_mem = memory_kib(serve.0.id());
+    eprintln!(
+        "[bench] controllers (VmRSS, VmHWM) KiB after convergence {rss_after_cold:?}, at end {rss_end:?}"
+    );
 
     // 8. The apply floor, with the controllers still running (as during
     // convergence; they ignore objects they do not manage).
