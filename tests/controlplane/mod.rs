@@ -118,12 +118,32 @@ pub fn bin_dir() -> &'static Path {
 }
 
 /// A free TCP port on 127.0.0.1 (bound and released).
+///
+/// The port comes from below the kernel's ephemeral range
+/// (`ip_local_port_range`): a port that `bind(0)` hands out is also one
+/// that any process's next outbound connection may take before the server
+/// meant to listen on it has started (a kube-controller-manager failed
+/// with "address already in use" that way). Below the range only listeners
+/// compete; each candidate is bound once to check it is free.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u32, ephemeral_low.max(10_001));
+    let span = high - low;
+    // Spread processes apart (tests in other binaries, a bench), then walk.
+    let start = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span {
+        let offset = (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        let port = (low + offset) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free TCP port in {low}..{high}")
 }
 
 /// What member clusters need besides etcd and kube-apiserver.
