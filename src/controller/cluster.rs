@@ -252,7 +252,7 @@ macro_rules! objects_store {
             type Listed = $kind;
 
             fn apply(&mut self, object: $kind) {
-                self.insert(strip(object));
+                self.insert(object.strip());
             }
 
             fn delete(&mut self, object: $kind) {
@@ -261,7 +261,7 @@ macro_rules! objects_store {
             }
 
             fn listed(&mut self, object: $kind) -> Option<$kind> {
-                Some(strip(object))
+                Some(object.strip())
             }
 
             fn reset(&mut self, listed: Vec<$kind>) {
@@ -323,10 +323,6 @@ impl Strip for EndpointSlice {
         }
         self
     }
-}
-
-fn strip<K: Strip>(object: K) -> K {
-    object.strip()
 }
 
 impl IndexResource<Namespace> for LocalData {

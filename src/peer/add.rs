@@ -20,7 +20,8 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 
 use super::cluster::{
-    Endpoint, apply, client_from_text, connect, probe, read_identity, require_namespace,
+    Endpoint, apply, client_from_text, connect, connect_peer, probe, read_identity,
+    require_namespace,
 };
 use super::rules::{self, Member, PeerKubeconfig, Target};
 use super::{
@@ -43,18 +44,10 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
         "--kubeconfig",
     )
     .await?;
-    if args.remote.peer_kubeconfig.is_none() && args.remote.peer_context.is_none() {
-        return Err(PeerError::Failed(
-            "which peer? pass --peer-kubeconfig (and/or --peer-context)".into(),
-        ));
-    }
-    let peer = connect(
-        args.remote
-            .peer_kubeconfig
-            .as_deref()
-            .or(args.local.kubeconfig.as_deref()),
-        args.remote.peer_context.as_deref(),
-        "--peer-kubeconfig",
+    let peer = connect_peer(
+        &args.local,
+        &args.remote,
+        "which peer? pass --peer-kubeconfig (and/or --peer-context)",
     )
     .await?;
 

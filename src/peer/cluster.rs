@@ -60,6 +60,28 @@ pub async fn connect(
     })
 }
 
+/// Connects to the peer named by `remote` (its kubeconfig defaults to this
+/// cluster's, with `--peer-context`); `missing` is the error when neither
+/// flag says which peer.
+pub async fn connect_peer(
+    local: &super::LocalArgs,
+    remote: &super::RemoteArgs,
+    missing: &str,
+) -> Result<Endpoint, PeerError> {
+    if remote.peer_kubeconfig.is_none() && remote.peer_context.is_none() {
+        return Err(PeerError::Failed(missing.to_owned()));
+    }
+    connect(
+        remote
+            .peer_kubeconfig
+            .as_deref()
+            .or(local.kubeconfig.as_deref()),
+        remote.peer_context.as_deref(),
+        "--peer-kubeconfig",
+    )
+    .await
+}
+
 /// A client from kubeconfig text (a peer Secret's `data.kubeconfig`), and
 /// the server it names.
 pub async fn client_from_text(kubeconfig: &[u8]) -> Result<(Client, String), String> {

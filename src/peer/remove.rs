@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 
-use super::cluster::{client_from_text, connect, read_identity};
+use super::cluster::{client_from_text, connect, connect_peer, read_identity};
 use super::{ANNOTATION_CLUSTER_ID, PEER_LABEL, PeerError, RemoveArgs, reader};
 use crate::controller::run::KUBECONFIG_KEY;
 
@@ -59,18 +59,10 @@ async fn revoke(
     local: &kube::Client,
     secret: &Secret,
 ) -> Result<String, PeerError> {
-    if args.remote.peer_kubeconfig.is_none() && args.remote.peer_context.is_none() {
-        return Err(PeerError::Failed(
-            "--revoke needs the peer: pass --peer-kubeconfig (and/or --peer-context); nothing was deleted".into(),
-        ));
-    }
-    let peer = connect(
-        args.remote
-            .peer_kubeconfig
-            .as_deref()
-            .or(args.local.kubeconfig.as_deref()),
-        args.remote.peer_context.as_deref(),
-        "--peer-kubeconfig",
+    let peer = connect_peer(
+        &args.local,
+        &args.remote,
+        "--revoke needs the peer: pass --peer-kubeconfig (and/or --peer-context); nothing was deleted",
     )
     .await?;
     let local_id = read_identity(local)
