@@ -29,6 +29,21 @@ pub struct ControllerArgs {
     /// prefixes ending in `*`, comma-separated.
     #[arg(long, default_value = "kube-*", value_delimiter = ',')]
     pub deny_namespaces: Vec<String>,
+    /// The most ServiceExports read from one peer; beyond it a peer's
+    /// objects are refused and counted
+    /// (`peer_objects_rejected_total{reason="peer-limit"}`).
+    #[arg(long, default_value_t = 20_000)]
+    pub peer_max_exports: usize,
+    /// The most Services read from one peer (all its Services but the
+    /// derived ones, exported or not).
+    #[arg(long, default_value_t = 100_000)]
+    pub peer_max_services: usize,
+    /// The most mirrored EndpointSlices read from one peer.
+    #[arg(long, default_value_t = 50_000)]
+    pub peer_max_slices: usize,
+    /// The most endpoints, over all its slices, read from one peer.
+    #[arg(long, default_value_t = 500_000)]
+    pub peer_max_endpoints: usize,
     /// Address of the admin endpoint (`/metrics`, `/ready`, `/live`,
     /// `/explain?service=<ns>/<name>`).
     #[arg(long, default_value = "0.0.0.0:9155")]

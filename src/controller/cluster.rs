@@ -18,6 +18,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::ResourceExt;
 
+use super::lean::Lean;
 use crate::api::well_known::{LABEL_KUBERNETES_SERVICE_NAME, LABEL_SERVICE_NAME};
 use crate::api::{ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
@@ -31,6 +32,21 @@ pub struct Objects<K> {
     by_service: BTreeMap<ServiceRef, BTreeSet<String>>,
     owner: fn(&K) -> Option<ServiceRef>,
     touched: Touched,
+    cap: Option<Cap<K>>,
+}
+
+/// The most a peer may make this controller hold of one kind: a number of
+/// objects and a total weight (endpoints, for slices). An object that would
+/// pass either is refused, not stored, and counted; a complete list keeps
+/// the first objects in (namespace, name) order, so every controller of the
+/// clusterset keeps the same ones.
+#[derive(Debug)]
+struct Cap<K> {
+    max_objects: usize,
+    max_weight: usize,
+    weight: fn(&K) -> usize,
+    total_weight: usize,
+    refused: u64,
 }
 
 impl<K: kube::Resource> Objects<K> {
@@ -40,7 +56,26 @@ impl<K: kube::Resource> Objects<K> {
             by_service: BTreeMap::new(),
             owner,
             touched: Touched::default(),
+            cap: None,
         }
+    }
+
+    fn capped(mut self, max_objects: usize, max_weight: usize, weight: fn(&K) -> usize) -> Self {
+        self.cap = Some(Cap {
+            max_objects,
+            max_weight,
+            weight,
+            total_weight: 0,
+            refused: 0,
+        });
+        self
+    }
+
+    /// How many objects the cap refused since the last call.
+    pub fn take_refused(&mut self) -> u64 {
+        self.cap
+            .as_mut()
+            .map_or(0, |cap| std::mem::take(&mut cap.refused))
     }
 
     /// The services changed since the last call.
@@ -80,6 +115,18 @@ impl<K: kube::Resource> Objects<K> {
     fn insert(&mut self, object: K) {
         let key = (object.namespace().unwrap_or_default(), object.name_any());
         self.remove(&key);
+        if let Some(cap) = &mut self.cap {
+            let weight = (cap.weight)(&object);
+            if self.by_name.len() >= cap.max_objects
+                || cap.total_weight.saturating_add(weight) > cap.max_weight
+            {
+                // Refused: whatever the old version contributed is gone
+                // too (removed above), as for a deletion.
+                cap.refused += 1;
+                return;
+            }
+            cap.total_weight += weight;
+        }
         let service = (self.owner)(&object);
         if let Some(service) = service {
             self.by_service
@@ -101,6 +148,9 @@ impl<K: kube::Resource> Objects<K> {
         let Some(old) = self.by_name.remove(key) else {
             return;
         };
+        if let Some(cap) = &mut self.cap {
+            cap.total_weight -= (cap.weight)(&old);
+        }
         if let Some(service) = (self.owner)(&old) {
             if let Some(names) = self.by_service.get_mut(&service) {
                 names.remove(&key.1);
@@ -117,6 +167,14 @@ impl<K: kube::Resource> Objects<K> {
             self.touched.service(service);
         }
         self.by_name.clear();
+        if let Some(cap) = &mut self.cap {
+            cap.total_weight = 0;
+        }
+        let mut objects = objects;
+        if self.cap.is_some() {
+            // The same objects in every controller, whatever the list order.
+            objects.sort_by_cached_key(|o| (o.namespace().unwrap_or_default(), o.name_any()));
+        }
         for object in objects {
             self.insert(object);
         }
@@ -217,6 +275,45 @@ impl Default for ClusterData {
     }
 }
 
+/// How much of a peer's data this controller holds at most (peer input is
+/// untrusted: a broken or hostile peer must not exhaust our memory or fill
+/// our cluster with objects).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerLimits {
+    /// ServiceExports.
+    pub exports: usize,
+    /// Services (every Service of the peer but its derived ones).
+    pub services: usize,
+    /// Mirrored EndpointSlices.
+    pub slices: usize,
+    /// Endpoints in those slices, in total.
+    pub endpoints: usize,
+}
+
+impl ClusterData {
+    /// The store of a peer's data, within `limits`.
+    pub fn for_peer(limits: PeerLimits) -> Self {
+        Self {
+            exports: Objects::new(named).capped(limits.exports, usize::MAX, |_| 0),
+            services: Objects::new(service_owner).capped(limits.services, usize::MAX, |_| 0),
+            mcs_slices: Objects::new(mcs_slice_owner).capped(
+                limits.slices,
+                limits.endpoints,
+                |slice: &EndpointSlice| slice.endpoints.len(),
+            ),
+        }
+    }
+
+    /// Objects refused by the limits since the last call, by kind.
+    pub fn take_refused(&mut self) -> [(&'static str, u64); 3] {
+        [
+            ("serviceexports", self.exports.take_refused()),
+            ("services", self.services.take_refused()),
+            ("endpointslices", self.mcs_slices.take_refused()),
+        ]
+    }
+}
+
 /// What only this cluster's store has.
 #[derive(Debug)]
 pub struct LocalData {
@@ -248,6 +345,7 @@ impl Default for LocalData {
 
 macro_rules! objects_store {
     ($kind:ty) => {
+        /// Objects as our own writes return them (whole, stripped here).
         impl IndexResource<$kind> for Objects<$kind> {
             type Listed = $kind;
 
@@ -268,6 +366,31 @@ macro_rules! objects_store {
                 self.replace(listed);
             }
         }
+
+        /// Objects as the watches decode them (already stripped).
+        impl IndexResource<Lean<$kind>> for Objects<$kind> {
+            type Listed = $kind;
+
+            fn apply(&mut self, object: Lean<$kind>) {
+                self.insert(object.0);
+            }
+
+            fn delete(&mut self, object: Lean<$kind>) {
+                let key = (
+                    object.0.namespace().unwrap_or_default(),
+                    object.0.name_any(),
+                );
+                self.remove(&key);
+            }
+
+            fn listed(&mut self, object: Lean<$kind>) -> Option<$kind> {
+                Some(object.0)
+            }
+
+            fn reset(&mut self, listed: Vec<$kind>) {
+                self.replace(listed);
+            }
+        }
     };
 }
 
@@ -278,7 +401,8 @@ objects_store!(ServiceImport);
 
 /// Drops what no decision reads and what would only cost memory: at
 /// thousands of services per cluster the stores are most of the
-/// controller's heap.
+/// controller's heap. The watches decode [`Lean`] objects, which skip the
+/// same fields; this is for the objects our writes return.
 trait Strip {
     fn strip(self) -> Self;
 }
@@ -417,5 +541,99 @@ impl LocalData {
             self.ip_families = families;
             self.all_touched = true;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::discovery::v1::Endpoint;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    fn slice(name: &str, endpoints: usize) -> EndpointSlice {
+        EndpointSlice {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("shop".into()),
+                labels: Some([(LABEL_SERVICE_NAME.to_owned(), "web".to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            address_type: "IPv4".into(),
+            endpoints: vec![Endpoint::default(); endpoints],
+            ports: None,
+        }
+    }
+
+    fn names(objects: &Objects<EndpointSlice>) -> Vec<String> {
+        objects
+            .by_name
+            .keys()
+            .map(|(_, name)| name.clone())
+            .collect()
+    }
+
+    fn peer() -> ClusterData {
+        ClusterData::for_peer(PeerLimits {
+            exports: 10,
+            services: 10,
+            slices: 3,
+            endpoints: 100,
+        })
+    }
+
+    #[test]
+    fn a_peer_beyond_its_slice_limit_is_refused_and_counted() {
+        let mut data = peer();
+        for name in ["a", "b", "c", "d"] {
+            IndexResource::apply(&mut data.mcs_slices, Lean(slice(name, 1)));
+        }
+        assert_eq!(names(&data.mcs_slices), ["a", "b", "c"]);
+        assert_eq!(data.take_refused()[2], ("endpointslices", 1));
+        assert_eq!(data.take_refused()[2], ("endpointslices", 0));
+        // A deletion makes room again.
+        IndexResource::delete(&mut data.mcs_slices, Lean(slice("a", 1)));
+        IndexResource::apply(&mut data.mcs_slices, Lean(slice("d", 1)));
+        assert_eq!(names(&data.mcs_slices), ["b", "c", "d"]);
+    }
+
+    #[test]
+    fn the_endpoint_limit_counts_every_slice_and_follows_updates() {
+        let mut data = peer();
+        IndexResource::apply(&mut data.mcs_slices, Lean(slice("a", 60)));
+        IndexResource::apply(&mut data.mcs_slices, Lean(slice("b", 50)));
+        assert_eq!(names(&data.mcs_slices), ["a"], "60 + 50 > 100");
+        // Shrinking a makes room for b; growing a past the limit drops it.
+        IndexResource::apply(&mut data.mcs_slices, Lean(slice("a", 10)));
+        IndexResource::apply(&mut data.mcs_slices, Lean(slice("b", 50)));
+        assert_eq!(names(&data.mcs_slices), ["a", "b"]);
+        IndexResource::apply(&mut data.mcs_slices, Lean(slice("a", 60)));
+        assert_eq!(names(&data.mcs_slices), ["b"]);
+        assert_eq!(data.take_refused()[2].1, 2);
+    }
+
+    #[test]
+    fn a_list_over_the_limit_keeps_the_same_objects_in_any_order() {
+        let listed = |order: &[&str]| {
+            let mut data = peer();
+            let objects = order.iter().map(|name| slice(name, 1)).collect();
+            <Objects<EndpointSlice> as IndexResource<Lean<EndpointSlice>>>::reset(
+                &mut data.mcs_slices,
+                objects,
+            );
+            names(&data.mcs_slices)
+        };
+        assert_eq!(listed(&["e", "d", "c", "b", "a"]), ["a", "b", "c"]);
+        assert_eq!(listed(&["b", "a", "e", "c", "d"]), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn this_clusters_own_data_has_no_limit() {
+        let mut data = ClusterData::default();
+        for i in 0..20 {
+            IndexResource::apply(&mut data.mcs_slices, Lean(slice(&format!("s{i}"), 1000)));
+        }
+        assert_eq!(data.mcs_slices.len(), 20);
+        assert_eq!(data.take_refused()[2].1, 0);
     }
 }

@@ -21,6 +21,7 @@ use kube::runtime::watcher::{self, Event as WatcherEvent};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::lean::Lean;
 use super::naming::{LABEL_APP_MANAGED_BY, MANAGED_BY};
 use crate::api::well_known::{
     CLUSTER_ID_PROPERTY, CLUSTERSET_PROPERTY, LABEL_KUBERNETES_SERVICE_NAME, LABEL_MANAGED_BY,
@@ -51,15 +52,15 @@ pub enum ClusterKey {
 #[allow(clippy::large_enum_variant)]
 pub enum WatchEvent {
     /// ServiceExports.
-    Exports(Result<WatcherEvent<ServiceExport>, watcher::Error>),
+    Exports(Result<WatcherEvent<Lean<ServiceExport>>, watcher::Error>),
     /// Services.
-    Services(Result<WatcherEvent<Service>, watcher::Error>),
+    Services(Result<WatcherEvent<Lean<Service>>, watcher::Error>),
     /// MCS EndpointSlices managed by clusterset-dns.
-    McsSlices(Result<WatcherEvent<EndpointSlice>, watcher::Error>),
+    McsSlices(Result<WatcherEvent<Lean<EndpointSlice>>, watcher::Error>),
     /// Kubernetes EndpointSlices of local Services (local only).
-    KubernetesSlices(Result<WatcherEvent<EndpointSlice>, watcher::Error>),
+    KubernetesSlices(Result<WatcherEvent<Lean<EndpointSlice>>, watcher::Error>),
     /// ServiceImports (local only).
-    Imports(Result<WatcherEvent<ServiceImport>, watcher::Error>),
+    Imports(Result<WatcherEvent<Lean<ServiceImport>>, watcher::Error>),
     /// Namespaces (local only).
     Namespaces(Result<WatcherEvent<Namespace>, watcher::Error>),
     /// ServiceCIDRs (local only): which IP families Services can have.
@@ -191,13 +192,13 @@ pub fn connect(
     let mut tasks = vec![
         forward(
             key.clone(),
-            watch::stream(Api::<ServiceExport>::all(client.clone()), all.clone()),
+            watch::stream(Api::<Lean<ServiceExport>>::all(client.clone()), all.clone()),
             WatchEvent::Exports,
             reports.clone(),
         ),
         forward(
             key.clone(),
-            watch::stream(Api::<Service>::all(client.clone()), services),
+            watch::stream(Api::<Lean<Service>>::all(client.clone()), services),
             WatchEvent::Services,
             reports.clone(),
         ),
@@ -207,7 +208,7 @@ pub fn connect(
             tasks.push(forward(
                 key.clone(),
                 watch::stream(
-                    Api::<EndpointSlice>::all(client.clone()),
+                    Api::<Lean<EndpointSlice>>::all(client.clone()),
                     all.clone().labels(&ours),
                 ),
                 WatchEvent::McsSlices,
@@ -216,7 +217,7 @@ pub fn connect(
             tasks.push(forward(
                 key.clone(),
                 watch::stream(
-                    Api::<EndpointSlice>::all(client.clone()),
+                    Api::<Lean<EndpointSlice>>::all(client.clone()),
                     all.clone().labels(&format!(
                         "{LABEL_KUBERNETES_SERVICE_NAME},{LABEL_MANAGED_BY}!={MANAGED_BY}"
                     )),
@@ -226,7 +227,7 @@ pub fn connect(
             ));
             tasks.push(forward(
                 key.clone(),
-                watch::stream(Api::<ServiceImport>::all(client.clone()), all.clone()),
+                watch::stream(Api::<Lean<ServiceImport>>::all(client.clone()), all.clone()),
                 WatchEvent::Imports,
                 reports.clone(),
             ));
@@ -251,7 +252,7 @@ pub fn connect(
             tasks.push(forward(
                 key.clone(),
                 watch::stream(
-                    Api::<EndpointSlice>::all(client.clone()),
+                    Api::<Lean<EndpointSlice>>::all(client.clone()),
                     all.labels(&format!("{LABEL_SOURCE_CLUSTER}={id},{ours}")),
                 ),
                 WatchEvent::McsSlices,

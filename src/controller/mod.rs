@@ -35,6 +35,7 @@ pub mod cluster;
 pub mod conditions;
 pub mod connection;
 pub mod leader;
+pub mod lean;
 pub mod membership;
 pub mod merge;
 pub mod metrics;
@@ -51,6 +52,7 @@ use kube::{Api, Client};
 use tokio::sync::mpsc;
 
 pub use self::args::ControllerArgs;
+use self::cluster::PeerLimits;
 use self::metrics::ControllerMetrics;
 use self::reconcile::NamespaceFilter;
 use self::run::{Controller, Settings};
@@ -129,6 +131,12 @@ pub async fn run(
         probe_interval: Duration::from_secs(2),
         probe_timeout: Duration::from_secs(3),
         instance: identity.clone(),
+        peer_limits: PeerLimits {
+            exports: args.peer_max_exports,
+            services: args.peer_max_services,
+            slices: args.peer_max_slices,
+            endpoints: args.peer_max_endpoints,
+        },
     };
     let controller = Controller::start(client, settings, metrics).await?;
     let hold = async {

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::api::core::v1::{ObjectReference, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::{Api, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -22,10 +23,11 @@ use kube::{Client, ResourceExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::apply::{Written, execute};
-use super::cluster::{ClusterData, LocalData, Objects, Touched};
+use super::cluster::{ClusterData, LocalData, Objects, PeerLimits, Touched};
 use super::connection::{
     ClusterKey, Connection, Identity, Report, Scope, WatchEvent, connect, identity,
 };
+use super::lean::Lean;
 use super::membership::{local_identity_problem, peer_refusal};
 use super::metrics::ControllerMetrics;
 use super::naming::FIELD_MANAGER;
@@ -78,6 +80,8 @@ pub struct Settings {
     pub probe_timeout: Duration,
     /// This replica's name in Events.
     pub instance: String,
+    /// How much of each peer's data is held at most.
+    pub peer_limits: PeerLimits,
 }
 
 /// A question for the loop, answered between events.
@@ -95,16 +99,14 @@ struct PeerConn {
     client: Option<Client>,
     identity: Option<Identity>,
     data: ClusterData,
-    exports: Watch<ServiceExport, Objects<ServiceExport>>,
-    services:
-        Watch<k8s_openapi::api::core::v1::Service, Objects<k8s_openapi::api::core::v1::Service>>,
-    slices: Watch<
-        k8s_openapi::api::discovery::v1::EndpointSlice,
-        Objects<k8s_openapi::api::discovery::v1::EndpointSlice>,
-    >,
+    exports: Watch<Lean<ServiceExport>, Objects<ServiceExport>>,
+    services: Watch<Lean<Service>, Objects<Service>>,
+    slices: Watch<Lean<EndpointSlice>, Objects<EndpointSlice>>,
     probe: Result<(), String>,
     connection: Option<Connection>,
     identity_task: Option<tokio::task::JoinHandle<()>>,
+    /// Kinds whose limit this connection has hit (warned once each).
+    over_limit: BTreeSet<&'static str>,
 }
 
 impl Drop for PeerConn {
@@ -116,18 +118,19 @@ impl Drop for PeerConn {
 }
 
 impl PeerConn {
-    fn new(generation: u64) -> Self {
+    fn new(generation: u64, limits: PeerLimits) -> Self {
         Self {
             generation,
             client: None,
             identity: None,
-            data: ClusterData::default(),
+            data: ClusterData::for_peer(limits),
             exports: Watch::new("serviceexports"),
             services: Watch::new("services"),
             slices: Watch::new("endpointslices"),
             probe: Err("not probed yet".into()),
             connection: None,
             identity_task: None,
+            over_limit: BTreeSet::new(),
         }
     }
 
@@ -254,18 +257,11 @@ pub struct Controller {
 }
 
 struct LocalWatches {
-    exports: Watch<ServiceExport, Objects<ServiceExport>>,
-    services:
-        Watch<k8s_openapi::api::core::v1::Service, Objects<k8s_openapi::api::core::v1::Service>>,
-    mcs_slices: Watch<
-        k8s_openapi::api::discovery::v1::EndpointSlice,
-        Objects<k8s_openapi::api::discovery::v1::EndpointSlice>,
-    >,
-    kubernetes_slices: Watch<
-        k8s_openapi::api::discovery::v1::EndpointSlice,
-        Objects<k8s_openapi::api::discovery::v1::EndpointSlice>,
-    >,
-    imports: Watch<ServiceImport, Objects<ServiceImport>>,
+    exports: Watch<Lean<ServiceExport>, Objects<ServiceExport>>,
+    services: Watch<Lean<Service>, Objects<Service>>,
+    mcs_slices: Watch<Lean<EndpointSlice>, Objects<EndpointSlice>>,
+    kubernetes_slices: Watch<Lean<EndpointSlice>, Objects<EndpointSlice>>,
+    imports: Watch<Lean<ServiceImport>, Objects<ServiceImport>>,
     namespaces: Watch<k8s_openapi::api::core::v1::Namespace, LocalData>,
     cidrs: Watch<k8s_openapi::api::networking::v1::ServiceCIDR, LocalData>,
 }
@@ -533,6 +529,23 @@ impl Controller {
                         tracing::warn!(peer = %peer_name, %error, "peer watch failing; its services stay imported within the grace period");
                     }
                 }
+                for (kind, refused) in conn.data.take_refused() {
+                    if refused == 0 {
+                        continue;
+                    }
+                    self.metrics
+                        .rejected
+                        .with_label_values(&[&peer_name, "peer-limit"])
+                        .inc_by(refused);
+                    // Once per connection and kind, not per object.
+                    if conn.over_limit.insert(kind) {
+                        let limits = self.settings.peer_limits;
+                        tracing::warn!(
+                            peer = %peer_name, kind, ?limits,
+                            "peer exceeds the limits of what is read from one peer: objects beyond them are not imported (--peer-max-exports, --peer-max-services, --peer-max-slices, --peer-max-endpoints)"
+                        );
+                    }
+                }
                 let mut touched = conn.data.exports.take_touched();
                 touched.merge(conn.data.services.take_touched());
                 touched.merge(conn.data.mcs_slices.take_touched());
@@ -636,7 +649,7 @@ impl Controller {
     /// Connects (again) to the peer of Secret `name` with `kubeconfig`.
     fn connect_peer(&mut self, name: String, kubeconfig: Vec<u8>) {
         self.generation += 1;
-        let mut conn = PeerConn::new(self.generation);
+        let mut conn = PeerConn::new(self.generation, self.settings.peer_limits);
         conn.identity_task = Some(self.spawn_identity(&name, self.generation, kubeconfig.clone()));
         let peer = self.peers.entry(name.clone()).or_insert_with(|| Peer {
             secret: name.clone(),
@@ -1438,7 +1451,15 @@ mod tests {
         Peer {
             secret: "peer-a".into(),
             kubeconfig: Vec::new(),
-            current: Some(PeerConn::new(1)),
+            current: Some(PeerConn::new(
+                1,
+                PeerLimits {
+                    exports: 10,
+                    services: 10,
+                    slices: 10,
+                    endpoints: 100,
+                },
+            )),
             next: None,
             refused: None,
             removing_at: None,
