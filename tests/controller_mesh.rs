@@ -748,6 +748,8 @@ async fn misconfiguration_repair_and_leader_election() {
     eprintln!("C16 done at {:.1} s", t0.elapsed().as_secs_f64());
     orphan_sweep(&mut mesh).await;
     eprintln!("C17 done at {:.1} s", t0.elapsed().as_secs_f64());
+    peer_limit(&mut mesh).await;
+    eprintln!("peer limit done at {:.1} s", t0.elapsed().as_secs_f64());
     leader_election(&mut mesh).await;
     eprintln!("C18 done; whole test {:.1} s", t0.elapsed().as_secs_f64());
 }
@@ -1039,6 +1041,65 @@ async fn orphan_sweep(mesh: &mut Mesh) {
         versions(&b, NS).await,
         before,
         "C17: the restarted controller changed more than the orphans"
+    );
+}
+
+/// What is read from one peer is capped: cluster1's controller, restarted
+/// with `--peer-max-exports` at cluster0's current number of exports,
+/// imports none of cluster0's next exports (while cluster2 does), counts
+/// them, and keeps importing what it had.
+async fn peer_limit(mesh: &mut Mesh) {
+    let exports = Api::<ServiceExport>::all(mesh.client(0).clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    mesh.controllers[1].take().unwrap().kill();
+    let limit = exports.to_string();
+    mesh.controllers[1] = Some(mesh.spawn(1, &["--peer-max-exports", &limit]));
+    mesh.wait_ready(1).await;
+    // Names after every existing one: a list keeps the first by name.
+    for name in ["zz-over-1", "zz-over-2"] {
+        export_service(mesh.client(0), NS, name, "10.200.0.90").await;
+    }
+    let c = mesh.client(2);
+    wait_for("over the limit: imported in cluster2", WAIT, || async {
+        import(c, NS, "zz-over-2")
+            .await
+            .map(|_| ())
+            .ok_or_else(|| "no import".to_owned())
+    })
+    .await;
+    let controller = mesh.controllers[1].as_ref().unwrap();
+    wait_for("over the limit: counted in cluster1", WAIT, || async {
+        let refused = metric(
+            controller,
+            "clusterset_dns_controller_peer_objects_rejected_total{peer=\"cluster0\",reason=\"peer-limit\"}",
+        )
+        .await;
+        if refused >= 2.0 {
+            Ok(())
+        } else {
+            Err(format!("{refused} refused"))
+        }
+    })
+    .await;
+    mesh.settle(1).await;
+    let b = mesh.client(1);
+    for name in ["zz-over-1", "zz-over-2"] {
+        assert!(
+            import(b, NS, name).await.is_none(),
+            "{name}: imported in cluster1 beyond --peer-max-exports {limit}"
+        );
+    }
+    assert!(
+        !slices_from(b, NS, "web", "cluster0").await.is_empty(),
+        "within the limit, web is still imported from cluster0"
+    );
+    assert!(
+        controller.log().contains("peer exceeds the limits"),
+        "no warning logged"
     );
 }
 

@@ -1596,7 +1596,17 @@ pub fn spawn_controller(
     args.extend(extra_args.iter().map(|a| a.to_string()));
     let log = cluster.dir.join(format!("controller-{n}.log"));
     let file = std::fs::File::create(&log).unwrap();
-    let mut command = Command::new(clusterset_dns_binary());
+    // A profiler to run the controller under (`heaptrack`, `valgrind
+    // --tool=massif`…), for finding where memory goes; the pid is then the
+    // wrapper's.
+    let mut command = match std::env::var_os("CLUSTERSET_DNS_CONTROLLER_WRAPPER") {
+        Some(wrapper) => {
+            let mut command = Command::new(wrapper);
+            command.arg(clusterset_dns_binary());
+            command
+        }
+        None => Command::new(clusterset_dns_binary()),
+    };
     command
         .args(&args)
         .env("KUBECONFIG", kubeconfig_path)
