@@ -439,11 +439,13 @@ impl Strip for EndpointSlice {
     /// of the source cluster.
     fn strip(mut self) -> Self {
         self.metadata.managed_fields = None;
+        self.endpoints.shrink_to_fit();
         for endpoint in &mut self.endpoints {
             endpoint.node_name = None;
             endpoint.target_ref = None;
             endpoint.hints = None;
             endpoint.deprecated_topology = None;
+            endpoint.addresses.shrink_to_fit();
         }
         self
     }

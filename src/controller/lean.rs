@@ -173,8 +173,13 @@ impl<'de> Deserialize<'de> for Lean<EndpointSlice> {
             .endpoints
             .unwrap_or_default()
             .into_iter()
-            .map(|e| Endpoint {
-                addresses: e.addresses,
+            .map(|mut e| Endpoint {
+                // A decoded Vec grows by doubling (four slots for one
+                // address): thousands of slices make the slack count.
+                addresses: {
+                    e.addresses.shrink_to_fit();
+                    e.addresses
+                },
                 conditions: e.conditions,
                 hostname: e.hostname,
                 zone: e.zone,
