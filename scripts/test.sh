@@ -4,7 +4,7 @@
 #  1. installs the tools the tests drive when missing (dig, kdig, curl, openssl;
 #     skopeo, umoci, python3 and strip for the image test, tests/image.rs);
 #  2. builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-#     etcd, CoreDNS, kwok and helm from the Go module proxy into
+#     etcd, CoreDNS, kwok, helm and toxiproxy from the Go module proxy into
 #     ~/.cache/clusterset-dns/testenv (first run only; later runs reuse the
 #     cache) — see scripts/testenv-build.sh;
 #  3. cargo test --features testenv: tier 1 (what plain `cargo test` runs)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build real kube-apiserver, kube-controller-manager, kube-scheduler, etcd,
-# coredns, kwok, kubectl and helm binaries for clusterset-dns integration
-# tests, from the Go module proxy only (no GitHub, no Docker).
+# coredns, kwok, kubectl, helm and toxiproxy binaries for clusterset-dns
+# integration tests, from the Go module proxy only (no GitHub, no Docker).
 #
 #   scripts/testenv-build.sh [--regen] [--rebuild] [--check]
 #
@@ -10,16 +10,20 @@
 # the repository:
 #
 #   ${CLUSTERSET_DNS_TESTENV_CACHE:-$HOME/.cache/clusterset-dns/testenv}/
-#     bin/k8s-<v>_etcd-<v>_coredns-<v>_kwok-<v>_helm-<v>/
+#     bin/k8s-<v>_etcd-<v>_coredns-<v>_kwok-<v>_helm-<v>_toxiproxy-<v>/
 #         kube-apiserver kube-controller-manager kube-scheduler etcd coredns kwok
-#         kubectl helm
+#         kubectl helm toxiproxy-server toxiproxy-cli
 #         kwok-stages.yaml (kwok's fast node/pod Stages, copied from its module)
 #         VERSIONS
 #     gomod/    GOMODCACHE
 #     gocache/  GOCACHE
 #
 # When the bin directory for the pinned versions already holds all the files
-# nothing is built (and Go is not even invoked). The bin directory path
+# nothing is built (and Go is not even invoked). A new key (a pin changed, or
+# a tool was added) does not rebuild everything: each file is hard-linked
+# from an older bin directory whose key has the same pins for that file
+# (k8s and etcd for the k8s binaries, coredns, kwok, helm, toxiproxy), and
+# only the rest is built. --rebuild builds everything. The bin directory path
 # is always the last line on stdout; all progress goes to stderr. Typical use:
 #
 #   TESTENV_BIN=$(scripts/testenv-build.sh | tail -n1)
@@ -49,6 +53,11 @@
 #              binaries, else say what is missing and exit 1 (the `testenv`
 #              tests run this when CLUSTERSET_DNS_TESTENV_BIN is unset)
 #
+# toxiproxy (github.com/Shopify/toxiproxy/v2, a TCP proxy whose faults are set
+# over an HTTP API) is built the same way as kwok: `go install` with its own
+# go.mod; its main packages are cmd/server and cmd/cli, renamed to
+# toxiproxy-server and toxiproxy-cli as upstream's Makefile names them.
+#
 # To bump a version, edit the pins below; the new key gives a new bin directory.
 
 set -euo pipefail
@@ -59,6 +68,7 @@ ETCD_VERSION=v3.7.0     # go.etcd.io/etcd/server/v3: must equal what K8S_VERSION
 COREDNS_VERSION=v1.15.0 # github.com/coredns/coredns (kubernetes plugin has `multicluster`)
 KWOK_VERSION=v0.8.0     # sigs.k8s.io/kwok (needs Go >= 1.26.0)
 HELM_VERSION=v4.3.1     # helm.sh/helm/v4 (install tests of the chart in deploy/helm)
+TOXIPROXY_VERSION=v2.12.0 # github.com/Shopify/toxiproxy/v2 (fault proxy; newest on the Go module proxy)
 # ------------------------------------------------------------------------------
 
 log() { printf 'testenv-build: %s\n' "$*" >&2; }
@@ -87,9 +97,23 @@ STAGING_VERSION=v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]} # k8s.io/api etc. are t
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 TESTENV_DIR=$REPO_ROOT/tests/testenv
 CACHE=${CLUSTERSET_DNS_TESTENV_CACHE:-${HOME:?HOME is unset; set CLUSTERSET_DNS_TESTENV_CACHE}/.cache/clusterset-dns/testenv}
-KEY=k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_coredns-${COREDNS_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler etcd coredns kwok kubectl helm)
+KEY=k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_coredns-${COREDNS_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_toxiproxy-${TOXIPROXY_VERSION}
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler etcd coredns kwok kubectl helm toxiproxy-server toxiproxy-cli)
 DATA_FILES=(kwok-stages.yaml)
+
+# pins_of FILE -> the key parts whose versions decide FILE: an older bin
+# directory whose key holds all of them has a FILE that can be reused.
+pins_of() {
+	case $1 in
+	kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | etcd)
+		echo "k8s-$K8S_VERSION etcd-$ETCD_VERSION" ;;
+	coredns) echo "coredns-$COREDNS_VERSION" ;;
+	kwok | kwok-stages.yaml) echo "kwok-$KWOK_VERSION" ;;
+	helm) echo "helm-$HELM_VERSION" ;;
+	toxiproxy-server | toxiproxy-cli) echo "toxiproxy-$TOXIPROXY_VERSION" ;;
+	*) return 1 ;;
+	esac
+}
 # kwok Stages: the sets kwokctl uses by default, as kustomize dirs in the kwok module.
 KWOK_STAGE_DIRS=(kustomize/stage/node/fast kustomize/stage/node/heartbeat-with-lease kustomize/stage/pod/fast)
 
@@ -332,6 +356,39 @@ fi
 out=$tmp_root/bin
 mkdir -p "$out"
 
+# Reuse what an older bin directory built with the same pins (hard links,
+# else copies), so that adding a tool or bumping one pin builds only that.
+REUSED=()
+reuse_older() {
+	local f dir key pin ok
+	for f in "${BINARIES[@]}" "${DATA_FILES[@]}"; do
+		for dir in "$CACHE"/bin/*/; do
+			dir=${dir%/}
+			[[ $dir != "$BIN_DIR" && -f $dir/$f && -s $dir/$f ]] || continue
+			key=_${dir##*/}_
+			ok=1
+			for pin in $(pins_of "$f"); do
+				[[ $key == *"_${pin}_"* ]] || ok=0
+			done
+			((ok)) || continue
+			ln "$dir/$f" "$out/$f" 2>/dev/null || cp -p "$dir/$f" "$out/$f" || continue
+			REUSED+=("$f from ${dir##*/}")
+			break
+		done
+	done
+	if ((${#REUSED[@]})); then
+		log "reused from older bin directories (same pins): ${REUSED[*]}"
+	fi
+}
+((rebuild)) || reuse_older
+
+# missing FILE... -> true when any of them is not in $out yet.
+missing() {
+	local f
+	for f in "$@"; do [[ -f $out/$f ]] || return 0; done
+	return 1
+}
+
 # Same version stamping as k8s hack/lib/version.sh, and the same tags that the
 # upstream release build uses for the k8s binaries (hack/lib/golang.sh).
 K8S_LDFLAGS="-s -w"
@@ -341,60 +398,90 @@ done
 K8S_TAGS=selinux,notest,grpcnotrace
 
 t0=$(now)
-log "building kube-apiserver $K8S_VERSION (cold cache: ~2 GB of module downloads and 15-25 min of compiling on 2 cores)"
-(cd "$TESTENV_DIR/k8s" && "$GO" build -trimpath -tags "$K8S_TAGS" -ldflags "$K8S_LDFLAGS" -o "$out/kube-apiserver" ./cmd/kube-apiserver) ||
-	die "building kube-apiserver failed"
+if missing kube-apiserver; then
+	log "building kube-apiserver $K8S_VERSION (cold cache: ~2 GB of module downloads and 15-25 min of compiling on 2 cores)"
+	(cd "$TESTENV_DIR/k8s" && "$GO" build -trimpath -tags "$K8S_TAGS" -ldflags "$K8S_LDFLAGS" -o "$out/kube-apiserver" ./cmd/kube-apiserver) ||
+		die "building kube-apiserver failed"
+fi
 t1=$(now)
 # Same module, tags and stamping as kube-apiserver (many packages are shared).
-log "building kube-controller-manager and kube-scheduler $K8S_VERSION"
 for b in kube-controller-manager kube-scheduler; do
+	missing "$b" || continue
+	log "building $b $K8S_VERSION"
 	(cd "$TESTENV_DIR/k8s" && "$GO" build -trimpath -tags "$K8S_TAGS" -ldflags "$K8S_LDFLAGS" -o "$out/$b" "./cmd/$b") ||
 		die "building $b failed"
 done
 t1b=$(now)
-log "building kubectl $K8S_VERSION"
-(cd "$TESTENV_DIR/k8s" && "$GO" build -trimpath -tags "$K8S_TAGS" -ldflags "$K8S_LDFLAGS" -o "$out/kubectl" ./cmd/kubectl) ||
-	die "building kubectl failed"
+if missing kubectl; then
+	log "building kubectl $K8S_VERSION"
+	(cd "$TESTENV_DIR/k8s" && "$GO" build -trimpath -tags "$K8S_TAGS" -ldflags "$K8S_LDFLAGS" -o "$out/kubectl" ./cmd/kubectl) ||
+		die "building kubectl failed"
+fi
 t1c=$(now)
-log "building etcd $ETCD_VERSION"
-(cd "$TESTENV_DIR/k8s" && "$GO" build -trimpath -ldflags "-s -w" -o "$out/etcd" ./cmd/etcd) ||
-	die "building etcd failed"
+if missing etcd; then
+	log "building etcd $ETCD_VERSION"
+	(cd "$TESTENV_DIR/k8s" && "$GO" build -trimpath -ldflags "-s -w" -o "$out/etcd" ./cmd/etcd) ||
+		die "building etcd failed"
+fi
 t2=$(now)
 # helm, like kwok, builds with its own go.mod. Its version string is stamped
 # the way its Makefile does.
-log "building helm $HELM_VERSION"
-(cd "$tmp_root" && GOBIN=$out "$GO" install -trimpath \
-	-ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
-	"helm.sh/helm/v4/cmd/helm@$HELM_VERSION") ||
-	die "building helm failed"
+if missing helm; then
+	log "building helm $HELM_VERSION"
+	(cd "$tmp_root" && GOBIN=$out "$GO" install -trimpath \
+		-ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
+		"helm.sh/helm/v4/cmd/helm@$HELM_VERSION") ||
+		die "building helm failed"
+fi
 t2b=$(now)
-log "building coredns $COREDNS_VERSION"
-(cd "$TESTENV_DIR/coredns" && "$GO" build -trimpath -ldflags "-s -w" -o "$out/coredns" ./cmd/coredns) ||
-	die "building coredns failed"
+if missing coredns; then
+	log "building coredns $COREDNS_VERSION"
+	(cd "$TESTENV_DIR/coredns" && "$GO" build -trimpath -ldflags "-s -w" -o "$out/coredns" ./cmd/coredns) ||
+		die "building coredns failed"
+fi
 t3=$(now)
 # kwok's own go.mod decides its dependencies (`go install pkg@version` ignores
 # any module in the working directory). Its version string is a constant in
 # sigs.k8s.io/kwok/pkg/consts, so no -X stamping is needed.
-log "building kwok $KWOK_VERSION"
-(cd "$tmp_root" && GOBIN=$out "$GO" install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION") ||
-	die "building kwok failed"
+if missing kwok; then
+	log "building kwok $KWOK_VERSION"
+	(cd "$tmp_root" && GOBIN=$out "$GO" install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION") ||
+		die "building kwok failed"
+fi
 # kwok exits with "no stages found" without Stage objects. Concatenate the
 # resources of each kustomization in KWOK_STAGE_DIRS (plain resource lists).
-kwok_dir=$(module_dir "sigs.k8s.io/kwok@$KWOK_VERSION")
-{
-	echo "# kwok $KWOK_VERSION Stages, from: ${KWOK_STAGE_DIRS[*]}"
-	for d in "${KWOK_STAGE_DIRS[@]}"; do
-		[[ -f $kwok_dir/$d/kustomization.yaml ]] || die "no $d/kustomization.yaml in $kwok_dir"
-		resources=$(awk '/^resources:/ { on = 1; next } /^[^ -]/ { on = 0 } on && $1 == "-" { print $2 }' "$kwok_dir/$d/kustomization.yaml")
-		[[ -n $resources ]] || die "no resources in $kwok_dir/$d/kustomization.yaml"
-		for f in $resources; do
-			[[ -f $kwok_dir/$d/$f ]] || die "missing $kwok_dir/$d/$f"
-			printf -- '---\n# %s/%s\n' "$d" "$f"
-			cat "$kwok_dir/$d/$f"
+if missing kwok-stages.yaml; then
+	kwok_dir=$(module_dir "sigs.k8s.io/kwok@$KWOK_VERSION")
+	{
+		echo "# kwok $KWOK_VERSION Stages, from: ${KWOK_STAGE_DIRS[*]}"
+		for d in "${KWOK_STAGE_DIRS[@]}"; do
+			[[ -f $kwok_dir/$d/kustomization.yaml ]] || die "no $d/kustomization.yaml in $kwok_dir"
+			resources=$(awk '/^resources:/ { on = 1; next } /^[^ -]/ { on = 0 } on && $1 == "-" { print $2 }' "$kwok_dir/$d/kustomization.yaml")
+			[[ -n $resources ]] || die "no resources in $kwok_dir/$d/kustomization.yaml"
+			for f in $resources; do
+				[[ -f $kwok_dir/$d/$f ]] || die "missing $kwok_dir/$d/$f"
+				printf -- '---\n# %s/%s\n' "$d" "$f"
+				cat "$kwok_dir/$d/$f"
+			done
 		done
-	done
-} >"$out/kwok-stages.yaml"
+	} >"$out/kwok-stages.yaml"
+fi
 t4=$(now)
+# toxiproxy: its own go.mod, like kwok; the version stamped as its
+# .goreleaser.yml does. `go install` names the binaries after their package
+# directories (server, cli), so they go to a scratch GOBIN and are renamed.
+if missing toxiproxy-server toxiproxy-cli; then
+	log "building toxiproxy $TOXIPROXY_VERSION"
+	toxi_bin=$tmp_root/toxiproxy-bin
+	(cd "$tmp_root" && GOBIN=$toxi_bin "$GO" install -trimpath \
+		-ldflags "-s -w -X github.com/Shopify/toxiproxy/v2.Version=$TOXIPROXY_VERSION" \
+		"github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION" \
+		"github.com/Shopify/toxiproxy/v2/cmd/cli@$TOXIPROXY_VERSION") ||
+		die "building toxiproxy failed"
+	mv "$toxi_bin/server" "$out/toxiproxy-server"
+	mv "$toxi_bin/cli" "$out/toxiproxy-cli"
+fi
+t5=$(now)
 
 have_all "$out" || die "build finished but binaries are missing in $out"
 {
@@ -404,13 +491,17 @@ have_all "$out" || die "build finished but binaries are missing in $out"
 	echo "helm helm.sh/helm/v4 $HELM_VERSION"
 	echo "coredns github.com/coredns/coredns $COREDNS_VERSION"
 	echo "kwok sigs.k8s.io/kwok $KWOK_VERSION (+ kwok-stages.yaml from ${KWOK_STAGE_DIRS[*]})"
+	echo "toxiproxy-server, toxiproxy-cli github.com/Shopify/toxiproxy/v2 $TOXIPROXY_VERSION"
 	echo "built with $("$GO" version) on $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	if ((${#REUSED[@]})); then
+		echo "reused (hard-linked, same pins): ${REUSED[*]}"
+	fi
 	echo "build seconds: modules $((MODULES_DONE - SCRIPT_START)) kube-apiserver $((t1 - t0))" \
 		"kube-controller-manager+kube-scheduler $((t1b - t1)) kubectl $((t1c - t1b)) etcd $((t2 - t1c))" \
-		"helm $((t2b - t2)) coredns $((t3 - t2b)) kwok $((t4 - t3))"
+		"helm $((t2b - t2)) coredns $((t3 - t2b)) kwok $((t4 - t3)) toxiproxy $((t5 - t4))"
 } >"$out/VERSIONS"
 
 rm -rf "$BIN_DIR"
 mv "$out" "$BIN_DIR"
-log "built in $((t4 - SCRIPT_START)) s: $BIN_DIR"
+log "built in $((t5 - SCRIPT_START)) s: $BIN_DIR"
 echo "$BIN_DIR"

@@ -111,6 +111,11 @@ pub struct ServeArgs {
     /// Kind of ServiceImports.
     #[arg(long, env = "CLUSTERSET_DNS_IMPORT_KIND")]
     pub import_kind: Option<String>,
+    /// Seconds the apiserver may leave requests unanswered (hung, or a
+    /// network path that drops packets) before the Kubernetes source counts
+    /// as stale; its watches restart once it answers again.
+    #[arg(long, env = "CLUSTERSET_DNS_APISERVER_TIMEOUT")]
+    pub apiserver_timeout: Option<u64>,
 }
 
 /// The options `dump-zone` reads (the others are accepted but hidden);
@@ -167,6 +172,7 @@ impl ServeArgs {
             import_group: Some(import.group),
             import_version: import.version,
             import_kind: Some(import.kind),
+            apiserver_timeout: Some(crate::source::kubernetes::DEFAULT_APISERVER_TIMEOUT.as_secs()),
         }
     }
 
@@ -258,6 +264,9 @@ pub struct Config {
     pub kubeconfig: Option<PathBuf>,
     /// ServiceImport API for the Kubernetes source.
     pub import_api: ImportApi,
+    /// How long the apiserver may leave requests unanswered before the
+    /// Kubernetes source counts as stale.
+    pub apiserver_timeout: Duration,
 }
 
 /// A configuration that cannot be used.
@@ -351,6 +360,12 @@ impl Config {
                 "max_tcp_connections must be at least 1".into(),
             ));
         }
+        let apiserver_timeout = set(options.apiserver_timeout);
+        if apiserver_timeout < 2 {
+            return Err(ConfigError::Invalid(
+                "apiserver_timeout must be at least 2 (seconds): a probe every half of it, each waiting the other half".into(),
+            ));
+        }
         Ok(Self {
             file: options.file,
             file_max_bytes,
@@ -366,6 +381,7 @@ impl Config {
                 version: options.import_version,
                 kind: set(options.import_kind),
             },
+            apiserver_timeout: Duration::from_secs(apiserver_timeout),
         })
     }
 }
@@ -446,6 +462,24 @@ mod tests {
         // `config` is a flag, not a key of the file it names.
         assert!(toml::from_str::<ServeArgs>("config = \"x.toml\"").is_err());
         assert!(toml::from_str::<ServeArgs>("log_format = \"xml\"").is_err());
+    }
+
+    #[test]
+    fn apiserver_timeout_defaults_to_30_s_and_needs_at_least_2() {
+        let config = layered(ServeArgs::default(), ServeArgs::default()).unwrap();
+        assert_eq!(config.apiserver_timeout, Duration::from_secs(30));
+        let file: ServeArgs = toml::from_str("apiserver_timeout = 6").unwrap();
+        let config = layered(ServeArgs::default(), file).unwrap();
+        assert_eq!(config.apiserver_timeout, Duration::from_secs(6));
+        let args = ServeArgs {
+            apiserver_timeout: Some(1),
+            ..Default::default()
+        };
+        let error = layered(args, ServeArgs::default()).unwrap_err().to_string();
+        assert!(
+            error.contains("apiserver_timeout must be at least 2"),
+            "{error}"
+        );
     }
 
     #[test]

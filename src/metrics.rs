@@ -131,6 +131,8 @@ pub struct Metrics {
     pub watch_expired: IntCounterVec,
     /// Watches restarted (relisted) because the apiserver answered again.
     pub watch_restarts: IntCounter,
+    /// Liveness probes the apiserver left unanswered.
+    pub apiserver_probe_timeouts: IntCounter,
     /// Open DNS TCP connections.
     pub tcp_connections: IntGauge,
     network_events: Vec<IntCounter>,
@@ -272,6 +274,11 @@ impl Metrics {
                 "Times the watches were restarted with a full relist because the apiserver \
                  answered again after watch failures.",
             ),
+            apiserver_probe_timeouts: counter(
+                "apiserver_probe_timeouts_total",
+                "Liveness probes (a one-object list) the apiserver left unanswered within half \
+                 of apiserver_timeout; the first of an outage marks the source stale.",
+            ),
             tcp_connections: gauge("tcp_connections", "Open DNS TCP connections."),
             network_events,
             network_logs,
@@ -297,6 +304,7 @@ impl Metrics {
             Box::new(metrics.watch_errors.clone()),
             Box::new(metrics.watch_expired.clone()),
             Box::new(metrics.watch_restarts.clone()),
+            Box::new(metrics.apiserver_probe_timeouts.clone()),
             Box::new(metrics.tcp_connections.clone()),
             Box::new(events),
             Box::new(build_info("")),

@@ -10,9 +10,12 @@
 //!   and a controller restarted while the peer is down (C3–C6);
 //! - misconfiguration and repair: refused peer Secrets, missing and denied
 //!   namespaces, deleted imports, the orphan sweep, leader election
-//!   (C11, C14–C18).
+//!   (C11, C14–C18);
+//! - a peer behind a TCP proxy (toxiproxy) that silently drops its traffic:
+//!   the same grace as a hung apiserver (C4), and back once it heals.
 
 mod controlplane;
+mod toxiproxy;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -1182,4 +1185,107 @@ async fn leader_election(mesh: &mut Mesh) {
     })
     .await;
     assert!(metric(new, WRITES).await > 0.0);
+}
+
+// ---------------------------------------------------------------------------
+// A peer behind a proxy that drops its traffic.
+// ---------------------------------------------------------------------------
+
+/// cluster1 reads cluster0 through toxiproxy (its peer Secret names the
+/// proxy); cluster2 reads cluster0 directly. The proxy drops every byte in
+/// both directions and keeps the connections open: nothing errors, so only
+/// the peer probe notices; cluster1 keeps cluster0's services for the grace
+/// period and drops them after it, while cluster2 keeps them throughout;
+/// once the proxy heals, cluster1 imports them again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_peer_behind_a_proxy_that_drops_traffic_is_dropped_after_grace_and_back_after() {
+    let _serial = SERIAL.lock().await;
+    let t0 = Instant::now();
+    let grace = format!("{}s", GRACE.as_secs());
+    let mesh = Mesh::start(
+        &["test"; 3],
+        3,
+        &[
+            "--peer-grace-period",
+            &grace,
+            "--startup-sync-timeout",
+            "5s",
+        ],
+    )
+    .await;
+    for i in 0..3 {
+        create_namespace(mesh.client(i), NS).await;
+    }
+    export_service(mesh.client(0), NS, "only-a", "10.200.0.10").await;
+    export_service(mesh.client(0), NS, "shared", "10.200.0.11").await;
+    export_service(mesh.client(2), NS, "shared", "10.202.0.11").await;
+    wait_with_a(&mesh, "start", WAIT).await;
+
+    let toxiproxy = toxiproxy::Toxiproxy::start(&mesh.plane.dir().join("toxiproxy.log")).await;
+    let url = mesh.plane.apiservers[0].url.clone();
+    let port = toxiproxy
+        .proxy("cluster0", url.trim_start_matches("https://"))
+        .await;
+    let reader = reader_kubeconfig(&mesh.plane, 0).await;
+    assert!(reader.contains(&url), "{reader}");
+    // The apiserver's certificate names 127.0.0.1, which the proxy's
+    // address is too: the TLS check still passes.
+    let proxied = reader.replace(&url, &format!("https://127.0.0.1:{port}"));
+    controlplane::add_peer_secret(mesh.client(1), "cluster0", &proxied).await;
+    let controller = mesh.controller(1);
+    wait_for(
+        "cluster1 reads cluster0 through the proxy",
+        WAIT,
+        || async {
+            if controller.log().contains("peer connection replaced") {
+                Ok(())
+            } else {
+                Err("no 'peer connection replaced' in the log yet".to_owned())
+            }
+        },
+    )
+    .await;
+    mesh.wait_peer_up(1, 0, true, WAIT).await;
+    wait_with_a(&mesh, "through the proxy", WAIT).await;
+    eprintln!(
+        "proxy: cluster1 reads cluster0 through it at {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+
+    let dropped = Instant::now();
+    toxiproxy.blackhole("cluster0").await;
+    // Probe every 2 s with a 3 s timeout, metrics refreshed every second.
+    mesh.wait_peer_up(1, 0, false, Duration::from_secs(8)).await;
+    let detected = dropped.elapsed();
+    mesh.wait_peer_up(2, 0, true, Duration::from_secs(1)).await;
+    keeps_a_until(&mesh, dropped + GRACE - Duration::from_secs(2), "proxy").await;
+    let client = mesh.client(1);
+    wait_for("proxy: cluster1 drops cluster0 after grace", GRACE, || {
+        without_a(client)
+    })
+    .await;
+    let removed = dropped.elapsed();
+    with_a(mesh.client(2))
+        .await
+        .unwrap_or_else(|why| panic!("proxy: cluster2 reads cluster0 directly: {why}"));
+
+    toxiproxy.heal("cluster0").await;
+    let healed = Instant::now();
+    wait_for("proxy: cluster1 imports cluster0 again", WAIT, || {
+        with_a(client)
+    })
+    .await;
+    let back = healed.elapsed();
+    // Healing closes the proxied connections: a watch that failed then
+    // resumes without a relist, so the controller reconnects to relist.
+    let reconnected = mesh.controller(1).log().contains("reconnecting to relist");
+    eprintln!(
+        "proxy drops cluster0's traffic: peer_up 0 after {:.1} s, cluster0's services removed \
+         from cluster1 {:.1} s after the drop began (grace {} s), imported again {:.1} s after \
+         the proxy healed (reconnected to relist: {reconnected})",
+        detected.as_secs_f64(),
+        removed.as_secs_f64(),
+        GRACE.as_secs(),
+        back.as_secs_f64()
+    );
 }

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::Client;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::runtime::watcher::{self, Event as WatcherEvent};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -285,14 +285,9 @@ async fn probe(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let result =
-            match tokio::time::timeout(timeout, api.list_metadata(&ListParams::default().limit(1)))
-                .await
-            {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(error)) => Err(crate::error::Chain(&error).to_string()),
-                Err(_) => Err(format!("no answer within {timeout:?}")),
-            };
+        let result = watch::probe(&api, timeout)
+            .await
+            .map_err(|error| error.to_string());
         if reports
             .send(Report::Probe(key.clone(), result))
             .await

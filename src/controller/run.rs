@@ -34,6 +34,7 @@ use super::naming::FIELD_MANAGER;
 use super::reconcile::{Inputs, Kind, NamespaceFilter, PeerView, Plan, Write, plan};
 use crate::api::{ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
+use crate::watch::backoff::RestartSchedule;
 use crate::watch::{Outcome, Watch};
 
 /// The key of a peer Secret's kubeconfig.
@@ -141,11 +142,15 @@ impl PeerConn {
     }
 
     fn healthy(&self) -> bool {
-        self.synced()
-            && self.probe.is_ok()
-            && !self.exports.health().failing()
-            && !self.services.health().failing()
-            && !self.slices.health().failing()
+        self.synced() && self.probe.is_ok() && !self.failing()
+    }
+
+    /// Whether a watch is failing (a failed list or watch, not yet
+    /// followed by a relist or a change).
+    fn failing(&self) -> bool {
+        self.exports.health().failing()
+            || self.services.health().failing()
+            || self.slices.health().failing()
     }
 
     fn problem(&self) -> Option<String> {
@@ -180,6 +185,8 @@ struct Peer {
     lease_renewed: Option<Instant>,
     /// The peer's id as its Lease recorded it, before the peer answers.
     lease_id: Option<String>,
+    /// Spacing of reconnects to relist failing watches.
+    reconnects: RestartSchedule,
 }
 
 impl Peer {
@@ -558,7 +565,7 @@ impl Controller {
                 } else if peer.next.as_ref().is_some_and(PeerConn::synced) {
                     // A rotated Secret's new connection has synced: it
                     // replaces the old one without a gap.
-                    tracing::info!(peer = %peer_name, "peer credentials replaced");
+                    tracing::info!(peer = %peer_name, "peer connection replaced");
                     peer.current = peer.next.take();
                     self.dirty.all = true;
                 }
@@ -568,6 +575,9 @@ impl Controller {
                     return;
                 };
                 let peer_name = peer.id().unwrap_or(&secret).to_owned();
+                let current = peer.current.as_ref().map(|c| c.generation) == Some(generation);
+                let replacing = peer.next.is_some();
+                let mut reconnect = false;
                 if let Some(conn) = peer.conn_mut(generation) {
                     if let Err(error) = &result {
                         self.metrics
@@ -577,10 +587,25 @@ impl Controller {
                         if conn.probe.is_ok() {
                             tracing::warn!(peer = %peer_name, %error, "peer probe failing");
                         }
-                    } else if conn.probe.is_err() && conn.synced() {
-                        tracing::info!(peer = %peer_name, "peer answers again");
+                    } else {
+                        // The peer answers, but a watch that failed and
+                        // then resumed delivers nothing until an object
+                        // changes: on a quiet peer it would stay failing,
+                        // the peer unhealthy, and its services dropped
+                        // after grace. Connect again beside it, relisting
+                        // (spaced 1 s doubling to 60 s, for a watch that
+                        // keeps failing).
+                        reconnect = current && !replacing && conn.synced() && conn.failing();
+                        if conn.probe.is_err() && conn.synced() {
+                            tracing::info!(peer = %peer_name, "peer answers again");
+                        }
                     }
                     conn.probe = result;
+                }
+                if reconnect && peer_reconnect_due(&mut peer.reconnects) {
+                    tracing::info!(peer = %peer_name, "peer answers but a watch is failing; reconnecting to relist");
+                    let kubeconfig = peer.kubeconfig.clone();
+                    self.connect_peer(secret, kubeconfig);
                 }
             }
             Report::Probe(ClusterKey::Local, _) => {}
@@ -661,6 +686,7 @@ impl Controller {
             last_seen: None,
             lease_renewed: None,
             lease_id: None,
+            reconnects: RestartSchedule::default(),
         });
         if peer.last_seen.is_none()
             && let Some((id, seen)) = self.leases.get(&name)
@@ -671,7 +697,7 @@ impl Controller {
         peer.kubeconfig = kubeconfig;
         peer.refused = None;
         if peer.current.as_ref().is_some_and(PeerConn::synced) {
-            tracing::info!(secret = %name, "peer Secret changed: connecting with the new credentials beside the old");
+            tracing::info!(secret = %name, "connecting to the peer beside its current connection (new credentials, or a relist)");
             peer.next = Some(conn);
         } else {
             peer.current = Some(conn);
@@ -814,6 +840,7 @@ impl Controller {
                     last_seen: None,
                     lease_renewed: None,
                     lease_id: None,
+                    reconnects: RestartSchedule::default(),
                 },
             );
         }
@@ -1373,6 +1400,16 @@ async fn peer_leases(client: &Client, namespace: &str) -> BTreeMap<String, (Stri
         .collect()
 }
 
+/// Whether a reconnect may happen now; if so, records it.
+fn peer_reconnect_due(reconnects: &mut RestartSchedule) -> bool {
+    let now = tokio::time::Instant::now();
+    let due = reconnects.due(now);
+    if due {
+        reconnects.record(now);
+    }
+    due
+}
+
 /// Whether a peer's data counts: synced and healthy, or within grace.
 fn usable(peer: &Peer, grace: Duration) -> bool {
     let Some(conn) = &peer.current else {
@@ -1466,6 +1503,7 @@ mod tests {
             last_seen: ago.map(|ago| SystemTime::now() - ago),
             lease_renewed: None,
             lease_id: Some("a".into()),
+            reconnects: RestartSchedule::default(),
         }
     }
 

@@ -21,7 +21,7 @@ pub mod backoff;
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::Stream;
 use kube::Api;
@@ -220,6 +220,20 @@ impl<K, S: IndexResource<K>> Watch<K, S> {
         }
     }
 
+    /// The watch is failing without an error of its own: the apiserver
+    /// left a probe unanswered, so this watch's connection is as good as
+    /// dead even though it never errors. Returns whether the failure
+    /// started now. It lasts, as any failure, until the state is current
+    /// again.
+    pub fn unresponsive(&mut self, error: String, now: Instant) -> bool {
+        let started = self.health.failing_since.is_none();
+        if started {
+            self.health.failing_since = Some(now);
+        }
+        self.health.last_error = Some(error);
+        started
+    }
+
     /// The store is current again: a failure, if any, is over.
     fn recovered(&mut self) -> bool {
         if self.health.failing_since.take().is_some() {
@@ -271,17 +285,44 @@ where
     watcher::watcher(api, config).backoff(backoff::watch_backoff())
 }
 
-/// Whether the apiserver lists `api` again (one object's metadata). A
-/// watch that resumes after an outage emits nothing until an object
-/// changes, so recovery cannot be read off the event stream alone: probe,
-/// then restart the watch to relist.
-pub async fn serves<K>(api: &Api<K>) -> bool
+/// Why a [`probe`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProbeError {
+    /// No answer within the timeout: the apiserver (or the path to it) is
+    /// hung. A watch on a hung connection neither ends nor errors, so only
+    /// a probe can tell.
+    #[error("the apiserver did not answer a list within {0:?}")]
+    NoAnswer(Duration),
+    /// An answer, but an error (refused, forbidden, 5xx): the watches see
+    /// the same errors themselves.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Lists one object's metadata of `api`, waiting at most `timeout`: proof
+/// that the apiserver answers, authorizes us and serves the resource,
+/// independent of whether a watch happens to deliver events.
+pub async fn probe<K>(api: &Api<K>, timeout: Duration) -> Result<(), ProbeError>
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug,
 {
-    api.list_metadata(&kube::api::ListParams::default().limit(1))
-        .await
-        .is_ok()
+    let params = kube::api::ListParams::default().limit(1);
+    match tokio::time::timeout(timeout, api.list_metadata(&params)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(error)) => Err(ProbeError::Failed(crate::error::Chain(&error).to_string())),
+        Err(_) => Err(ProbeError::NoAnswer(timeout)),
+    }
+}
+
+/// Whether the apiserver lists `api` again within `timeout`. A watch that
+/// resumes after an outage emits nothing until an object changes, so
+/// recovery cannot be read off the event stream alone: probe, then restart
+/// the watch to relist.
+pub async fn serves<K>(api: &Api<K>, timeout: Duration) -> bool
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug,
+{
+    probe(api, timeout).await.is_ok()
 }
 
 /// The apiserver's status in a watcher error, if it sent one.

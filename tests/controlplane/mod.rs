@@ -58,7 +58,9 @@ const HOW_TO_BUILD: &str = "build them with `scripts/testenv-build.sh` (Go modul
      CLUSTERSET_DNS_TESTENV_BIN=DIR uses binaries from DIR";
 
 /// The directory holding kube-apiserver, kube-controller-manager,
-/// kube-scheduler, etcd, coredns, kwok and kwok-stages.yaml:
+/// kube-scheduler, etcd, coredns, kwok and kwok-stages.yaml (and kubectl,
+/// helm and toxiproxy-server, which [`binary`] finds where a test needs
+/// them):
 /// `CLUSTERSET_DNS_TESTENV_BIN`, else the cache of `scripts/testenv-build.sh`
 /// (asked with `--check`, which never builds). Panics — failing the test,
 /// never skipping it — when a binary or a tool is missing.

@@ -20,16 +20,29 @@
 //! every kind has been listed once: until then the DNS server answers
 //! SERVFAIL and `/ready` says not ready.
 //!
+//!
+//! A hung apiserver (stopped, not refusing: `SIGSTOP`, a proxy or network
+//! path that drops packets) ends no watch and returns no error, and kube's
+//! client has no read timeout. So a liveness probe lists one ServiceImport's
+//! metadata every half of `apiserver_timeout`, each waiting at most the
+//! other half: the source counts as stale (`source_stale` 1, `/explain`)
+//! at most `apiserver_timeout` after the apiserver stopped answering. Once
+//! it answers again, every watch is restarted with a relist (the hung
+//! connections are dropped: data a proxy swallowed never arrives on them),
+//! and the source is current when that relist is indexed.
+//!
 //! Layout: [`state`] is the whole behaviour as a pure state machine over
 //! the generic [`crate::watch`] layer; [`KubeSource`] is the shell that
-//! runs the watches and the recovery probe, feeds the state machine and
-//! carries out its effects through the shared [`Publisher`].
+//! runs the watches, the liveness probe and the recovery probe, feeds the
+//! state machine and carries out its effects through the shared
+//! [`Publisher`].
 
 pub mod state;
 
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use futures::stream::{BoxStream, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -42,6 +55,7 @@ use self::state::{Effect, Input, Kind, State};
 use super::stripped::StrippedSlice;
 use crate::api::well_known::LABEL_SERVICE_NAME;
 use crate::publish::Publisher;
+use crate::watch::ProbeError;
 use crate::watch::backoff::RestartSchedule;
 use crate::zone::ZoneSettings;
 
@@ -152,7 +166,15 @@ pub struct KubeSource {
     import_resource: ApiResource,
     state: State,
     publisher: Publisher,
+    apiserver_timeout: Duration,
 }
+
+/// Default of `apiserver_timeout`: how long the apiserver may leave the
+/// liveness probe unanswered before the source counts as stale. A probe
+/// every 15 s per server (a DaemonSet: one per node) costs the apiserver
+/// less than the kubelets' 10 s node Lease renewals; a probe served from
+/// the watch cache that takes 15 s means the apiserver is in trouble.
+pub const DEFAULT_APISERVER_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl std::fmt::Debug for KubeSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -184,7 +206,23 @@ impl KubeSource {
             import_resource,
             state: State::new(settings),
             publisher,
+            apiserver_timeout: DEFAULT_APISERVER_TIMEOUT,
         }
+    }
+
+    /// Counts the source stale at most `timeout` after the apiserver stops
+    /// answering (default [`DEFAULT_APISERVER_TIMEOUT`]).
+    pub fn with_apiserver_timeout(mut self, timeout: Duration) -> Self {
+        self.apiserver_timeout = timeout;
+        self
+    }
+
+    /// How often the liveness probe runs, and how long each may wait: half
+    /// of `apiserver_timeout` each, so that a hang is noticed within it
+    /// (the probe sent just before the hang times out first; at worst the
+    /// one sent right after an answer that came just before the hang).
+    fn probe_half(&self) -> Duration {
+        self.apiserver_timeout / 2
     }
 
     /// Watches until `shutdown` turns true, answering `/explain` inquiries
@@ -197,16 +235,40 @@ impl KubeSource {
         let mut restarts = RestartSchedule::default();
         let mut probe = tokio::time::interval(PROBE_INTERVAL);
         probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut liveness = tokio::time::interval(self.probe_half());
+        liveness.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Probes in flight. They run beside the loop, never inside it: a
+        // hung apiserver must not hold up `/explain` or shutdown.
+        let mut alive: Option<BoxFuture<'static, Result<(), ProbeError>>> = None;
+        let mut recovery: Option<BoxFuture<'static, bool>> = None;
         loop {
             let first = tokio::select! {
                 next = updates.next() => next,
-                _ = probe.tick(), if self.state.wants_restart() => {
-                    if restarts.due(tokio::time::Instant::now())
-                        && self.apiserver_serves_failing().await
-                    {
+                _ = liveness.tick(), if alive.is_none() => {
+                    alive = Some(self.liveness_probe());
+                    continue;
+                }
+                answer = in_flight(&mut alive) => {
+                    alive = None;
+                    if let Err(error @ ProbeError::NoAnswer(_)) = answer {
+                        self.step(Input::Unresponsive(error.to_string()), Instant::now())?;
+                    }
+                    continue;
+                }
+                _ = probe.tick(), if recovery.is_none() && self.state.wants_restart() => {
+                    if restarts.due(tokio::time::Instant::now()) {
+                        recovery = Some(self.apiserver_serves_failing());
+                    }
+                    continue;
+                }
+                serves = in_flight(&mut recovery) => {
+                    recovery = None;
+                    if serves && self.state.wants_restart() {
                         // Back: relist everything now rather than wait out
                         // the backoff the outage built up, and so that
                         // "not stale" means "the index is current again".
+                        // The old watches go with their connections, which
+                        // a hang may have left holding half a message.
                         tracing::info!("apiserver reachable again; relisting");
                         restarts.record(tokio::time::Instant::now());
                         updates = self.watches();
@@ -247,6 +309,7 @@ impl KubeSource {
                 Effect::WatchExpired(resource) => {
                     metrics.watch_expired.with_label_values(&[resource]).inc();
                 }
+                Effect::Unanswered => metrics.apiserver_probe_timeouts.inc(),
                 Effect::Restarted => metrics.watch_restarts.inc(),
                 Effect::Stale(stale) => self.publisher.set_failing(stale),
                 Effect::Publish(publication) => {
@@ -297,29 +360,53 @@ impl KubeSource {
         futures::stream::select_all([imports.boxed(), slices.boxed(), namespaces.boxed()])
     }
 
-    /// Whether the apiserver lists every resource whose watch is failing.
-    async fn apiserver_serves_failing(&self) -> bool {
-        for kind in self.state.failing() {
-            let serves = match kind {
-                Kind::Imports => {
-                    crate::watch::serves(&Api::<DynamicObject>::all_with(
-                        self.client.clone(),
-                        &self.import_resource,
-                    ))
-                    .await
+    /// One liveness probe: a ServiceImport list, limited to half of
+    /// `apiserver_timeout`.
+    fn liveness_probe(&self) -> BoxFuture<'static, Result<(), ProbeError>> {
+        let api = Api::<DynamicObject>::all_with(self.client.clone(), &self.import_resource);
+        let timeout = self.probe_half();
+        async move { crate::watch::probe(&api, timeout).await }.boxed()
+    }
+
+    /// Whether the apiserver lists every resource whose watch is failing,
+    /// each within half of `apiserver_timeout`.
+    fn apiserver_serves_failing(&self) -> BoxFuture<'static, bool> {
+        let failing = self.state.failing();
+        let client = self.client.clone();
+        let import_resource = self.import_resource.clone();
+        let timeout = self.probe_half();
+        async move {
+            for kind in failing {
+                let serves = match kind {
+                    Kind::Imports => {
+                        let api = Api::<DynamicObject>::all_with(client.clone(), &import_resource);
+                        crate::watch::serves(&api, timeout).await
+                    }
+                    Kind::Slices => {
+                        let api = Api::<EndpointSlice>::all(client.clone());
+                        crate::watch::serves(&api, timeout).await
+                    }
+                    Kind::Namespaces => {
+                        let api = Api::<Namespace>::all(client.clone());
+                        crate::watch::serves(&api, timeout).await
+                    }
+                };
+                if !serves {
+                    return false;
                 }
-                Kind::Slices => {
-                    crate::watch::serves(&Api::<EndpointSlice>::all(self.client.clone())).await
-                }
-                Kind::Namespaces => {
-                    crate::watch::serves(&Api::<Namespace>::all(self.client.clone())).await
-                }
-            };
-            if !serves {
-                return false;
             }
+            true
         }
-        true
+        .boxed()
+    }
+}
+
+/// The output of the future in `slot`; pending while there is none (a
+/// `select!` branch for a probe that may or may not be in flight).
+async fn in_flight<T>(slot: &mut Option<BoxFuture<'static, T>>) -> T {
+    match slot {
+        Some(future) => future.await,
+        None => std::future::pending().await,
     }
 }
 

@@ -60,6 +60,10 @@ pub enum Input {
     Slice(Result<Event<EndpointSlice>, watcher::Error>),
     /// An item of the Namespace watch.
     Namespace(Result<Event<PartialObjectMeta<Namespace>>, watcher::Error>),
+    /// The apiserver left a liveness probe unanswered (the error says
+    /// how long it waited): it or the path to it is hung, so every watch is
+    /// failing though none has errored.
+    Unresponsive(String),
     /// The shell restarted every watch (the apiserver answered again after
     /// a failure); each starts with a list.
     Restarted,
@@ -76,6 +80,9 @@ pub enum Effect {
     WatchError(&'static str),
     /// Count a 410 Gone (`watch_expired_total{resource}`).
     WatchExpired(&'static str),
+    /// Count a liveness probe the apiserver left unanswered
+    /// (`apiserver_probe_timeouts_total`).
+    Unanswered,
     /// Count a restart of the watches (`watch_restarts_total`).
     Restarted,
     /// The source is failing (`true`) or current again (`false`).
@@ -185,6 +192,7 @@ impl State {
                 Kind::Namespaces,
                 self.namespaces.handle(&mut self.ingest, event, now),
             ),
+            Input::Unresponsive(error) => return self.unresponsive(error, now),
             Input::Restarted => {
                 self.restarted = true;
                 return vec![Effect::Restarted];
@@ -246,6 +254,28 @@ impl State {
                 }
             }
         }
+    }
+
+    /// The apiserver is hung: every watch is failing until its relist
+    /// after a restart (or a change on a resumed watch), as after errors.
+    fn unresponsive(&mut self, error: String, now: Instant) -> Vec<Effect> {
+        let mut effects = vec![Effect::Unanswered];
+        self.imports.unresponsive(error.clone(), now);
+        self.slices.unresponsive(error.clone(), now);
+        self.namespaces.unresponsive(error.clone(), now);
+        // A restart under way is hung as well: the next one is wanted.
+        self.restarted = false;
+        if !std::mem::replace(&mut self.stale, true) {
+            effects.push(Effect::Stale(true));
+            if self.published {
+                tracing::error!(%error, "apiserver not answering; still serving the last index, watches restart once it answers");
+            } else {
+                tracing::error!(%error, "apiserver not answering before the first sync; answering SERVFAIL");
+            }
+        } else {
+            tracing::debug!(%error, "apiserver still not answering");
+        }
+        effects
     }
 
     /// A kind is current again; the source is once none is failing.
@@ -560,6 +590,7 @@ mod tests {
                 Effect::InvalidObject(kind) => format!("invalid {kind}"),
                 Effect::WatchError(resource) => format!("error {resource}"),
                 Effect::WatchExpired(resource) => format!("expired {resource}"),
+                Effect::Unanswered => "unanswered".to_owned(),
                 Effect::Restarted => "restarted".to_owned(),
                 Effect::Stale(stale) => format!("stale {stale}"),
                 Effect::Publish(p) if p.first => "publish first".to_owned(),
@@ -768,6 +799,40 @@ mod tests {
             panic!("{:?}", names(&effects));
         };
         assert_eq!(publication.zone.service_count(), 0);
+    }
+
+    #[test]
+    fn a_hung_apiserver_makes_every_kind_stale_until_the_relist_after_a_restart() {
+        let mut driver = Driver::synced();
+        let hung = || Input::Unresponsive("no answer within 5s".into());
+        assert_eq!(driver.handle(hung()), ["unanswered", "stale true"]);
+        assert_eq!(driver.state.failing(), Kind::ALL);
+        assert!(driver.state.wants_restart());
+        let problem = driver.report().source_problem.expect("a problem");
+        assert!(
+            problem.contains("watch of namespaces: no answer within 5s"),
+            "{problem}"
+        );
+        // Still hung: counted, no second stale edge.
+        assert_eq!(driver.handle(hung()), ["unanswered"]);
+        assert_eq!(driver.handle(Input::Restarted), ["restarted"]);
+        assert!(!driver.state.wants_restart());
+        // The restarted watches hang too: another restart is wanted.
+        assert_eq!(driver.handle(hung()), ["unanswered"]);
+        assert!(driver.state.wants_restart());
+        assert_eq!(driver.handle(Input::Restarted), ["restarted"]);
+        // A resumed watch's change makes its kind current, not the source.
+        assert!(
+            driver
+                .handle(Input::Namespace(Ok(Event::Apply(namespace("more")))))
+                .is_empty()
+        );
+        assert_eq!(driver.state.failing(), [Kind::Imports, Kind::Slices]);
+        assert!(driver.list(Kind::Imports).is_empty());
+        assert_eq!(driver.list(Kind::Slices), ["stale false"]);
+        assert_eq!(driver.report().source_problem, None);
+        // The relists held what the index had: nothing new to serve.
+        assert!(driver.flush().is_empty());
     }
 
     #[test]
