@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::dns::DnsServerConfig;
+use crate::dns::rrl::{MAX_SLIP, MAX_TABLE_SIZE, RrlConfig};
 use crate::source::kubernetes::ImportApi;
 use crate::zone::ZoneSettings;
 
@@ -88,6 +89,25 @@ pub struct ServeArgs {
     /// longest is closed (lowered to fit the open-file limit).
     #[arg(long, env = "CLUSTERSET_DNS_MAX_TCP_CONNECTIONS")]
     pub max_tcp_connections: Option<usize>,
+    /// UDP responses a second per client prefix (response rate limiting;
+    /// over it, queries are dropped or slipped); 0 = off.
+    #[arg(long, env = "CLUSTERSET_DNS_RRL_RESPONSES_PER_SECOND")]
+    pub rrl_responses_per_second: Option<u32>,
+    /// Every Nth UDP query over the rate limit gets a truncated response
+    /// (TC, so that real clients retry over TCP) instead of none; 0 = never,
+    /// 1 = always.
+    #[arg(long, env = "CLUSTERSET_DNS_RRL_SLIP")]
+    pub rrl_slip: Option<u8>,
+    /// IPv4 prefix length of a rate-limited client.
+    #[arg(long, env = "CLUSTERSET_DNS_RRL_IPV4_PREFIX")]
+    pub rrl_ipv4_prefix: Option<u8>,
+    /// IPv6 prefix length of a rate-limited client.
+    #[arg(long, env = "CLUSTERSET_DNS_RRL_IPV6_PREFIX")]
+    pub rrl_ipv6_prefix: Option<u8>,
+    /// Buckets of the rate limiter's fixed table (8 bytes each, rounded up
+    /// to a power of two); client prefixes that hash to one bucket share it.
+    #[arg(long, env = "CLUSTERSET_DNS_RRL_TABLE_SIZE")]
+    pub rrl_table_size: Option<usize>,
     /// Seconds DNS keeps answering after SIGTERM, with /ready at 503, before
     /// the server exits.
     #[arg(long, env = "CLUSTERSET_DNS_LAME_DUCK")]
@@ -165,6 +185,11 @@ impl ServeArgs {
             fast_path: Some(dns.fast_path),
             tcp_idle_timeout: Some(dns.tcp_idle_timeout.as_secs()),
             max_tcp_connections: Some(dns.max_tcp_connections),
+            rrl_responses_per_second: Some(dns.rrl.responses_per_second),
+            rrl_slip: Some(dns.rrl.slip),
+            rrl_ipv4_prefix: Some(dns.rrl.ipv4_prefix),
+            rrl_ipv6_prefix: Some(dns.rrl.ipv6_prefix),
+            rrl_table_size: Some(dns.rrl.table_size),
             lame_duck: Some(DEFAULT_LAME_DUCK.as_secs()),
             log: Some(DEFAULT_LOG_FILTER.into()),
             log_format: Some(LogFormat::default()),
@@ -354,6 +379,13 @@ impl Config {
             fast_path: set(options.fast_path),
             tcp_idle_timeout: Duration::from_secs(set(options.tcp_idle_timeout)),
             max_tcp_connections: set(options.max_tcp_connections),
+            rrl: RrlConfig {
+                responses_per_second: set(options.rrl_responses_per_second),
+                slip: set(options.rrl_slip),
+                ipv4_prefix: set(options.rrl_ipv4_prefix),
+                ipv6_prefix: set(options.rrl_ipv6_prefix),
+                table_size: set(options.rrl_table_size),
+            },
         };
         if dns.max_tcp_connections == 0 {
             return Err(ConfigError::Invalid(
@@ -365,6 +397,22 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "apiserver_timeout must be at least 2 (seconds): a probe every half of it, each waiting the other half".into(),
             ));
+        }
+        let rrl = &dns.rrl;
+        if rrl.slip > MAX_SLIP {
+            return Err(ConfigError::Invalid(format!(
+                "rrl_slip must be at most {MAX_SLIP}"
+            )));
+        }
+        if rrl.ipv4_prefix > 32 || rrl.ipv6_prefix > 128 {
+            return Err(ConfigError::Invalid(
+                "rrl_ipv4_prefix must be at most 32 and rrl_ipv6_prefix at most 128".into(),
+            ));
+        }
+        if !(1..=MAX_TABLE_SIZE).contains(&rrl.table_size) {
+            return Err(ConfigError::Invalid(format!(
+                "rrl_table_size must be between 1 and {MAX_TABLE_SIZE}"
+            )));
         }
         Ok(Self {
             file: options.file,
@@ -454,6 +502,38 @@ mod tests {
             ServeArgs::default().or(ServeArgs::defaults()),
             ServeArgs::defaults()
         );
+    }
+
+    #[test]
+    fn rate_limiting_is_off_by_default_and_checked() {
+        let config = layered(ServeArgs::default(), ServeArgs::default()).unwrap();
+        assert_eq!(config.dns.rrl, RrlConfig::default());
+        assert_eq!(config.dns.rrl.responses_per_second, 0);
+        let file: ServeArgs = toml::from_str(
+            "rrl_responses_per_second = 50\nrrl_slip = 3\nrrl_ipv4_prefix = 32\nrrl_ipv6_prefix = 64\nrrl_table_size = 1024",
+        )
+        .unwrap();
+        let config = layered(ServeArgs::default(), file).unwrap();
+        assert_eq!(
+            config.dns.rrl,
+            RrlConfig {
+                responses_per_second: 50,
+                slip: 3,
+                ipv4_prefix: 32,
+                ipv6_prefix: 64,
+                table_size: 1024,
+            }
+        );
+        for bad in [
+            "rrl_slip = 101",
+            "rrl_ipv4_prefix = 33",
+            "rrl_ipv6_prefix = 129",
+            "rrl_table_size = 0",
+            "rrl_table_size = 16777217",
+        ] {
+            let file: ServeArgs = toml::from_str(bad).unwrap();
+            assert!(layered(ServeArgs::default(), file).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -135,6 +135,10 @@ pub struct Metrics {
     pub apiserver_probe_timeouts: IntCounter,
     /// Open DNS TCP connections.
     pub tcp_connections: IntGauge,
+    /// UDP queries left unanswered by response rate limiting.
+    pub rrl_dropped: IntCounter,
+    /// UDP queries response rate limiting answered truncated (slipped).
+    pub rrl_slipped: IntCounter,
     network_events: Vec<IntCounter>,
     network_logs: std::sync::Arc<[crate::telemetry::LogLimiter]>,
 }
@@ -180,6 +184,15 @@ impl Metrics {
             .iter()
             .map(|_| crate::telemetry::LogLimiter::new(crate::telemetry::NETWORK_LOG_INTERVAL))
             .collect();
+        let rrl = IntCounterVec::new(
+            Opts::new(
+                "rrl_limited_total",
+                "UDP queries over the response rate limit of their client prefix, by action: \
+                 dropped (no response) or slipped (a truncated response sent instead).",
+            ),
+            &["action"],
+        )
+        .expect("static metric is valid");
         let counter =
             |name: &str, help: &str| IntCounter::new(name, help).expect("static metric is valid");
         let gauge =
@@ -280,6 +293,8 @@ impl Metrics {
                  of apiserver_timeout; the first of an outage marks the source stale.",
             ),
             tcp_connections: gauge("tcp_connections", "Open DNS TCP connections."),
+            rrl_dropped: rrl.with_label_values(&["dropped"]),
+            rrl_slipped: rrl.with_label_values(&["slipped"]),
             network_events,
             network_logs,
             responses,
@@ -307,6 +322,7 @@ impl Metrics {
             Box::new(metrics.apiserver_probe_timeouts.clone()),
             Box::new(metrics.tcp_connections.clone()),
             Box::new(events),
+            Box::new(rrl),
             Box::new(build_info("")),
         ];
         for c in collectors {

@@ -1,10 +1,11 @@
 //! The DNS side: the hickory request handler, the UDP fast path, the
-//! structural check every query passes, the UDP workers, the TCP listener
-//! and the sockets. Reads only the published zone; never talks to Kubernetes.
+//! structural check every query passes, the UDP workers and their response
+//! rate limiting, the TCP listener and the sockets. Reads only the published zone; never talks to Kubernetes.
 
 pub mod handler;
 pub mod plan;
 mod request;
+pub mod rrl;
 pub mod server;
 pub mod tcp;
 pub mod udp;

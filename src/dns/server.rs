@@ -4,11 +4,13 @@
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::Handler;
+use super::rrl::{RateLimiter, RrlConfig};
 use super::tcp::TcpServer;
 use super::udp::UdpWorkers;
 use crate::publish::ZoneHandle;
@@ -27,6 +29,8 @@ pub struct DnsServerConfig {
     /// Most TCP connections open at once; at the limit the one idle the
     /// longest is closed. Lowered at start to fit the open-file limit.
     pub max_tcp_connections: usize,
+    /// Response rate limiting of UDP per client prefix (off by default).
+    pub rrl: RrlConfig,
 }
 
 impl Default for DnsServerConfig {
@@ -37,6 +41,7 @@ impl Default for DnsServerConfig {
             fast_path: true,
             tcp_idle_timeout: Duration::from_secs(10),
             max_tcp_connections: 1000,
+            rrl: RrlConfig::default(),
         }
     }
 }
@@ -91,8 +96,9 @@ impl DnsServer {
             max_tcp,
             config.tcp_idle_timeout,
         );
-        let udp = UdpWorkers::start(udp, zone, handler, config.fast_path)?;
-        tracing::info!(%local_addr, udp_sockets = workers, fast_path = config.fast_path, max_tcp_connections = max_tcp, "DNS server listening on UDP and TCP");
+        let rrl = RateLimiter::new(&config.rrl).map(Arc::new);
+        let udp = UdpWorkers::start(udp, zone, handler, config.fast_path, rrl)?;
+        tracing::info!(%local_addr, udp_sockets = workers, fast_path = config.fast_path, max_tcp_connections = max_tcp, rrl_responses_per_second = config.rrl.responses_per_second, "DNS server listening on UDP and TCP");
         Ok(Self {
             local_addr,
             tcp,

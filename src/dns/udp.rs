@@ -8,6 +8,11 @@
 //! both render the same [`super::plan::Plan`], and both drop what is not a
 //! query and answer a malformed query FORMERR by the same rules.
 //!
+//! With response rate limiting on ([`super::rrl`]), every query is checked
+//! against its client prefix's bucket before either path sees it: over the
+//! limit it is dropped or slipped (a truncated response), the same on both
+//! paths; messages that are not queries are never counted.
+//!
 //! A worker never dies of a query: if answering a batch panics (a bug), the
 //! batch is dropped, counted in `clusterset_dns_udp_worker_panics_total`
 //! and logged, and the worker goes on with the next one, so the socket
@@ -15,7 +20,7 @@
 
 use std::io;
 use std::mem::MaybeUninit;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,9 +32,11 @@ use socket2::{SockAddr, SockAddrStorage};
 
 use super::Handler;
 use super::request;
+use super::rrl::{self, RateLimiter, Verdict};
 use super::wire_answer::{self, Fast, MAX_RESPONSE};
-use crate::metrics::{NetworkEvent, Transport};
+use crate::metrics::{Metrics, NetworkEvent, Transport};
 use crate::publish::ZoneHandle;
+use crate::zone::wire::HEADER_LEN;
 
 /// Datagrams per `recvmmsg`/`sendmmsg` call.
 const BATCH: usize = 32;
@@ -47,12 +54,14 @@ pub struct UdpWorkers {
 
 impl UdpWorkers {
     /// Starts one worker thread per socket; `fast_path` answers common
-    /// queries from precompiled wire data.
+    /// queries from precompiled wire data; `rrl`, when set, limits the
+    /// responses per client prefix (shared by all workers).
     pub fn start(
         sockets: Vec<UdpSocket>,
         zone: ZoneHandle,
         handler: Handler,
         fast_path: bool,
+        rrl: Option<Arc<RateLimiter>>,
     ) -> io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut workers = Vec::new();
@@ -67,6 +76,8 @@ impl UdpWorkers {
                 handler: handler.clone(),
                 stop: stop.clone(),
                 fast_path,
+                rrl: rrl.clone(),
+                rrl_log: RrlLog::default(),
             };
             workers.push(
                 std::thread::Builder::new()
@@ -92,10 +103,39 @@ struct Worker {
     handler: Handler,
     stop: Arc<AtomicBool>,
     fast_path: bool,
+    rrl: Option<Arc<RateLimiter>>,
+    rrl_log: RrlLog,
+}
+
+/// A worker's own throttle of the rate-limiting log line (no lock shared
+/// with the other workers on the hot path): one line a second at most.
+#[derive(Debug, Default)]
+struct RrlLog {
+    /// Limiter time before which the worker stays silent.
+    next: u64,
+    /// Queries limited since the last line.
+    suppressed: u64,
+}
+
+impl RrlLog {
+    /// Logs the limited query from `ip` if a line is due at `now`.
+    fn limited(&mut self, rrl: &RateLimiter, ip: IpAddr, now: u64, verdict: Verdict) {
+        if now < self.next {
+            self.suppressed += 1;
+            return;
+        }
+        self.next = now + rrl::UNITS_PER_SECOND;
+        tracing::warn!(
+            prefix = %rrl.prefix(ip),
+            action = if verdict == Verdict::Slip { "slipped" } else { "dropped" },
+            suppressed = std::mem::take(&mut self.suppressed),
+            "UDP queries over rrl_responses_per_second: responses dropped or sent truncated"
+        );
+    }
 }
 
 impl Worker {
-    fn run(self) {
+    fn run(mut self) {
         let fd = self.socket.as_raw_fd();
         let mut recv_bufs = vec![[0u8; RECV_BUFFER]; BATCH];
         let mut send_bufs = vec![[0u8; MAX_RESPONSE]; BATCH];
@@ -174,7 +214,7 @@ impl Worker {
     /// many replies to send.
     #[allow(clippy::too_many_arguments)]
     fn answer_batch(
-        &self,
+        &mut self,
         received: &[(usize, u32)],
         recv_bufs: &[[u8; RECV_BUFFER]],
         addrs: &[MaybeUninit<libc::sockaddr_storage>; BATCH],
@@ -185,36 +225,35 @@ impl Worker {
     ) -> usize {
         let metrics = self.handler.metrics();
         let zone = self.zone.load();
+        let rrl = self.rrl.as_deref();
+        let now = rrl.map_or(0, RateLimiter::now);
         let mut replies = 0;
         for (i, (len, addr_len)) in received.iter().enumerate() {
             let query = &recv_bufs[i][..*len];
             let out = &mut send_bufs[replies];
-            let fast = match zone.as_ref() {
-                Some(zone) if self.fast_path => wire_answer::answer(zone, query, out),
-                _ => Fast::Slow,
-            };
-            let reply_len = match fast {
-                Fast::Reply {
-                    len,
-                    truncated,
-                    qtype,
-                    outcome,
-                } => {
-                    metrics.fast_path_hits.inc();
-                    if truncated {
-                        metrics.truncated.inc();
-                    }
-                    metrics.count_response(Transport::Udp, qtype, outcome);
-                    Some(len)
-                }
-                Fast::Drop => {
-                    request::not_a_query(metrics, *len);
-                    None
-                }
-                Fast::Slow => match sockaddr_to_std(&addrs[i], *addr_len) {
-                    Some(src) => slow_path(&self.handler, query, src, out),
-                    None => None,
-                },
+            let limited = rrl.and_then(|rrl| {
+                rate_limit(
+                    rrl,
+                    &mut self.rrl_log,
+                    metrics,
+                    query,
+                    &addrs[i],
+                    *addr_len,
+                    now,
+                    out,
+                )
+            });
+            let reply_len = match limited {
+                Some(slip) => slip,
+                None => answer_one(
+                    &self.handler,
+                    zone.as_deref(),
+                    self.fast_path,
+                    query,
+                    &addrs[i],
+                    *addr_len,
+                    out,
+                ),
             };
             if let Some(reply_len) = reply_len {
                 send_lens[replies] = reply_len;
@@ -225,6 +264,82 @@ impl Worker {
         }
         replies
     }
+}
+
+/// Answers one datagram on the fast path or, failing that, the hickory
+/// path; returns the length of the response written to `out`, if any.
+fn answer_one(
+    handler: &Handler,
+    zone: Option<&crate::zone::Zone>,
+    fast_path: bool,
+    query: &[u8],
+    addr: &MaybeUninit<libc::sockaddr_storage>,
+    addr_len: u32,
+    out: &mut [u8; MAX_RESPONSE],
+) -> Option<usize> {
+    let metrics = handler.metrics();
+    let fast = match zone {
+        Some(zone) if fast_path => wire_answer::answer(zone, query, out),
+        _ => Fast::Slow,
+    };
+    match fast {
+        Fast::Reply {
+            len,
+            truncated,
+            qtype,
+            outcome,
+        } => {
+            metrics.fast_path_hits.inc();
+            if truncated {
+                metrics.truncated.inc();
+            }
+            metrics.count_response(Transport::Udp, qtype, outcome);
+            Some(len)
+        }
+        Fast::Drop => {
+            request::not_a_query(metrics, query.len());
+            None
+        }
+        Fast::Slow => match sockaddr_to_std(addr, addr_len) {
+            Some(src) => slow_path(handler, query, src, out),
+            None => None,
+        },
+    }
+}
+
+/// Checks a datagram against the rate limiter: `None` when it is to be
+/// answered (within the limit, or not a query, which is never answered
+/// and never counted), `Some(None)` when it is dropped, `Some(Some(len))`
+/// when a truncated response of `len` bytes is slipped into `out`.
+#[allow(clippy::too_many_arguments)]
+fn rate_limit(
+    rrl: &RateLimiter,
+    log: &mut RrlLog,
+    metrics: &Metrics,
+    query: &[u8],
+    addr: &MaybeUninit<libc::sockaddr_storage>,
+    addr_len: u32,
+    now: u64,
+    out: &mut [u8; MAX_RESPONSE],
+) -> Option<Option<usize>> {
+    if query.len() < HEADER_LEN || query[2] & 0x80 != 0 {
+        return None;
+    }
+    let ip = source_ip(addr, addr_len)?;
+    let verdict = rrl.check(ip, now);
+    let reply = match verdict {
+        Verdict::Answer => return None,
+        Verdict::Drop => {
+            metrics.rrl_dropped.inc();
+            None
+        }
+        Verdict::Slip => {
+            metrics.rrl_slipped.inc();
+            Some(rrl::write_slip(query, out))
+        }
+    };
+    log.limited(rrl, ip, now, verdict);
+    Some(reply)
 }
 
 /// The message of a panic payload.
@@ -360,4 +475,29 @@ fn sockaddr_to_std(addr: &MaybeUninit<libc::sockaddr_storage>, len: u32) -> Opti
     // `len` to its length, at most the size of the storage.
     let address = unsafe { SockAddr::new(storage, len) };
     address.as_socket()
+}
+
+/// The IP address of a socket address the kernel wrote (`len` bytes),
+/// read in place: the rate limiter needs it for every query.
+#[allow(unsafe_code)]
+fn source_ip(addr: &MaybeUninit<libc::sockaddr_storage>, len: u32) -> Option<IpAddr> {
+    let len = len as usize;
+    let storage = addr.as_ptr();
+    // SAFETY: the storage started zeroed and recvmmsg wrote an address of
+    // `len` bytes into it; each branch reads the family's struct only when
+    // the kernel wrote at least that many bytes, and sockaddr_storage is
+    // aligned for every sockaddr type.
+    unsafe {
+        match i32::from((*storage).ss_family) {
+            libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
+                let v4 = &*storage.cast::<libc::sockaddr_in>();
+                Some(IpAddr::from(u32::from_be(v4.sin_addr.s_addr).to_be_bytes()))
+            }
+            libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
+                let v6 = &*storage.cast::<libc::sockaddr_in6>();
+                Some(IpAddr::from(v6.sin6_addr.s6_addr))
+            }
+            _ => None,
+        }
+    }
 }
