@@ -30,6 +30,7 @@ use super::request;
 use super::wire_answer::{self, Fast, MAX_RESPONSE};
 use crate::metrics::{NetworkEvent, Transport};
 use crate::publish::ZoneHandle;
+use crate::zone::Zone;
 
 /// Datagrams per `recvmmsg`/`sendmmsg` call.
 const BATCH: usize = 32;
@@ -183,39 +184,19 @@ impl Worker {
         send_addrs: &mut [MaybeUninit<libc::sockaddr_storage>; BATCH],
         send_addr_lens: &mut [u32; BATCH],
     ) -> usize {
-        let metrics = self.handler.metrics();
         let zone = self.zone.load();
         let mut replies = 0;
         for (i, (len, addr_len)) in received.iter().enumerate() {
             let query = &recv_bufs[i][..*len];
             let out = &mut send_bufs[replies];
-            let fast = match zone.as_ref() {
-                Some(zone) if self.fast_path => wire_answer::answer(zone, query, out),
-                _ => Fast::Slow,
-            };
-            let reply_len = match fast {
-                Fast::Reply {
-                    len,
-                    truncated,
-                    qtype,
-                    outcome,
-                } => {
-                    metrics.fast_path_hits.inc();
-                    if truncated {
-                        metrics.truncated.inc();
-                    }
-                    metrics.count_response(Transport::Udp, qtype, outcome);
-                    Some(len)
-                }
-                Fast::Drop => {
-                    request::not_a_query(metrics, *len);
-                    None
-                }
-                Fast::Slow => match sockaddr_to_std(&addrs[i], *addr_len) {
-                    Some(src) => slow_path(&self.handler, query, src, out),
-                    None => None,
-                },
-            };
+            let reply_len = answer_datagram(
+                &self.handler,
+                zone.as_deref(),
+                self.fast_path,
+                query,
+                || sockaddr_to_std(&addrs[i], *addr_len),
+                out,
+            );
             if let Some(reply_len) = reply_len {
                 send_lens[replies] = reply_len;
                 send_addrs[replies] = addrs[i];
@@ -224,6 +205,45 @@ impl Worker {
             }
         }
         replies
+    }
+}
+
+/// Answers one received datagram into `out`: the fast path first (when on
+/// and a zone is published), else hickory's decoder and the handler.
+/// `src` gives the sender's address, read only when the slow path needs
+/// it. Returns the response length, or `None` to send nothing.
+pub(crate) fn answer_datagram(
+    handler: &Handler,
+    zone: Option<&Zone>,
+    fast_path: bool,
+    query: &[u8],
+    src: impl FnOnce() -> Option<SocketAddr>,
+    out: &mut [u8; MAX_RESPONSE],
+) -> Option<usize> {
+    let metrics = handler.metrics();
+    let fast = match zone {
+        Some(zone) if fast_path => wire_answer::answer(zone, query, out),
+        _ => Fast::Slow,
+    };
+    match fast {
+        Fast::Reply {
+            len,
+            truncated,
+            qtype,
+            outcome,
+        } => {
+            metrics.fast_path_hits.inc();
+            if truncated {
+                metrics.truncated.inc();
+            }
+            metrics.count_response(Transport::Udp, qtype, outcome);
+            Some(len)
+        }
+        Fast::Drop => {
+            request::not_a_query(metrics, query.len());
+            None
+        }
+        Fast::Slow => slow_path(handler, query, src()?, out),
     }
 }
 
