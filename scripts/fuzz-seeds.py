@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed inputs of the fuzz targets (docs/robustness.md, "Fuzzing")
-into tests/fuzz/corpus/<target>/seed-*: DNS queries for the example
+into tests/fuzz/corpus/<target>/seed-* (the targets named as arguments, all
+by default): DNS queries for the example
 clusterset of config/ (every record type the server answers, with and
 without EDNS, options, large answers that need TCP, and a few unusual
 forms), and the manifests of config/ plus small variants. Standard library
@@ -161,9 +162,16 @@ def write(target, seeds):
 
 
 def main():
-    dns = dns_seeds()
-    counts = {t: write(t, dns) for t in ("udp_fast_path", "hickory_path")}
-    counts["manifest"] = write("manifest", manifest_seeds())
+    targets = sys.argv[1:] or ["udp_fast_path", "hickory_path", "manifest"]
+    counts = {}
+    for target in targets:
+        if target == "manifest":
+            counts[target] = write(target, manifest_seeds())
+        elif target in ("udp_fast_path", "hickory_path"):
+            counts[target] = write(target, dns_seeds())
+        else:
+            print(f"unknown target {target}", file=sys.stderr)
+            return 2
     for target, count in counts.items():
         print(f"{target}: {count} seeds")
     return 0
