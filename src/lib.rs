@@ -32,6 +32,8 @@
 //! - [`error`]: how errors and their causes are printed.
 //! - [`metrics`], [`admin`], [`explain`], [`telemetry`]: operations.
 //! - [`build_info`]: version, commit and toolchain the binary was built from.
+//! - `fuzzing` (hidden): the invariant checks the fuzz targets in
+//!   `tests/fuzz/` and the corpus replay in `tests/fuzz_corpus.rs` share.
 
 pub mod admin;
 pub mod api;
@@ -42,6 +44,8 @@ pub mod controller;
 pub mod dns;
 pub mod error;
 pub mod explain;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod index;
 pub mod metrics;
 pub mod model;

@@ -4,7 +4,7 @@
 
 pub mod handler;
 pub mod plan;
-mod request;
+pub(crate) mod request;
 pub mod rrl;
 pub mod server;
 pub mod tcp;

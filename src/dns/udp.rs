@@ -36,6 +36,7 @@ use super::rrl::{self, RateLimiter, Verdict};
 use super::wire_answer::{self, Fast, MAX_RESPONSE};
 use crate::metrics::{Metrics, NetworkEvent, Transport};
 use crate::publish::ZoneHandle;
+use crate::zone::Zone;
 use crate::zone::wire::HEADER_LEN;
 
 /// Datagrams per `recvmmsg`/`sendmmsg` call.
@@ -245,13 +246,12 @@ impl Worker {
             });
             let reply_len = match limited {
                 Some(slip) => slip,
-                None => answer_one(
+                None => answer_datagram(
                     &self.handler,
                     zone.as_deref(),
                     self.fast_path,
                     query,
-                    &addrs[i],
-                    *addr_len,
+                    || sockaddr_to_std(&addrs[i], *addr_len),
                     out,
                 ),
             };
@@ -266,15 +266,16 @@ impl Worker {
     }
 }
 
-/// Answers one datagram on the fast path or, failing that, the hickory
-/// path; returns the length of the response written to `out`, if any.
-fn answer_one(
+/// Answers one received datagram into `out`: the fast path first (when on
+/// and a zone is published), else hickory's decoder and the handler.
+/// `src` gives the sender's address, read only when the slow path needs
+/// it. Returns the response length, or `None` to send nothing.
+pub(crate) fn answer_datagram(
     handler: &Handler,
-    zone: Option<&crate::zone::Zone>,
+    zone: Option<&Zone>,
     fast_path: bool,
     query: &[u8],
-    addr: &MaybeUninit<libc::sockaddr_storage>,
-    addr_len: u32,
+    src: impl FnOnce() -> Option<SocketAddr>,
     out: &mut [u8; MAX_RESPONSE],
 ) -> Option<usize> {
     let metrics = handler.metrics();
@@ -300,10 +301,7 @@ fn answer_one(
             request::not_a_query(metrics, query.len());
             None
         }
-        Fast::Slow => match sockaddr_to_std(addr, addr_len) {
-            Some(src) => slow_path(handler, query, src, out),
-            None => None,
-        },
+        Fast::Slow => slow_path(handler, query, src()?, out),
     }
 }
 

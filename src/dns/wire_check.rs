@@ -3,8 +3,14 @@
 //! malformed: the header, every name's label lengths, every record's
 //! fixed fields and RDATA length, the options of an OPT record (RFC 6891
 //! §6.1.2: each option's length within the RDATA, which they fill exactly;
-//! a client subnet option as RFC 7871 §6 requires), and no bytes after the
-//! last record.
+//! a client subnet option as RFC 7871 §6 requires), no compression pointer
+//! into the header, and no bytes after the last record.
+//!
+//! A pointer into the header names whatever the ID, flags and counts spell:
+//! hickory decodes it, and the response echoes the question's bytes after
+//! a header of other flags and counts, where the same pointer reads as
+//! something else or as nothing a client can decode (found by fuzzing,
+//! docs/robustness.md).
 //!
 //! What it does not check (compression pointers pointing forward or in a
 //! loop, names over 255 bytes through pointers) hickory's decoder rejects,
@@ -59,7 +65,7 @@ fn records_end(message: &[u8]) -> Option<usize> {
 }
 
 /// The end of the name starting at `at`: plain labels of at most 63 bytes
-/// up to the root label, or up to a compression pointer.
+/// up to the root label, or up to a compression pointer past the header.
 fn skip_name(message: &[u8], mut at: usize) -> Option<usize> {
     let start = at;
     loop {
@@ -73,8 +79,9 @@ fn skip_name(message: &[u8], mut at: usize) -> Option<usize> {
                 }
             }
             0xc0 => {
-                message.get(at + 1)?;
-                return Some(at + 2);
+                let low = *message.get(at + 1)?;
+                let target = usize::from(u16::from_be_bytes([len & 0x3f, low]));
+                return (target >= HEADER_LEN).then_some(at + 2);
             }
             // 0x40 and 0x80: extended label types (RFC 6891 §5), unused.
             _ => return None,
@@ -161,6 +168,34 @@ mod tests {
         // Also when the rest is garbage.
         response.truncate(13);
         assert_eq!(check(&response), Verdict::NotAQuery);
+    }
+
+    /// Fuzzing finding 1 (docs/robustness.md): the second question points
+    /// at offset 2, which reads as a name in the query (flags 0x0100: a
+    /// one-byte label, then the root) but not in the response (flags
+    /// 0x8101), so the FORMERR echoing it did not decode.
+    #[test]
+    fn a_compression_pointer_into_the_header_is_malformed() {
+        let into_header = [
+            header(2, 0),
+            QUESTION.to_vec(),
+            b"\x03www\xc0\x02\x00\x01\x00\x01".to_vec(),
+        ]
+        .concat();
+        assert_eq!(check(&into_header), Verdict::Malformed);
+        let into_first_question = [
+            header(2, 0),
+            QUESTION.to_vec(),
+            b"\x03www\xc0\x0c\x00\x01\x00\x01".to_vec(),
+        ]
+        .concat();
+        assert_eq!(check(&into_first_question), Verdict::Query);
+        // The fuzzer's input as it was found.
+        let found = [
+            0, 41, 1, 0, 0, 2, 0, 0, 0, 0, 0, 0, 3, 104, 111, 112, 3, 115, 16, 0, 5, 147, 111, 99,
+            97, 108, 0, 0, 52, 0, 1, 3, 119, 119, 119, 192, 2, 0, 0, 0, 1,
+        ];
+        assert_eq!(check(&found), Verdict::Malformed);
     }
 
     #[test]
