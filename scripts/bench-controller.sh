@@ -30,6 +30,11 @@
 #   BENCH_CONVERGE_TIMEOUT=600 BENCH_CONTROLLER_CPU=0 BENCH_DNS_CPU=1
 #   BENCH_MAX_BUSY=35 BENCH_QUIET_WAIT=90 BENCH_FLOOR_UNITS=1000
 #   RUST_LOG                   passed to the controllers (e.g. clusterset_dns=debug)
+#   BENCH_HEAPTRACK=DIR        run each controller under heaptrack (Debian
+#                              package heaptrack, installed if missing), traces
+#                              in DIR, and print each trace's peak and
+#                              remaining heap at the end; the VmHWM figures
+#                              then include heaptrack's own memory
 #   CLUSTERSET_DNS_TESTENV_BIN=DIR             testenv binaries
 #
 # Every process the bench starts is killed when it ends (guards, and
@@ -55,6 +60,9 @@ need_pkgs=()
 command -v taskset >/dev/null 2>&1 || need_pkgs+=(util-linux)
 command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+if [[ -n ${BENCH_HEAPTRACK:-} ]]; then
+	command -v heaptrack >/dev/null 2>&1 || need_pkgs+=(heaptrack)
+fi
 if ((${#need_pkgs[@]})); then
 	log "installing ${need_pkgs[*]}"
 	SUDO=
@@ -104,6 +112,19 @@ while :; do
 done
 log "uptime: $(uptime)"
 
+# ---- heap profile (optional) ----------------------------------------------------
+if [[ -n ${BENCH_HEAPTRACK:-} ]]; then
+	mkdir -p "$BENCH_HEAPTRACK"
+	BENCH_HEAPTRACK=$(cd "$BENCH_HEAPTRACK" && pwd -P)
+	rm -f "$BENCH_HEAPTRACK"/controller.*.zst
+	wrapper=$BENCH_HEAPTRACK/heaptrack-wrapper.sh
+	printf '#!/bin/sh\nexec heaptrack -o %s/controller.$$ "$@"\n' "$BENCH_HEAPTRACK" >"$wrapper"
+	chmod +x "$wrapper"
+	# tests/controlplane starts each controller through it.
+	export CLUSTERSET_DNS_CONTROLLER_WRAPPER=$wrapper
+	log "heaptrack traces go to $BENCH_HEAPTRACK"
+fi
+
 # ---- run ------------------------------------------------------------------------
 export BENCH_CONTROLLER_RESULTS=${BENCH_CONTROLLER_RESULTS:-$REPO/target/bench-controller/results.md}
 log "cargo bench --features testenv --bench controller (limit ${TIMEOUT}s)"
@@ -117,3 +138,11 @@ elif ((status != 0)); then
 	die "the bench failed (exit $status)"
 fi
 log "results: $BENCH_CONTROLLER_RESULTS"
+if [[ -n ${BENCH_HEAPTRACK:-} ]]; then
+	for trace in "$BENCH_HEAPTRACK"/controller.*.zst; do
+		summary=$(heaptrack_print -f "$trace" --print-peaks 0 --print-allocators 0 \
+			--print-temporary 0 --print-leaks 0 2>/dev/null |
+			grep -E 'total runtime|peak heap memory|total memory leaked' | tr '\n' ' ')
+		log "heaptrack $(basename "$trace"): $summary"
+	done
+fi

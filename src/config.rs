@@ -139,10 +139,11 @@ pub struct ServeArgs {
 }
 
 /// The options `dump-zone` reads (the others are accepted but hidden);
-/// `check` reads only `config` and `file`.
+/// `check` reads only `config`, `file` and `file_max_bytes`.
 pub const ZONE_OPTIONS: &[&str] = &[
     "config",
     "file",
+    "file_max_bytes",
     "zone",
     "ttl",
     "negative_ttl",
@@ -151,7 +152,7 @@ pub const ZONE_OPTIONS: &[&str] = &[
 ];
 
 /// The options `check` reads.
-pub const CHECK_OPTIONS: &[&str] = &["config", "file"];
+pub const CHECK_OPTIONS: &[&str] = &["config", "file", "file_max_bytes"];
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize, Serialize)]

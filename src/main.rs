@@ -190,8 +190,9 @@ fn read_manifest(config: &Config) -> anyhow::Result<(std::path::PathBuf, String)
         .file
         .clone()
         .context("no manifest: pass --file PATH")?;
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    // The server's own reader: a FIFO, a device or an oversize file is
+    // refused at once instead of blocking or exhausting memory.
+    let (text, _) = clusterset_dns::source::file::read_manifest(&path, config.file_max_bytes)?;
     Ok((path, text))
 }
 

@@ -529,3 +529,40 @@ async fn crds_prints_and_crds_install_names_an_unreadable_kubeconfig() {
         "{stderr}"
     );
 }
+
+/// `check` and `dump-zone` read the manifest as the server does: a FIFO
+/// (which a plain read would wait on for a writer) or a file over
+/// `--file-max-bytes` is refused at once, with the reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_and_dump_zone_refuse_a_fifo_and_an_oversize_file_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("manifest.yaml");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(status.success(), "mkfifo failed");
+    let fifo = fifo.to_str().unwrap();
+    for command in ["check", "dump-zone"] {
+        // `run` gives up after STOP_LIMIT: a blocked read fails the test.
+        let (ok, _, stderr) = run(&[command, "--file", fifo], &[], dir.path()).await;
+        assert!(!ok, "{command} accepted a FIFO");
+        assert!(stderr.contains("is a FIFO"), "{command}: {stderr}");
+    }
+    let big = dir.path().join("big.yaml");
+    std::fs::write(&big, "#".repeat(4096)).unwrap();
+    let big = big.to_str().unwrap();
+    for command in ["check", "dump-zone"] {
+        let (ok, _, stderr) = run(
+            &[command, "--file", big, "--file-max-bytes", "1024"],
+            &[],
+            dir.path(),
+        )
+        .await;
+        assert!(!ok, "{command} read an oversize file");
+        assert!(
+            stderr.contains("more than the limit of 1024 bytes"),
+            "{command}: {stderr}"
+        );
+    }
+}
