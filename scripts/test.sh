@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite, both tiers (README.md, "Tests"), on a fresh
 # machine:
-#  1. installs the tools the tests drive when missing (dig, kdig, curl, openssl;
+#  1. installs the tools the tests drive when missing (dig, kdig, knotd, curl, openssl;
 #     skopeo, umoci, python3 and strip for the image test, tests/image.rs);
 #  2. builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
 #     etcd, CoreDNS, kwok, helm and toxiproxy from the Go module proxy into
@@ -17,6 +17,8 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v dig >/dev/null 2>&1 || missing+=(bind9-dnsutils)
 command -v kdig >/dev/null 2>&1 || missing+=(knot-dnsutils)
+# knotd (tests/answer_size.rs) lives in /usr/sbin, which may not be on PATH.
+command -v knotd >/dev/null 2>&1 || [ -x /usr/sbin/knotd ] || missing+=(knot)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v skopeo >/dev/null 2>&1 || missing+=(skopeo)

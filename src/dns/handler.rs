@@ -1,22 +1,26 @@
-//! The hickory `RequestHandler`: renders the [`Plan`] of every query hickory
-//! decodes (TCP, UDP with the fast path off, and the unusual UDP queries
-//! the fast path hands over) as a hickory `MessageResponse`. Every
-//! protocol rule lives in [`super::plan`]; this module only reads the
-//! query and writes the plan's records.
+//! The handler of every query hickory decodes (TCP, UDP with the fast path
+//! off, and the unusual UDP queries the fast path hands over): reads the
+//! hickory request as a [`Query`] and renders its [`Plan`]. An answer from
+//! the zone goes out as the fast path writes it ([`render`]: the
+//! precompiled, fully compressed bytes after the echoed question); errors
+//! without records go through hickory's `MessageResponse`. Every protocol
+//! rule lives in [`super::plan`].
 
-use hickory_proto::op::{Edns, Header, HeaderCounts, Metadata, ResponseCode};
-use hickory_proto::rr::{Name, Record, RecordType};
-use hickory_proto::serialize::binary::BinEncoder;
-use hickory_server::net::runtime::Time;
-use hickory_server::net::xfer::Protocol;
-use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
-use hickory_server::zone_handler::MessageResponseBuilder;
+use std::borrow::Cow;
 use std::sync::Arc;
 
+use hickory_proto::op::{Edns, Metadata, Query as HickoryQuery, ResponseCode};
+use hickory_proto::rr::{Name, Record, RecordType};
+use hickory_proto::serialize::binary::{BinEncodable, BinEncoder, NameEncoding};
+use hickory_server::server::Request;
+use hickory_server::zone_handler::MessageResponseBuilder;
+
 use super::plan::{
-    EdnsQuery, EdnsResponse, Fit, MAX_UDP_PAYLOAD, Plan, Query, Question, udp_limit,
+    EdnsQuery, EdnsResponse, MAX_UDP_PAYLOAD, MIN_UDP_PAYLOAD, Plan, Query, Question, udp_limit,
 };
-use crate::metrics::{Metrics, Transport};
+use super::request::header_only;
+use super::wire_answer::render;
+use crate::metrics::{Metrics, NetworkEvent, Transport};
 use crate::publish::ZoneHandle;
 use crate::zone::MAX_LABELS;
 
@@ -81,17 +85,9 @@ fn read_query<'q>(
     }
 }
 
-#[async_trait::async_trait]
-impl RequestHandler for Handler {
-    async fn handle_request<R: ResponseHandler, T: Time>(
-        &self,
-        request: &Request,
-        mut response_handle: R,
-    ) -> ResponseInfo {
-        let transport = match request.protocol() {
-            Protocol::Udp => Transport::Udp,
-            _ => Transport::Tcp,
-        };
+impl Handler {
+    /// The response to a query hickory decoded, arrived over `transport`.
+    pub(crate) fn respond(&self, request: &Request, transport: Transport) -> Vec<u8> {
         let zone = self.zone.load();
         let lower = request
             .queries
@@ -104,118 +100,94 @@ impl RequestHandler for Handler {
         let qtype = query.question.map_or(RecordType::Unknown(0), |q| q.qtype);
         self.metrics.count_response(transport, qtype, plan.outcome);
 
+        // An answer from the zone (records, or the SOA of a negative
+        // answer; always to exactly one question): the precompiled bytes,
+        // exactly as the fast path writes them.
+        let first = request.queries.queries().first();
+        if let Some(first) = first.filter(|_| plan.answer.is_some() || plan.soa.is_some()) {
+            let question = plain_question(request.queries.as_bytes(), first.original());
+            let metadata = &request.metadata;
+            let [id_high, id_low] = metadata.id.to_be_bytes();
+            let head = [
+                id_high,
+                id_low,
+                (u8::from(metadata.op_code) << 3) | u8::from(metadata.recursion_desired),
+                u8::from(metadata.checking_disabled) << 4,
+            ];
+            let limit = match transport {
+                Transport::Udp => Some(usize::from(udp_limit(query.edns.map(|e| e.payload)))),
+                Transport::Tcp => None,
+            };
+            let fit = plan.fit(question.len(), limit);
+            let mut out = vec![0; plan.response_len(question.len(), fit)];
+            let (len, truncated) = render(&plan, head, &question, limit, &mut out);
+            out.truncate(len);
+            if truncated {
+                self.metrics.truncated.inc();
+            }
+            return out;
+        }
+
+        // Everything else is an error without records: hickory writes it.
         let edns = plan.edns.as_ref().map(response_edns);
         let mut metadata = Metadata::response_from_request(&request.metadata);
         metadata.response_code = plan.rcode;
         metadata.authoritative = plan.authoritative;
-        let builder = MessageResponseBuilder::new(&request.queries, edns.as_ref());
-
-        let no_records: &[Record] = &[];
-        let records = match (plan.answer, lower.as_ref()) {
-            (Some(rrset), Some(owner)) => match rrset.records(owner) {
-                Some(records) => Some(records),
-                None => {
-                    metadata.response_code = ResponseCode::ServFail;
-                    metadata.authoritative = false;
-                    None
-                }
-            },
-            _ => None,
-        };
-        let (mut answers, mut additionals) = records.map_or((no_records, no_records), |r| {
-            (&r.answers[..], &r.additionals[..])
-        });
-        let udp_answer = plan.answer.filter(|_| records.is_some());
-        if let (Transport::Udp, Some(rrset)) = (transport, udp_answer) {
-            let limit = udp_limit(query.edns.map(|e| e.payload));
-            let question_len = request.queries.as_bytes().len();
-            // The plan's choice on the precompiled sizes, then a step further
-            // down the drop order while hickory's own encoding, which
-            // compresses less, does not fit. Only answers whose uncompressed
-            // size exceeds the limit need the trial encode.
-            let start = plan.fit(question_len, Some(usize::from(limit)));
-            let layouts = Fit::DROP_ORDER.into_iter().skip_while(|f| *f != start);
-            for fit in layouts {
-                (answers, additionals) = match fit {
-                    Fit::Whole => (answers, additionals),
-                    Fit::AnswersOnly => (answers, no_records),
-                    Fit::Truncated => (no_records, no_records),
-                };
-                if fit == Fit::Truncated {
-                    metadata.truncation = true;
-                    break;
-                }
-                let bound = rrset
-                    .wire
-                    .uncompressed_response_len(question_len, edns.is_some());
-                if bound <= usize::from(limit)
-                    || encodes_whole(
-                        request,
-                        edns.as_ref(),
-                        metadata,
-                        answers,
-                        additionals,
-                        limit,
-                    )
-                {
-                    break;
-                }
-            }
-        }
-        let soa = plan
-            .soa
-            .map_or(no_records, |zone| std::slice::from_ref(zone.soa()));
-        let response = builder.build(
+        let none: &[Record] = &[];
+        let response = MessageResponseBuilder::new(&request.queries, edns.as_ref()).build(
             metadata,
-            answers.iter(),
-            no_records.iter(),
-            soa.iter(),
-            additionals.iter(),
+            none.iter(),
+            none.iter(),
+            none.iter(),
+            none.iter(),
         );
-        let info = match response_handle.send_response(response).await {
-            Ok(info) => info,
-            Err(error) => {
-                tracing::debug!(%error, "failed to send response");
-                let mut metadata = Metadata::response_from_request(&request.metadata);
-                metadata.response_code = ResponseCode::ServFail;
-                ResponseInfo::from(Header {
-                    metadata,
-                    counts: HeaderCounts::default(),
-                })
-            }
+        let limit = match transport {
+            Transport::Udp => edns.as_ref().map_or(MIN_UDP_PAYLOAD, |e| e.max_payload()),
+            Transport::Tcp => u16::MAX,
         };
-        if info.truncation {
-            self.metrics.truncated.inc();
+        let mut out = Vec::new();
+        let mut encoder = BinEncoder::new(&mut out);
+        encoder.set_max_size(limit);
+        if let Err(error) = response.destructive_emit(&mut encoder) {
+            // A query can ask for this (several long questions that do not
+            // fit back into 512 bytes): keep what the query said and send
+            // the error alone.
+            if let Some(suppressed) = self.metrics.network_event(NetworkEvent::EncodeFailed) {
+                tracing::warn!(%error, rcode = %metadata.response_code, suppressed, "a response did not encode within its size limit; sent its header alone");
+            }
+            if !matches!(
+                metadata.response_code,
+                ResponseCode::FormErr | ResponseCode::NotImp | ResponseCode::Refused
+            ) {
+                metadata.response_code = ResponseCode::ServFail;
+            }
+            metadata.authoritative = false;
+            return header_only(metadata);
         }
-        info
+        out
     }
 }
 
-/// Whether hickory's encoder, limited to `limit` bytes, writes this answer
-/// without leaving a record out. The exact test rather than a size estimate:
-/// hickory writes each name's labels in full before it replaces them with a
-/// compression pointer, so a record can fail to fit although its compressed
-/// form would.
-fn encodes_whole(
-    request: &Request,
-    edns: Option<&Edns>,
-    metadata: Metadata,
-    answers: &[Record],
-    additionals: &[Record],
-    limit: u16,
-) -> bool {
-    let none: [Record; 0] = [];
-    let mut scratch = Vec::with_capacity(usize::from(limit));
-    let mut encoder = BinEncoder::new(&mut scratch);
-    encoder.set_max_size(limit);
-    MessageResponseBuilder::new(&request.queries, edns)
-        .build(
-            metadata,
-            answers.iter(),
-            none.iter(),
-            none.iter(),
-            additionals.iter(),
-        )
-        .destructive_emit(&mut encoder)
-        .is_ok_and(|info| !info.truncation)
+/// The question as the query wrote it when that is plain labels (the
+/// precompiled names point into it by offset), else `original` written
+/// out in plain labels, letter case kept.
+fn plain_question<'q>(raw: &'q [u8], original: &HickoryQuery) -> Cow<'q, [u8]> {
+    let mut at = 0;
+    while let Some(&len) = raw.get(at) {
+        if len == 0 || len & 0xC0 != 0 {
+            break;
+        }
+        at += 1 + usize::from(len);
+    }
+    if raw.get(at) == Some(&0) && raw.len() == at + 5 {
+        return Cow::Borrowed(raw);
+    }
+    let mut bytes = Vec::with_capacity(raw.len() + 4);
+    let mut encoder = BinEncoder::new(&mut bytes);
+    encoder.set_name_encoding(NameEncoding::Uncompressed);
+    // A name hickory decoded is valid, so it encodes.
+    original
+        .emit(&mut encoder)
+        .expect("a decoded question encodes");
+    Cow::Owned(bytes)
 }

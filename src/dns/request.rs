@@ -8,16 +8,12 @@
 //! - otherwise hickory decodes it and the [`Handler`] answers it.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
-use hickory_proto::op::{Header, HeaderCounts, MessageType, Metadata, ResponseCode};
-use hickory_proto::rr::{Record, RecordType};
+use hickory_proto::op::{Header, HeaderCounts, Metadata, ResponseCode};
+use hickory_proto::rr::RecordType;
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder};
-use hickory_server::net::NetError;
-use hickory_server::net::runtime::TokioTime;
 use hickory_server::net::xfer::Protocol;
-use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
-use hickory_server::zone_handler::MessageResponse;
+use hickory_server::server::Request;
 
 use super::Handler;
 use super::wire_check::{self, Verdict};
@@ -48,16 +44,7 @@ pub(crate) async fn answer(
         Ok(request) => request,
         Err(_) => return form_error(metrics, message, transport, "undecodable"),
     };
-    let capture = Capture {
-        out: Default::default(),
-        udp: protocol == Protocol::Udp,
-        metrics: metrics.clone(),
-    };
-    handler
-        .handle_request::<_, TokioTime>(&request, capture.clone())
-        .await;
-    let bytes = std::mem::take(&mut *capture.out.lock().unwrap_or_else(|e| e.into_inner()));
-    Some(bytes)
+    Some(handler.respond(&request, transport))
 }
 
 /// Counts a message that is not a query (it gets no response).
@@ -92,7 +79,7 @@ fn form_error(
 }
 
 /// A response of `metadata` and no sections.
-fn header_only(metadata: Metadata) -> Vec<u8> {
+pub(super) fn header_only(metadata: Metadata) -> Vec<u8> {
     let header = Header {
         metadata,
         counts: HeaderCounts::default(),
@@ -102,63 +89,4 @@ fn header_only(metadata: Metadata) -> Vec<u8> {
         .emit(&mut BinEncoder::new(&mut bytes))
         .expect("a header always encodes");
     bytes
-}
-
-/// A `ResponseHandler` that encodes into memory with hickory's size rules:
-/// over UDP the response's OPT payload (our 1232) or 512 without EDNS,
-/// over TCP 64 KiB.
-#[derive(Clone)]
-struct Capture {
-    out: Arc<std::sync::Mutex<Vec<u8>>>,
-    udp: bool,
-    metrics: Arc<Metrics>,
-}
-
-#[async_trait::async_trait]
-impl ResponseHandler for Capture {
-    async fn send_response<'a>(
-        &mut self,
-        response: MessageResponse<
-            '_,
-            'a,
-            impl Iterator<Item = &'a Record> + Send + 'a,
-            impl Iterator<Item = &'a Record> + Send + 'a,
-            impl Iterator<Item = &'a Record> + Send + 'a,
-            impl Iterator<Item = &'a Record> + Send + 'a,
-        >,
-    ) -> Result<ResponseInfo, NetError> {
-        let mut metadata = *response.metadata();
-        let limit = match self.udp {
-            true => response.edns().map_or(512, |e| e.max_payload()),
-            false => u16::MAX,
-        };
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        let mut encoder = BinEncoder::new(&mut out);
-        encoder.set_max_size(limit);
-        match response.destructive_emit(&mut encoder) {
-            Ok(info) => Ok(info),
-            Err(error) => {
-                // A query can ask for this (several long questions that do
-                // not fit back into 512 bytes): keep what the query said
-                // and send the error alone.
-                if let Some(suppressed) = self.metrics.network_event(NetworkEvent::EncodeFailed) {
-                    tracing::warn!(%error, rcode = %metadata.response_code, suppressed, "a response did not encode within its size limit; sent its header alone");
-                }
-                if !matches!(
-                    metadata.response_code,
-                    ResponseCode::FormErr | ResponseCode::NotImp | ResponseCode::Refused
-                ) {
-                    metadata.response_code = ResponseCode::ServFail;
-                }
-                metadata.message_type = MessageType::Response;
-                metadata.authoritative = false;
-                metadata.truncation = false;
-                *out = header_only(metadata);
-                Ok(ResponseInfo::from(Header {
-                    metadata,
-                    counts: HeaderCounts::default(),
-                }))
-            }
-        }
-    }
 }

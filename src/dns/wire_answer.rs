@@ -1,7 +1,8 @@
-//! The UDP fast path's query decoder and response writer: a zero-allocation
-//! answer for the common query (one question in plain labels, optional
-//! EDNS0 OPT record) rendered from the [`Plan`] and the zone's precompiled
-//! wire data.
+//! The UDP fast path's query decoder, and the response writer of both
+//! paths: a zero-allocation answer for the common query (one question in
+//! plain labels, optional EDNS0 OPT record) rendered from the [`Plan`] and
+//! the zone's precompiled wire data. The hickory handler renders every
+//! answer that carries zone records with the same [`render`].
 //!
 //! Anything unusual — another opcode, EDNS version above 0, compressed or
 //! malformed questions, another class, zone transfers, no zone yet —
@@ -147,7 +148,9 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
     };
     let plan = Plan::new(Some(zone), &asked);
     let limit = usize::from(udp_limit(edns.map(|e| e.payload)));
-    let (len, truncated) = render(&plan, query, question_end, Some(limit), out);
+    let head = [query[0], query[1], query[2], query[3]];
+    let question = &query[HEADER_LEN..question_end];
+    let (len, truncated) = render(&plan, head, question, Some(limit), out);
     Fast::Reply {
         len,
         truncated,
@@ -156,18 +159,20 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
     }
 }
 
-/// Writes the response `plan` decides for `query`, whose single question
-/// ends at `question_end`, into `out`, fitted to `limit` bytes (`None`: no
-/// limit within the 64 KiB `out` may hold). Returns the length and whether
-/// TC is set.
+/// Writes the response `plan` decides into `out`, fitted to `limit` bytes
+/// (`None`: no limit; `out` holds [`Plan::response_len`] of the layout
+/// [`Plan::fit`] picks). `head` is the first four bytes of the query's
+/// header (ID and flags) and `question` its single question in plain
+/// labels, which the response echoes and the precompiled names point into.
+/// Returns the length and whether TC is set.
 pub fn render(
     plan: &Plan<'_>,
-    query: &[u8],
-    question_end: usize,
+    head: [u8; 4],
+    question: &[u8],
     limit: Option<usize>,
     out: &mut [u8],
 ) -> (usize, bool) {
-    let question = &query[HEADER_LEN..question_end];
+    let question_end = HEADER_LEN + question.len();
     let fit = plan.fit(question.len(), limit);
     let truncated = fit == Fit::Truncated && plan.answer.is_some();
     let (body, answers, additionals) = match (plan.answer, fit) {
@@ -186,16 +191,16 @@ pub fn render(
     let authorities = u16::from(plan.soa.is_some());
     let rcode = u16::from(plan.rcode);
 
-    out[0] = query[0];
-    out[1] = query[1];
+    out[0] = head[0];
+    out[1] = head[1];
     // QR, the opcode, AA, TC and RD as asked; RA never (not recursive).
     out[2] = 0x80
-        | (query[2] & 0x78)
+        | (head[2] & 0x78)
         | if plan.authoritative { 0x04 } else { 0 }
         | if truncated { 0x02 } else { 0 }
-        | (query[2] & 0x01);
+        | (head[2] & 0x01);
     // CD as asked; the low four bits of the rcode.
-    out[3] = (query[3] & 0x10) | (rcode & 0x0f) as u8;
+    out[3] = (head[3] & 0x10) | (rcode & 0x0f) as u8;
     out[4..6].copy_from_slice(&1u16.to_be_bytes());
     out[6..8].copy_from_slice(&answers.to_be_bytes());
     out[8..10].copy_from_slice(&authorities.to_be_bytes());

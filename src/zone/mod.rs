@@ -5,6 +5,7 @@
 //! new snapshot that changes one service shares everything else with the
 //! previous one. Lookup works on lower-case wire labels and never allocates.
 
+pub mod compress;
 pub mod name;
 mod service;
 pub mod wire;

@@ -18,8 +18,8 @@ use crate::model::{ImportedService, Port, ServiceRef, SliceEndpoints, dashed_add
 /// One RRset at one owner name, kept in its precompiled wire form (answer
 /// records, then the address records of SRV targets for the additional
 /// section): compressed wire data is several times smaller than hickory
-/// `Record`s, and the UDP fast path needs nothing else. Writers that need
-/// records (the hickory path, `/explain`, master files) get them from
+/// `Record`s, and neither DNS path needs anything else. Writers that need
+/// records (`/explain`, master files) get them from
 /// [`RrSet::records`], decoded once and kept while this zone lives.
 #[derive(Debug, Clone)]
 pub struct RrSet {

@@ -729,14 +729,14 @@ fn a_label_with_an_escaped_dot_matches_no_name() {
     }
 }
 
-/// With the longest service and namespace names, 1000 dual-stack endpoints
-/// exceed one DNS message in A and in AAAA (the owner name is written in
-/// full after hickory's first 120 compressed names), at different counts.
-/// The subset shrinks to the endpoints that fit both, so A and AAAA still
-/// hold the same endpoints.
+/// With `max_records` raised to 3000, 3000 dual-stack endpoints fit one
+/// DNS message in A (16 bytes a record, the owner a pointer) but not in
+/// AAAA (28 bytes). The subset shrinks to the endpoints that fit both, so
+/// A and AAAA still hold the same endpoints.
 #[test]
 fn a_cut_headless_answer_keeps_the_same_subset_for_a_and_aaaa() {
-    let settings = settings();
+    let mut settings = settings();
+    settings.max_records = 3000;
     let (svc, ns) = ("s".repeat(63), "n".repeat(63));
     let count = settings.max_records;
     let hosts = |v6| numbered_endpoints(count, "h", v6);
@@ -768,6 +768,12 @@ fn a_cut_headless_answer_keeps_the_same_subset_for_a_and_aaaa() {
     };
     let (a, aaaa) = (endpoints(RecordType::A), endpoints(RecordType::AAAA));
     assert!(a.len() < count, "the A answer was cut: {}", a.len());
+    // As many AAAA records as fit after the header and the question.
+    let question = wire_len(&Name::from_ascii(&name).unwrap()) + 4;
+    assert_eq!(
+        aaaa.len(),
+        (wire::MAX_PRECOMPILED_LEN - wire::HEADER_LEN - question) / 28
+    );
     assert_eq!(a, aaaa);
     assert!(answer(&zone, &name, RecordType::SRV).unwrap().len() <= a.len());
 }

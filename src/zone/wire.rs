@@ -1,17 +1,21 @@
 //! Wire-format precompilation of positive answers.
 //!
 //! Each RRset in the zone carries the bytes that follow the question section
-//! of its response, encoded once at build time with hickory's own encoder
-//! against a lower-case question. Name compression pointers in those bytes
-//! point at offsets inside the question, and a question asked in any letter
-//! case has the same length and label layout, so the bytes stay valid for
-//! every casing of the name. The UDP fast path copies them after the echoed
-//! question; the hickory path decodes them back into records.
+//! of its response, encoded once at build time with full name compression
+//! ([`super::compress`]) against a lower-case question. Name compression
+//! pointers in those bytes point at offsets inside the question, and a
+//! question asked in any letter case has the same length and label layout,
+//! so the bytes stay valid for every casing of the name. Both writers copy
+//! them after the echoed question: the UDP fast path and the hickory path
+//! (TCP, unusual UDP queries). Master files and `/explain` decode them back
+//! into records.
 
 use hickory_proto::ProtoError;
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, Record, RecordType};
-use hickory_proto::serialize::binary::{BinEncodable, BinEncoder, NameEncoding};
+use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
+
+use super::compress::MessageWriter;
 
 /// Bytes of a fixed DNS header.
 pub const HEADER_LEN: usize = 12;
@@ -22,11 +26,9 @@ pub const OPT_RECORD_LEN: usize = 11;
 
 /// Largest precompiled response (header, question, answers, additionals):
 /// the 64 KiB DNS message limit, less the OPT record a response to an EDNS
-/// query adds, less room for the hickory path's re-encoding over TCP, which
-/// writes the first owner name in full instead of pointing into the
-/// question and writes each name's labels before compressing them (two
-/// names of at most 255 bytes).
-pub const MAX_PRECOMPILED_LEN: usize = u16::MAX as usize - OPT_RECORD_LEN - 2 * 255;
+/// query adds. Every writer sends the precompiled bytes as they are, so a
+/// response is never larger than this plus its OPT record.
+pub const MAX_PRECOMPILED_LEN: usize = u16::MAX as usize - OPT_RECORD_LEN;
 
 /// The precompiled sections of one positive answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,13 +42,6 @@ pub struct WireAnswer {
     pub answer_count: u16,
     /// Number of additional records (before any OPT).
     pub additional_count: u16,
-    /// Length of answers plus additionals with no name compressed at all.
-    /// No encoder ever writes more than this, not even transiently
-    /// (hickory's encoder writes a name's labels in full before it replaces
-    /// them with a pointer), so a response whose uncompressed size fits the
-    /// limit needs no further check on the hickory path. Saturates at
-    /// `u16::MAX`.
-    pub uncompressed_len: u16,
 }
 
 impl WireAnswer {
@@ -63,58 +58,32 @@ impl WireAnswer {
         answers: &[Record],
         additionals: &[Record],
     ) -> Self {
-        let mut bytes = Vec::with_capacity(512);
-        let mut encoder = BinEncoder::new(&mut bytes);
-        encoder.set_max_size(MAX_PRECOMPILED_LEN as u16);
-        encoder.emit_vec(&[0; HEADER_LEN]).expect("header fits");
-        Query::query(qname.clone(), qtype)
-            .emit(&mut encoder)
-            .expect("a valid name fits");
-        let question_end = encoder.offset();
-        // A failed emit may leave part of a record behind: keep only what
-        // ends at a record boundary.
-        let mut answer_count = 0;
-        let mut answers_end = question_end;
-        for record in answers {
-            if record.emit(&mut encoder).is_err() {
-                break;
-            }
-            answer_count += 1;
-            answers_end = encoder.offset();
-        }
+        let mut writer = MessageWriter::new(&[0; HEADER_LEN], MAX_PRECOMPILED_LEN);
+        writer.question(qname, qtype);
+        let question_end = writer.offset();
+        let answer_count = answers
+            .iter()
+            .take_while(|record| writer.record(record).is_ok())
+            .count();
+        let answers_end = writer.offset();
         let mut additional_count = 0;
-        let mut end = answers_end;
         if answer_count == answers.len() {
-            for record in additionals {
-                if record.emit(&mut encoder).is_err() {
-                    additional_count = 0;
-                    end = answers_end;
-                    break;
-                }
-                additional_count += 1;
-                end = encoder.offset();
+            additional_count = additionals
+                .iter()
+                .take_while(|record| writer.record(record).is_ok())
+                .count();
+            if additional_count < additionals.len() {
+                additional_count = 0;
+                writer.truncate(answers_end);
             }
         }
-        drop(encoder);
-        bytes.truncate(end);
-        let uncompressed_len =
-            uncompressed_len(&answers[..answer_count], &additionals[..additional_count]);
+        let bytes = writer.into_bytes();
         Self {
             tail: bytes[question_end..].into(),
             answers_end: answers_end - question_end,
             answer_count: answer_count as u16,
             additional_count: additional_count as u16,
-            uncompressed_len: u16::try_from(uncompressed_len).unwrap_or(u16::MAX),
         }
-    }
-
-    /// Upper bound of the response size on any encoder, for a question of
-    /// `question_len` bytes (see [`WireAnswer::uncompressed_len`]).
-    pub fn uncompressed_response_len(&self, question_len: usize, with_opt: bool) -> usize {
-        HEADER_LEN
-            + question_len
-            + usize::from(self.uncompressed_len)
-            + if with_opt { OPT_RECORD_LEN } else { 0 }
     }
 
     /// Decodes the records back, given the owner name and type the answer
@@ -222,24 +191,6 @@ fn pointer_offsets(record: &[u8]) -> Vec<usize> {
     let (_, pointer) = name_end(mname_end);
     pointers.extend(pointer);
     pointers
-}
-
-/// Length of `records` with no name compressed: each record encoded on
-/// its own, so that no total, however large, hits the encoder's limit.
-fn uncompressed_len(answers: &[Record], additionals: &[Record]) -> usize {
-    let mut scratch = Vec::new();
-    answers
-        .iter()
-        .chain(additionals)
-        .map(|record| {
-            scratch.clear();
-            let mut encoder = BinEncoder::new(&mut scratch);
-            encoder.set_name_encoding(NameEncoding::Uncompressed);
-            // One record is far below the 64 KiB limit.
-            record.emit(&mut encoder).expect("a record encodes");
-            scratch.len()
-        })
-        .sum()
 }
 
 /// Header and question only (the frame [`WireAnswer::decode`] puts the tail in).
