@@ -95,6 +95,8 @@ die() {
 }
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+# shellcheck source=scripts/lib/bench.sh
+source "$REPO/scripts/lib/bench.sh"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/bench-knot.XXXXXX")
 PIDS=()
 
@@ -163,25 +165,10 @@ KNOTD=$(command -v knotd || echo /usr/sbin/knotd)
 [[ -x $KNOTD ]] || die "knotd not found"
 
 # ---- build ----------------------------------------------------------------------
-if [[ -n ${CLUSTERSET_DNS_BIN:-} ]]; then
-	BIN=$CLUSTERSET_DNS_BIN
-else
-	log "cargo build --release"
-	(cd "$REPO" && cargo build --release --quiet) || die "cargo build --release failed"
-	BIN=$(cd "$REPO" && cargo metadata --format-version 1 --no-deps |
-		python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/clusterset-dns
-fi
-[[ -x $BIN ]] || die "no binary at $BIN"
+BIN=$(bench_binary)
 
 # From here on, the whole run is bounded.
-(
-	trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
-	sleep "$TIMEOUT" &
-	sleeper=$!
-	wait "$sleeper"
-	echo "[bench] BENCH_TIMEOUT=${TIMEOUT}s reached, aborting" >&2
-	kill -TERM $$ 2>/dev/null
-) &
+bench_watchdog bench "$TIMEOUT"
 WATCHDOG=$!
 PIDS+=("$WATCHDOG")
 
