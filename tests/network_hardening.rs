@@ -248,3 +248,91 @@ async fn connections_beyond_the_limit_close_the_oldest_idle_and_probes_still_ans
         closed.len(),
     );
 }
+
+/// Descriptors taken by something else (here: 200 inherited ones under
+/// `ulimit -n 256`) leave fewer than the TCP limit's 128, so accepting
+/// runs into EMFILE. The accept loop backs off (100 ms) and closes the
+/// oldest idle connection each time instead of spinning: the process stays
+/// idle, the error is counted and logged at most once a second, and new
+/// TCP and UDP queries and `/ready` are still answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn accept_errors_back_off_close_the_oldest_idle_and_do_not_spin() {
+    const OPEN_FILES: u32 = 256;
+    const HELD: u32 = 200;
+    const BEYOND: usize = 20;
+    let server = ServerProcess::start_holding(&[], Some(OPEN_FILES), HELD).await;
+    let in_use = std::fs::read_dir(format!("/proc/{}/fd", server.pid()))
+        .expect("list the server's descriptors")
+        .count();
+    let free = OPEN_FILES as usize - in_use;
+    assert!(
+        free < 128,
+        "{free} descriptors free: the TCP limit would keep accept below EMFILE"
+    );
+    // More idle connections than the process has descriptors left.
+    let opened = free + BEYOND;
+    let mut connections = Vec::new();
+    for _ in 0..opened {
+        connections.push(TcpStream::connect(server.dns).await.expect("connect"));
+    }
+    // Each accept error closes one idle connection and waits 100 ms, so
+    // the BEYOND connections past the limit are all in within ~2 s.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = server.cpu_ticks();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let used = server.cpu_ticks() - before;
+    // A spinning accept loop uses ~100 ticks a second.
+    assert!(
+        used < 15,
+        "the server used {used} ticks in 1 s while accept failed"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let started = Instant::now();
+    let probe = query("web.shop.svc.clusterset.local.", RecordType::A);
+    for transport in [Transport::Tcp, Transport::Udp] {
+        let r = exchange(server.dns, transport, &probe).await;
+        assert_eq!(r.answers.len(), 1, "{transport:?}");
+    }
+    let queries_in = started.elapsed();
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(5);
+    let ready = loop {
+        let (status, _) = http_get_status(server.admin, "/ready").await;
+        if status == 200 || Instant::now() > deadline {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let ready_in = started.elapsed();
+    assert_eq!(ready, 200, "/ready while TCP accept fails");
+
+    // The server closed the oldest connections to make room.
+    let mut closed = 0;
+    for stream in connections.iter_mut() {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_millis(20), stream.read(&mut byte)).await;
+        if matches!(read, Ok(Ok(0)) | Ok(Err(_))) {
+            closed += 1;
+        }
+    }
+    assert!(
+        closed >= BEYOND / 2,
+        "{closed} of {opened} closed by the server"
+    );
+    let (_, text) = http_get_status(server.admin, "/metrics").await;
+    let errors = metric(
+        &text,
+        r#"clusterset_dns_network_events_total{reason="tcp_accept"}"#,
+    )
+    .unwrap_or(0.0);
+    assert!(errors >= 1.0, "tcp_accept events: {errors}");
+    let lines = server.log_lines("TCP accept failed; backing off").len();
+    assert!(
+        (1..=6).contains(&lines),
+        "{lines} accept-error log lines in ~5 s"
+    );
+    eprintln!(
+        "{free} descriptors free, {opened} connections: {used} CPU ticks in 1 s, {errors} accept errors, {lines} log lines, {closed} closed by the server, TCP + UDP query in {queries_in:?}, /ready in {ready_in:?}"
+    );
+}

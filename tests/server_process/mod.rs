@@ -32,16 +32,32 @@ impl ServerProcess {
     /// Starts `serve` on the example clusterset with `args` added; with
     /// `open_files`, under that RLIMIT_NOFILE (`ulimit -n`).
     pub async fn start(args: &[&str], open_files: Option<u32>) -> Self {
+        Self::start_holding(args, open_files, 0).await
+    }
+
+    /// Like [`Self::start`], and the process inherits `held` open
+    /// descriptors (`/dev/null`, numbers 10 and up) that it knows nothing
+    /// of: descriptors taken by something else, which its limits on
+    /// connections cannot count.
+    pub async fn start_holding(args: &[&str], open_files: Option<u32>, held: u32) -> Self {
         let repo = env!("CARGO_MANIFEST_DIR");
-        let mut command = match open_files {
-            Some(limit) => {
-                let mut c = Command::new("sh");
-                c.arg("-c")
-                    .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
-                    .arg(BIN);
-                c
+        let mut command = if open_files.is_some() || held > 0 {
+            let mut script = String::new();
+            if let Some(limit) = open_files {
+                script += &format!("ulimit -n {limit} && ");
             }
-            None => Command::new(BIN),
+            if held > 0 {
+                let last = 10 + held - 1;
+                script += &format!(
+                    "for fd in $(seq 10 {last}); do eval \"exec $fd</dev/null\"; done && "
+                );
+            }
+            script += "exec \"$0\" \"$@\"";
+            let mut c = Command::new("bash");
+            c.arg("-c").arg(script).arg(BIN);
+            c
+        } else {
+            Command::new(BIN)
         };
         command
             .args(["serve", "--file"])
