@@ -29,7 +29,12 @@
 #   BENCH_DNSPERF="-c 8 -q 100;-c 8 -q 200;-c 16 -q 500"
 #                              ';'-separated dnsperf settings; each is run
 #                              against each server; the summary keeps, per
-#                              server, the best setting that lost no query
+#                              server, the best setting that lost no query.
+#                              A setting with a fixed rate (-Q N, below every
+#                              server's ceiling) also gets a summary of CPU
+#                              per query, the median over the rounds and its
+#                              ratio to Knot's, e.g.
+#                              BENCH_DNSPERF="-c 8 -q 100 -Q 50000" BENCH_ROUNDS=5
 #   BENCH_WARMUP=2             seconds of unmeasured load after start
 #   BENCH_SERVERS="knot fast hickory"
 #   BENCH_SERVICES=10000 BENCH_QUERIES=100000 BENCH_SEED=1   data set
@@ -576,6 +581,28 @@ for server, (setting, runs) in best.items():
                      f"{int(top['rss_kb']) / 1024:.1f}", f"{int(top['hwm_kb']) / 1024:.1f}",
                      top["server_cpu_pct"], top["dnsperf_cpu_pct"], f"{top['us']:.1f}", ratio))
 print("(avg ms, RSS, HWM, srv%, cli%, us/q: of the best run; lost: sum over the runs counted)")
+# Settings with a fixed offered rate (dnsperf -Q): every server answers the
+# same load, so server CPU per query compares their efficiency directly.
+fixed = [r for r in use if "-Q" in r["setting"].split()]
+if fixed:
+    print(f"\nCPU per query at a fixed offered rate ({scope}; median [min-max] over the rounds"
+          " of the server's CPU microseconds per answered query, and the ratio of the medians"
+          " to Knot's; lower is better):")
+    fmt = "{:<36} {:<22} {:>6} {:>16} {:>9} {:>5} {:>8}"
+    print(fmt.format("server", "dnsperf", "runs", "us/q", "QPS", "lost", "vs Knot"))
+    for setting in dict.fromkeys(r["setting"] for r in fixed):
+        med = {}
+        for server in dict.fromkeys(r["server"] for r in fixed):
+            runs = [r for r in fixed if r["server"] == server and r["setting"] == setting]
+            if runs:
+                med[server] = (statistics.median(r["us"] for r in runs), runs)
+        for server, (m, runs) in med.items():
+            us = [r["us"] for r in runs]
+            ratio = f"{m / med['knot'][0]:.2f}x" if "knot" in med else "-"
+            print(fmt.format(label.get(server, server), setting, len(runs),
+                             f"{m:.2f} [{min(us):.2f}-{max(us):.2f}]",
+                             f"{statistics.median(float(r['qps']) for r in runs):.0f}",
+                             sum(int(r["lost"]) for r in runs), ratio))
 EOF
 
 # timed OUT CMD...: run CMD with stdout+stderr to OUT and its wall, user and
@@ -622,7 +649,7 @@ run_dnsperf() {
 		# the wall time of the dnsperf run.
 		wall, user, system = map(float, open(sys.argv[1] + ".time").read().split()[-3:])
 		ticks = [int(open(sys.argv[1] + f".srv{i}").read().strip() or 0) for i in (0, 1)]
-		srv_cpu = f"{100 * (ticks[1] - ticks[0]) / int(sys.argv[9]) / wall:.0f}"
+		srv_cpu = f"{100 * (ticks[1] - ticks[0]) / int(sys.argv[9]) / wall:.1f}"
 		cli_cpu = f"{100 * (user + system) / wall:.0f}"
 		def num(pattern, cast=float):
 		    m = re.search(pattern, text)
