@@ -63,6 +63,15 @@
 #                              shared with other work; 0 leaves it alone)
 #   BENCH_TIMEOUT=1800         hard limit for everything after the build, s
 #   BENCH_RESULTS=FILE         also write the per-run rows (TSV) to FILE
+#   BENCH_PERF=DIR             after the measured rounds, one profile per
+#                              server: under the first dnsperf setting, `perf
+#                              record` (call graphs) of the server for
+#                              BENCH_PERF_SECONDS (5) s into DIR/<server>.perf,
+#                              then a split of its samples: kernel, the
+#                              server's own code, libraries, and the largest
+#                              kernel paths (system calls, waiting, waking the
+#                              client) and user-space symbols. Profiled runs
+#                              are not in the table (perf itself costs CPU)
 #   CLUSTERSET_DNS_BIN=PATH    use this binary, skip cargo build
 #   CLUSTERSET_DNS_BASELINE_BIN=PATH  the binary of the *-base servers
 #   KEEP_TMP=1                 keep the temporary directory (path is printed)
@@ -784,6 +793,76 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		stop_server "$pid" "$server"
 	done
 done
+
+# ---- profiles (optional) --------------------------------------------------------------
+if [[ -n ${BENCH_PERF:-} ]]; then
+	command -v perf >/dev/null 2>&1 || die "BENCH_PERF needs perf (apt-get install linux-perf)"
+	mkdir -p "$BENCH_PERF"
+	PERF_SECONDS=${BENCH_PERF_SECONDS:-5}
+	setting=$(xargs <<<"${SETTINGS[0]}")
+	for server in $SERVERS; do
+		wait_for_quiet
+		log "profile: $server under $setting, ${PERF_SECONDS}s of perf record"
+		start_server "$server" "$SERVER_CPU"
+		pid=$SERVER_PID
+		# shellcheck disable=SC2086 # the setting is a list of dnsperf flags
+		taskset -c "$CLIENT_CPU" nice -n "$NICE" dnsperf -s 127.0.0.1 -p "$(port_of "$server")" \
+			-d "$DATA/queries.txt" -l $((PERF_SECONDS + 3)) -T 1 $setting >"$TMP/perf-dnsperf-$server.txt" 2>&1 &
+		perf_client=$!
+		PIDS+=("$perf_client")
+		sleep 1
+		perf record -q -F 999 -g -p "$pid" -o "$BENCH_PERF/$server.perf" -- sleep "$PERF_SECONDS" >/dev/null 2>&1 ||
+			log "WARNING: perf record failed for $server"
+		wait "$perf_client" || true
+		drop_pid "$perf_client"
+		stop_server "$pid" "$server"
+	done
+	echo
+	echo "Profiles (perf record -g, ${PERF_SECONDS}s under $setting; % of the server's samples):"
+	for server in $SERVERS; do
+		[[ -s $BENCH_PERF/$server.perf ]] || continue
+		perf report -i "$BENCH_PERF/$server.perf" --no-children --sort dso --stdio 2>/dev/null >"$TMP/perf-dso-$server.txt" || true
+		perf report -i "$BENCH_PERF/$server.perf" --children --sort symbol --stdio -g none 2>/dev/null >"$TMP/perf-children-$server.txt" || true
+		perf report -i "$BENCH_PERF/$server.perf" --no-children --sort dso,symbol --stdio -g none 2>/dev/null >"$TMP/perf-self-$server.txt" || true
+		python3 - "$server" "$TMP/perf-dso-$server.txt" "$TMP/perf-children-$server.txt" "$TMP/perf-self-$server.txt" <<-'EOF'
+			import re, sys
+			server, dso_file, children_file, self_file = sys.argv[1:5]
+			row = re.compile(r"^\s+([\d.]+)%\s+(?:([\d.]+)%\s+)?(.*?)\s*$")
+			def rows(path):
+			    for line in open(path, errors="replace"):
+			        m = row.match(line)
+			        if m:
+			            pct, total, name = m.groups()
+			            # Without hardware counters perf adds empty IPC columns.
+			            yield pct, total, re.sub(r"(\s+-)+$", "", name)
+			kernel = user = 0.0
+			libs = {}
+			for pct, _, name in rows(dso_file):
+			    name = name.split()[0] if name else "?"
+			    if name == "[kernel.kallsyms]":
+			        kernel += float(pct)
+			    else:
+			        user += float(pct)
+			        libs[name] = libs.get(name, 0.0) + float(pct)
+			print(f"  {server}: kernel {kernel:.1f}%, user space {user:.1f}% ("
+			      + ", ".join(f"{k} {v:.1f}%" for k, v in sorted(libs.items(), key=lambda kv: -kv[1])[:3]) + ")")
+			# Kernel paths that tell where the system's share goes: the socket
+			# calls, the waiting, and the client's wake-up that loopback delivery
+			# runs in the sender's context.
+			paths = {"[k] __sys_sendmmsg": "sendmmsg", "[k] do_recvmmsg": "recvmmsg",
+			         "[k] do_epoll_wait": "epoll_wait", "[k] __schedule": "sleeping and waking (__schedule)",
+			         "[k] sock_def_readable": "waking the receiver (sock_def_readable)"}
+			found = {}
+			for total, _, name in rows(children_file):
+			    label = paths.get(name.strip())
+			    if label and label not in found:
+			        found[label] = float(total)
+			print("    kernel paths (inclusive): " + ", ".join(f"{k} {v:.1f}%" for k, v in found.items()))
+			top = [(float(p), n) for p, _, n in rows(self_file) if "[kernel" not in n][:5]
+			print("    top user-space symbols (self): " + ", ".join(f"{' '.join(n.split()[2:])[:60]} {p:.1f}%" for p, n in top))
+		EOF
+	done
+fi
 
 python3 "$TMP/summary.py" "$RESULTS" "$QUIET_OTHER"
 if [[ -n ${BENCH_RESULTS:-} ]]; then
