@@ -308,12 +308,15 @@ impl FileSource {
         for skipped in &manifest.skipped {
             tracing::debug!(file = %self.path.display(), "skipped {skipped}");
         }
+        let applying = Instant::now();
         self.index.reset_imports(manifest.imports);
         self.index.reset_slices(manifest.slices);
-        let (zone, stats) = self.index.publish();
+        let applied = applying.elapsed();
+        let (zone, mut stats) = self.index.publish();
+        stats.applied = applied;
         // The caller releases the memory of the text once it is dropped.
         self.publisher
-            .publish(&self.index, zone, stats.rebuilt, self.changed, false);
+            .publish(&self.index, zone, stats, self.changed, false);
         self.publisher
             .metrics()
             .reloads
