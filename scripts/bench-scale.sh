@@ -48,6 +48,11 @@
 #   BENCH_TIMEOUT=900         hard limit for everything after the build, s
 #   BENCH_PLOT=FILE           the PNG (default: scaling.png in the temp dir)
 #   BENCH_RESULTS=FILE        also write the table's rows (TSV) to FILE
+#   BENCH_BASELINE=FILE BENCH_BASELINE_LABEL=baseline
+#                             the BENCH_RESULTS file of an earlier run (another
+#                             build): its publish step per change is printed
+#                             after the table and drawn in the plot beside
+#                             this run's (log y-axis)
 #   CLUSTERSET_DNS_BIN=PATH   use this binary, skip cargo build
 #   KEEP_TMP=1                keep the temporary directory (path is printed)
 #
@@ -128,6 +133,8 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'log "interrupted"; exit 130' INT TERM
+# set -e ends the run at a failed command: say which.
+trap 'log "ERROR: line $LINENO: \"$BASH_COMMAND\" failed"' ERR
 
 # ---- tools ----------------------------------------------------------------------
 SUDO=
@@ -189,7 +196,9 @@ EOF
 proc_ticks() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | awk '{ print $12 + $13 }'; }
 status_kb() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
 metric() { # ADMIN_PORT NAME -> value
-	curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { print $2; exit }'
+	local text
+	text=$(curl -sf "http://127.0.0.1:$1/metrics") || die "GET /metrics failed"
+	awk -v n="$2" '$1 == n { print $2; exit }' <<<"$text"
 }
 
 cpu_busy_pct() {
@@ -228,7 +237,7 @@ start_server() {
 	t0=$(date +%s%N)
 	taskset -c "$SERVER_CPU" "$BIN" serve --file "$manifest" --file-max-bytes "$max" \
 		--dns-listen "127.0.0.1:$DNS_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
-		--udp-workers 1 >"$logf" 2>&1 &
+		--udp-workers 1 --lame-duck 0 >"$logf" 2>&1 &
 	SERVER_PID=$!
 	PIDS+=("$SERVER_PID")
 	READY_MS=$(python3 - "$ADMIN_PORT" "$t0" "$READY_TIMEOUT" "$SERVER_PID" <<-'EOF'
@@ -260,8 +269,9 @@ start_server() {
 stop_server() {
 	local pid=$1
 	kill -TERM "$pid" 2>/dev/null || true
+	# Gone, or a zombie (exited, not yet waited for).
 	for _ in $(seq 100); do
-		kill -0 "$pid" 2>/dev/null || break
+		[[ $(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null || echo Z) == Z ]] && break
 		sleep 0.1
 	done
 	kill -KILL "$pid" 2>/dev/null || true
@@ -332,7 +342,7 @@ run_dnsperf() {
 	echo "cpu:         $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
 	echo "memory:      $(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
 	echo "dnsperf:     $(dnsperf -h 2>&1 | awk '/^Version/ { print $2; exit }')"
-	echo "binary:      $BIN ($("$BIN" --version 2>&1), built $(date -u -r "$BIN" +%Y-%m-%dT%H:%M:%SZ), sha256 $(sha256sum "$BIN" | cut -c1-16))"
+	echo "binary:      $BIN ($("$BIN" version 2>&1 | awk '/^commit:/ { print "commit " $2 }'), built $(date -u -r "$BIN" +%Y-%m-%dT%H:%M:%SZ), sha256 $(sha256sum "$BIN" | cut -c1-16))"
 	echo "sizes:       $SIZES services; backends per cluster $BACKENDS; $CHANGES changes per size"
 	echo "dnsperf:     -Q $RATE for ${DURATION}s x $ROUNDS, then '${PEAK:-none}' for ${DURATION}s; server on CPU $SERVER_CPU, dnsperf on CPU $CLIENT_CPU"
 	echo "load:        $(cat /proc/loadavg)"
@@ -415,7 +425,10 @@ for size in $SIZES; do
 done
 
 # ---- table and plot -------------------------------------------------------------------
-python3 - "$ROWS" "$EMPTY_RSS" "$RATE" "$QUIET_OTHER" <<-'EOF'
+BASELINE=${BENCH_BASELINE:-}
+BASELINE_LABEL=${BENCH_BASELINE_LABEL:-baseline}
+[[ -z $BASELINE || -r $BASELINE ]] || die "BENCH_BASELINE=$BASELINE is not readable"
+python3 - "$ROWS" "$EMPTY_RSS" "$RATE" "$QUIET_OTHER" "$BASELINE" "$BASELINE_LABEL" <<-'EOF'
 	import csv, sys
 	rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 	empty, rate, quiet = int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
@@ -438,16 +451,23 @@ python3 - "$ROWS" "$EMPTY_RSS" "$RATE" "$QUIET_OTHER" <<-'EOF'
 	      f" rebuild + swap; rename->answer: the manifest renamed into place -> the new address"
 	      f" answered, including the 250 ms poll/settle, read and parse; others %: the most CPU"
 	      f" other processes took on the server's core during a dnsperf run, quiet below {quiet:g})")
+	if sys.argv[5]:
+	    print(f"\n{sys.argv[6]} ({sys.argv[5]}): publish step per change, p50 / max ms;"
+	          " rename->answer p50 ms; services rebuilt per change")
+	    for r in csv.DictReader(open(sys.argv[5]), delimiter="\t"):
+	        print(f"  {int(r['services']):>7,} services: {r['publish_p50_ms']} / {r['publish_max_ms']}"
+	              f"; {r['visible_p50_ms']}; {r['rebuilt']}")
 	noisy = [r["services"] for r in rows if float(r["other_pct"]) >= quiet]
 	if noisy:
 	    print(f"NOTE: dnsperf runs at {', '.join(noisy)} services were not quiet")
 EOF
-"$PLOT_PY" - "$ROWS" "$PLOT" <<-'EOF'
+"$PLOT_PY" - "$ROWS" "$PLOT" "$BASELINE" "$BASELINE_LABEL" <<-'EOF'
 	import csv, sys
 	import matplotlib
 	matplotlib.use("Agg")
 	import matplotlib.pyplot as plt
 	rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+	base = list(csv.DictReader(open(sys.argv[3]), delimiter="\t")) if sys.argv[3] else []
 	x = [int(r["services"]) for r in rows]
 	panels = [
 	    ("memory: bytes per endpoint", "bytes (VmRSS above an empty zone)",
@@ -455,7 +475,11 @@ EOF
 	    ("ready: spawn -> /ready 200", "seconds", [("", [float(r["ready_ms"]) / 1000 for r in rows])]),
 	    ("one change: publish step", "milliseconds",
 	     [("p50", [float(r["publish_p50_ms"]) for r in rows]),
-	      ("max", [float(r["publish_max_ms"]) for r in rows])]),
+	      ("max", [float(r["publish_max_ms"]) for r in rows])]
+	     + [(f"{sys.argv[4]} p50", [float(r["publish_p50_ms"]) for r in base],
+	         [int(r["services"]) for r in base]),
+	        (f"{sys.argv[4]} max", [float(r["publish_max_ms"]) for r in base],
+	         [int(r["services"]) for r in base])] * bool(base)),
 	    ("server CPU per query", "microseconds",
 	     [("fixed rate", [float(r["us_per_query"]) for r in rows])]
 	     + ([("peak", [float(r["peak_us_per_query"]) for r in rows])]
@@ -463,17 +487,21 @@ EOF
 	]
 	fig, axes = plt.subplots(2, 2, figsize=(10, 7))
 	for ax, (title, ylabel, series) in zip(axes.flat, panels):
-	    for label, y in series:
-	        ax.plot(x, y, marker="o", label=label or None)
+	    for label, y, *bx in series:
+	        ax.plot(bx[0] if bx else x, y, marker="o", linestyle="--" if bx else "-",
+	                label=label or None)
 	    ax.set_xscale("log")
 	    ax.set_xticks(x)
 	    ax.set_xticklabels([f"{v:,}" for v in x])
 	    ax.set_title(title)
 	    ax.set_xlabel("services (~10x endpoints)")
 	    ax.set_ylabel(ylabel)
-	    ax.set_ylim(bottom=0)
+	    if any(bx for _, _, *bx in series):
+	        ax.set_yscale("log")
+	    else:
+	        ax.set_ylim(bottom=0)
 	    ax.grid(True, which="both", alpha=0.3)
-	    if any(label for label, _ in series):
+	    if any(label for label, *_ in series):
 	        ax.legend()
 	fig.suptitle("clusterset-dns scaling curve (scripts/bench-scale.sh)")
 	fig.tight_layout()

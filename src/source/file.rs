@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{oneshot, watch};
 
 use self::settle::Settle;
-use super::manifest::{self, ManifestError, Update};
+use super::manifest::{self, ManifestError};
 use crate::explain::SourceReport;
 use crate::index::{Index, PublishStats};
 use crate::publish::Publisher;

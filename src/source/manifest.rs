@@ -1186,7 +1186,8 @@ mod mangled {
             if step % 7 == 3 {
                 // Documents in another order: no change at all.
                 let mut docs: Vec<&str> = EXAMPLE.split("\n---\n").collect();
-                docs.rotate_left(1 + rng.below(docs.len() - 1));
+                let n = docs.len();
+                docs.rotate_left(1 + rng.below(n - 1));
                 text = docs.join("\n---\n");
             } else if step % 11 == 5 {
                 text = format!("%YAML 1.2\n---\n{text}");
