@@ -49,8 +49,10 @@ pub struct Delta {
 /// The outcome of [`Parser::parse_update`].
 #[derive(Debug, Clone)]
 pub enum Update {
-    /// The whole manifest: the first parse, one after a stream parsed
-    /// whole (with directives), or one after a failure of this parser.
+    /// The whole manifest: the first successful parse, a stream with
+    /// directives (parsed whole, without the cache), and the parse after
+    /// one. A failed parse changes nothing: the next delta is against the
+    /// last successful one.
     Whole(Manifest),
     /// The changes since the last successful parse.
     Delta(Delta),
