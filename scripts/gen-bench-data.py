@@ -2,7 +2,8 @@
 """Deterministic benchmark data for clusterset-dns (stdlib only).
 
     scripts/gen-bench-data.py [--services 10000] [--namespaces 100]
-                              [--queries 100000] [--seed 1] --out DIR
+                              [--queries 100000] [--seed 1]
+                              [--backends-per-cluster 2-4] --out DIR
 
 Writes, into DIR:
 
@@ -23,7 +24,9 @@ Data set (for --services N):
   * 80% ClusterSetIP: half dual-stack (one IPv4 and one IPv6 ip), half IPv4
     only; each exported from 1-3 clusters, with one IPv4 EndpointSlice per
     cluster (and one IPv6 slice per cluster if dual-stack), 2-4 ready pod IPs
-    per slice;
+    per slice (--backends-per-cluster MIN-MAX); with the default 2-4 that
+    makes 7.8 ready endpoints per service on average (IPv4 and IPv6
+    endpoints counted apart, as their slices hold them), with 3-5 10.2;
   * 20% Headless: 3 ready endpoints with hostnames (StatefulSet pods
     <svc>-0..2) spread over 2 or 3 clusters, plus one not-ready endpoint
     (<svc>-3) in the first cluster;
@@ -97,7 +100,7 @@ class Service:
                  "endpoints", "index")
 
 
-def build_services(n_services, n_namespaces, rng):
+def build_services(n_services, n_namespaces, rng, backends=(2, 4)):
     ns_names = namespaces(n_namespaces)
     services = []
     v4_base = int(ipaddress.IPv4Address("10.96.0.0"))  # ClusterSetIPs 10.96.0.0/12
@@ -151,7 +154,7 @@ def build_services(n_services, n_namespaces, rng):
                 s.ips.append(str(ipaddress.IPv6Address(v6_base + 10 + i)))
             s.endpoints = []
             for c in s.clusters:
-                for _ in range(2 + rng.randrange(3)):
+                for _ in range(backends[0] + rng.randrange(backends[1] - backends[0] + 1)):
                     v4 = pod_ip(c, 4)
                     v6 = pod_ip(c, 6) if s.kind == "Dual" else None
                     s.endpoints.append((None, c, (v4, v6), True))
@@ -331,13 +334,21 @@ def main():
     p.add_argument("--namespaces", type=int, default=100)
     p.add_argument("--queries", type=int, default=100000)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--backends-per-cluster", default="2-4", metavar="MIN-MAX",
+                   help="ready pod IPs per ClusterSetIP slice (default 2-4)")
     p.add_argument("--out", required=True)
     a = p.parse_args()
     if a.services < 10 or a.namespaces < 1 or a.queries < 1:
         p.error("need --services >= 10, --namespaces >= 1, --queries >= 1")
+    try:
+        backends = tuple(int(x) for x in a.backends_per_cluster.split("-"))
+        if len(backends) != 2 or not 1 <= backends[0] <= backends[1]:
+            raise ValueError
+    except ValueError:
+        p.error("--backends-per-cluster takes MIN-MAX with 1 <= MIN <= MAX, e.g. 2-4")
     os.makedirs(a.out, exist_ok=True)
     rng = random.Random(a.seed)
-    services = build_services(a.services, a.namespaces, rng)
+    services = build_services(a.services, a.namespaces, rng, backends)
     write_manifest(services, os.path.join(a.out, "clusterset.yaml"))
     ns_names = namespaces(a.namespaces)
     lines, counts = make_queries(services, a.queries, random.Random(a.seed + 1), ns_names)
@@ -352,11 +363,18 @@ def main():
     for s in services:
         kinds[s.kind] = kinds.get(s.kind, 0) + 1
     slices = sum(len(s.clusters) * (2 if s.kind == "Dual" else 1) for s in services)
+    # Endpoints as the slices hold them: a dual-stack backend is one IPv4
+    # and one IPv6 endpoint, in two slices.
+    ready = sum(len(s.endpoints) * (2 if s.kind == "Dual" else 1)
+                for s in services if s.kind != "Headless")
+    ready += sum(e[3] for s in services if s.kind == "Headless" for e in s.endpoints)
+    not_ready = sum(not e[3] for s in services if s.kind == "Headless" for e in s.endpoints)
     summary = [
         f"services={a.services} namespaces={a.namespaces} seed={a.seed}",
         f"clusterset_ip_dual_stack={kinds.get('Dual', 0)} "
         f"clusterset_ip_ipv4_only={kinds.get('V4', 0)} headless={kinds.get('Headless', 0)}",
-        f"endpoint_slices={slices}",
+        f"endpoint_slices={slices} endpoints_ready={ready} endpoints_not_ready={not_ready} "
+        f"backends_per_cluster={backends[0]}-{backends[1]}",
         f"queries={len(lines)} " + " ".join(f"{k}={v}" for k, v in counts.items()),
     ]
     with open(os.path.join(a.out, "summary.txt"), "w", encoding="ascii", newline="\n") as f:

@@ -10,7 +10,7 @@ use std::time::Instant;
 use arc_swap::{ArcSwapOption, Guard};
 
 use crate::explain::{Inquiries, Inquiry};
-use crate::index::Index;
+use crate::index::{Index, PublishStats};
 use crate::metrics::Metrics;
 use crate::zone::Zone;
 
@@ -81,23 +81,31 @@ impl Publisher {
         self.zone.is_ready()
     }
 
-    /// Serves `zone`, built from `index` with `rebuilt` services rebuilt,
-    /// and returns whether it was the first. `changed` is when the first
-    /// change it holds was seen: the publish latency is observed from
-    /// there, except for the first zone (an initial load is not a change).
+    /// Serves `zone`, built from `index` as `stats` says, and returns
+    /// whether it was the first. `changed` is when the first change it
+    /// holds was seen: the publish latency is observed from there, except
+    /// for the first zone (an initial load is not a change). The publish
+    /// duration (index update, rebuild and swap) is observed likewise.
     /// `after_list`: the zone follows a list or a whole load, so freed
     /// memory is released once it is served.
     pub fn publish(
         &mut self,
         index: &Index,
         zone: Zone,
-        rebuilt: usize,
+        stats: PublishStats,
         changed: Option<Instant>,
         after_list: bool,
     ) -> bool {
-        self.metrics.record_publish(index, &zone, rebuilt);
+        let swap = Instant::now();
+        self.metrics.record_publish(index, &zone, stats.rebuilt);
         let first = !self.zone.is_ready();
         self.zone.store(zone);
+        if !first {
+            let duration = stats.applied + stats.elapsed + swap.elapsed();
+            self.metrics
+                .publish_duration
+                .observe(duration.as_secs_f64());
+        }
         if !first && let Some(changed) = changed {
             self.metrics
                 .publish_latency
@@ -147,13 +155,24 @@ mod tests {
             hickory_proto::rr::Name::from_ascii("clusterset.local.").unwrap(),
         ));
         let (first, stats) = index.publish();
-        assert!(publisher.publish(&index, first, stats.rebuilt, Some(Instant::now()), true));
+        assert!(publisher.publish(&index, first, stats, Some(Instant::now()), true));
         assert!(zone.is_ready() && publisher.is_ready());
-        // The first zone is no change: no latency observed.
+        // The first zone is no change: no latency or duration observed.
         assert_eq!(metrics.publish_latency.get_sample_count(), 0);
-        let (second, stats) = index.publish();
-        assert!(!publisher.publish(&index, second, stats.rebuilt, Some(Instant::now()), false));
+        assert_eq!(metrics.publish_duration.get_sample_count(), 0);
+        let (second, mut stats) = index.publish();
+        // The source's own index update counts in the publish duration.
+        stats.applied = std::time::Duration::from_millis(40);
+        assert!(!publisher.publish(&index, second, stats, Some(Instant::now()), false));
         assert_eq!(metrics.publish_latency.get_sample_count(), 1);
+        assert_eq!(metrics.publish_duration.get_sample_count(), 1);
+        let observed = metrics.publish_duration.get_sample_sum();
+        assert!((0.04..1.0).contains(&observed), "{observed}");
+        // A change seen by no source (no `changed`) still has a duration.
+        let (third, stats) = index.publish();
+        assert!(!publisher.publish(&index, third, stats, None, false));
+        assert_eq!(metrics.publish_latency.get_sample_count(), 1);
+        assert_eq!(metrics.publish_duration.get_sample_count(), 2);
 
         publisher.set_failing(true);
         assert!(publisher.failing() && explainer.source_failing());

@@ -31,6 +31,12 @@ pub struct PublishStats {
     pub rebuilt: usize,
     /// How long the rebuild took.
     pub elapsed: Duration,
+    /// How long applying the changes to the index took before the
+    /// rebuild, where the source measures it as one step (the file source:
+    /// bringing the index to the new manifest); zero from
+    /// [`Index::publish`] itself, and for watch events, which are applied
+    /// one at a time as they arrive.
+    pub applied: Duration,
 }
 
 /// Rebuilds of at least this many services are spread over the CPUs.
@@ -303,6 +309,7 @@ impl Index {
         let stats = PublishStats {
             rebuilt,
             elapsed: started.elapsed(),
+            applied: Duration::ZERO,
         };
         (self.zone.clone(), stats)
     }

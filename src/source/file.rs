@@ -296,24 +296,28 @@ impl FileSource {
         result
     }
 
-    /// Parses and publishes `text` as the new content of the source.
+    /// Parses and publishes `text` as the new content of the source. After
+    /// the first load, only the documents that changed reach the index, so
+    /// the publish step costs the same whatever the size of the file.
     pub fn load_text(&mut self, text: &str) -> Result<PublishStats, FileSourceError> {
-        let manifest = self
-            .parser
-            .parse(text)
-            .map_err(|source| FileSourceError::Manifest {
-                path: self.path.clone(),
-                source,
-            })?;
-        for skipped in &manifest.skipped {
+        let update =
+            self.parser
+                .parse_update(text)
+                .map_err(|source| FileSourceError::Manifest {
+                    path: self.path.clone(),
+                    source,
+                })?;
+        let applying = Instant::now();
+        let skipped = update.apply_to(&mut self.index);
+        let applied = applying.elapsed();
+        for skipped in &skipped {
             tracing::debug!(file = %self.path.display(), "skipped {skipped}");
         }
-        self.index.reset_imports(manifest.imports);
-        self.index.reset_slices(manifest.slices);
-        let (zone, stats) = self.index.publish();
+        let (zone, mut stats) = self.index.publish();
+        stats.applied = applied;
         // The caller releases the memory of the text once it is dropped.
         self.publisher
-            .publish(&self.index, zone, stats.rebuilt, self.changed, false);
+            .publish(&self.index, zone, stats, self.changed, false);
         self.publisher
             .metrics()
             .reloads

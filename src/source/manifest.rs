@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use crate::api::ServiceImport;
 use crate::api::well_known::MCS_GROUP;
-use crate::index::SliceKey;
-use crate::model::{ImportedService, SliceEndpoints};
+use crate::index::{Index, SliceKey};
+use crate::model::{ImportedService, ServiceRef, SliceEndpoints};
 
 /// The objects a manifest contributes to the index.
 #[derive(Debug, Default, Clone)]
@@ -26,6 +26,66 @@ pub struct Manifest {
     pub slices: Vec<(SliceKey, SliceEndpoints)>,
     /// Objects that were skipped, as `document N: Kind ns/name (reason)`.
     pub skipped: Vec<String>,
+}
+
+/// What changed between two successful parses of a [`Parser`], by
+/// document: bringing an index that holds the previous manifest up to the
+/// new one takes these and nothing else.
+#[derive(Debug, Default, Clone)]
+pub struct Delta {
+    /// ServiceImports of new or edited documents (to apply; most differ
+    /// from what the index holds, some may not).
+    pub imports: Vec<ImportedService>,
+    /// EndpointSlices of new or edited documents, with their keys.
+    pub slices: Vec<(SliceKey, SliceEndpoints)>,
+    /// ServiceImports that are in no document any more.
+    pub deleted_imports: Vec<ServiceRef>,
+    /// EndpointSlices that are in no document any more.
+    pub deleted_slices: Vec<SliceKey>,
+    /// Objects of the new or edited documents that were skipped.
+    pub skipped: Vec<String>,
+}
+
+/// The outcome of [`Parser::parse_update`].
+#[derive(Debug, Clone)]
+pub enum Update {
+    /// The whole manifest: the first successful parse, a stream with
+    /// directives (parsed whole, without the cache), and the parse after
+    /// one. A failed parse changes nothing: the next delta is against the
+    /// last successful one.
+    Whole(Manifest),
+    /// The changes since the last successful parse.
+    Delta(Delta),
+}
+
+impl Update {
+    /// Brings `index` up to the manifest: replaces what it holds with a
+    /// whole one, applies a delta (to an index that holds the manifest of
+    /// the parse before). Returns the objects skipped.
+    pub fn apply_to(self, index: &mut Index) -> Vec<String> {
+        match self {
+            Update::Whole(manifest) => {
+                index.reset_imports(manifest.imports);
+                index.reset_slices(manifest.slices);
+                manifest.skipped
+            }
+            Update::Delta(delta) => {
+                for service in &delta.deleted_imports {
+                    index.delete_import(service);
+                }
+                for key in &delta.deleted_slices {
+                    index.delete_slice(key);
+                }
+                for import in delta.imports {
+                    index.apply_import(import);
+                }
+                for (key, slice) in delta.slices {
+                    index.apply_slice(key, slice);
+                }
+                delta.skipped
+            }
+        }
+    }
 }
 
 /// Why a manifest was rejected.
@@ -141,6 +201,10 @@ enum Object {
 #[derive(Debug, Default)]
 pub struct Parser {
     cache: HashMap<DocumentKey, DocumentObjects>,
+    /// The cache holds exactly the documents of the last manifest this
+    /// parser returned (false before the first, and after a stream parsed
+    /// whole), so [`Parser::parse_update`] can tell what changed.
+    primed: bool,
 }
 
 /// A document's text, identified by its length and two independent 64-bit
@@ -165,6 +229,7 @@ impl Parser {
     /// parsed again.
     pub fn parse(&mut self, text: &str) -> Result<Manifest, ManifestError> {
         let Some(pieces) = split_documents(text) else {
+            self.primed = false;
             // Directives: parse the stream whole, without the cache.
             let documents: Vec<Value> =
                 serde_saphyr::from_multiple_with_options(text, yaml_options(text.len()))
@@ -175,7 +240,78 @@ impl Parser {
             }
             return assemble(&parsed);
         };
+        let (parsed, _, cache) = self.parse_pieces(text, pieces)?;
+        let manifest = assemble(&parsed)?;
+        self.cache = cache;
+        self.primed = true;
+        Ok(manifest)
+    }
+
+    /// Parses `text` like [`Parser::parse`], and returns only what changed
+    /// since the last successful parse when it can tell: the objects of
+    /// documents whose text is new, and the objects of documents gone that
+    /// no new document holds. Assembling the whole manifest would cost time
+    /// in proportion to its size for every change.
+    pub fn parse_update(&mut self, text: &str) -> Result<Update, ManifestError> {
+        let pieces = match split_documents(text) {
+            Some(pieces) if self.primed => pieces,
+            _ => return self.parse(text).map(Update::Whole),
+        };
+        let (parsed, keys, cache) = self.parse_pieces(text, pieces)?;
+        if let Some(duplicate) = first_duplicate(&parsed) {
+            return Err(duplicate);
+        }
+        let mut delta = Delta::default();
+        let mut applied_imports = HashSet::new();
+        let mut applied_slices = HashSet::new();
+        for ((number, objects), key) in parsed.iter().zip(&keys) {
+            // A document is new when the last manifest had no such text;
+            // one that moved keeps its objects.
+            if self.cache.contains_key(key) {
+                continue;
+            }
+            for (_, object) in objects.iter() {
+                match object {
+                    Object::Import(import) => {
+                        applied_imports.insert(&import.service);
+                        delta.imports.push(import.clone());
+                    }
+                    Object::Slice(key, slice) => {
+                        applied_slices.insert(key);
+                        delta.slices.push((key.clone(), slice.clone()));
+                    }
+                    Object::Skipped(what) => {
+                        delta.skipped.push(format!("document {number}: {what}"));
+                    }
+                    Object::Namespace => {}
+                }
+            }
+        }
+        for (key, objects) in &self.cache {
+            if cache.contains_key(key) {
+                continue;
+            }
+            for (_, object) in objects.iter() {
+                match object {
+                    Object::Import(import) if !applied_imports.contains(&import.service) => {
+                        delta.deleted_imports.push(import.service.clone());
+                    }
+                    Object::Slice(key, _) if !applied_slices.contains(key) => {
+                        delta.deleted_slices.push(key.clone());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.cache = cache;
+        Ok(Update::Delta(delta))
+    }
+
+    /// Parses each document that is not in the cache; returns every
+    /// document's objects and key in order, and the cache of this text.
+    fn parse_pieces(&self, text: &str, pieces: Vec<Piece<'_>>) -> Result<Pieces, ManifestError> {
         let mut parsed = Vec::with_capacity(pieces.len());
+        let mut keys = Vec::with_capacity(pieces.len());
         let mut cache = HashMap::with_capacity(pieces.len());
         for piece in pieces {
             let key = DocumentKey::of(piece.text);
@@ -191,12 +327,49 @@ impl Parser {
                 }
             };
             cache.insert(key, objects.clone());
+            keys.push(key);
             parsed.push((piece.number, objects));
         }
-        let manifest = assemble(&parsed)?;
-        self.cache = cache;
-        Ok(manifest)
+        Ok((parsed, keys, cache))
     }
+}
+
+/// The documents of a text: `(number, objects)` and key of each, in order,
+/// and the cache they make.
+type Pieces = (
+    Vec<(usize, DocumentObjects)>,
+    Vec<DocumentKey>,
+    HashMap<DocumentKey, DocumentObjects>,
+);
+
+/// The first duplicate object of `documents`, as [`assemble`] reports it,
+/// found without copying any object.
+fn first_duplicate(documents: &[(usize, DocumentObjects)]) -> Option<ManifestError> {
+    let mut imports = HashSet::new();
+    let mut slices = HashSet::new();
+    for (number, objects) in documents {
+        for (item, object) in objects.iter() {
+            let (kind, namespace, name) = match object {
+                Object::Import(import) if !imports.insert(&import.service) => (
+                    "ServiceImport",
+                    &import.service.namespace,
+                    &import.service.name,
+                ),
+                Object::Slice(key, _) if !slices.insert(key) => {
+                    ("EndpointSlice", &key.namespace, &key.name)
+                }
+                _ => continue,
+            };
+            return Some(ManifestError::Object {
+                document: *number,
+                item: *item,
+                kind: kind.into(),
+                name: format!("{namespace}/{name}"),
+                message: format!("duplicate {kind}"),
+            });
+        }
+    }
+    None
 }
 
 /// The error for a document that is not valid YAML, with the file's own
@@ -996,6 +1169,61 @@ mod mangled {
             }
         }
         String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// Over a sequence of accepted and rejected manifests (mangled,
+    /// documents reordered, some parsed whole for a directive), the deltas
+    /// of `parse_update` leave the index exactly where replacing it with
+    /// each whole manifest does.
+    #[test]
+    fn deltas_leave_the_index_where_whole_manifests_do() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let mut parser = Parser::default();
+        let settings =
+            ZoneSettings::new(hickory_proto::rr::Name::from_ascii("clusterset.local.").unwrap());
+        let mut index = Index::new(settings);
+        let (mut deltas, mut wholes, mut rejected) = (0, 0, 0);
+        for step in 0..600 {
+            let mut text = mangle(EXAMPLE, &mut rng);
+            if step % 7 == 3 {
+                // Documents in another order: no change at all.
+                let mut docs: Vec<&str> = EXAMPLE.split("\n---\n").collect();
+                let n = docs.len();
+                docs.rotate_left(1 + rng.below(n - 1));
+                text = docs.join("\n---\n");
+            } else if step % 11 == 5 {
+                text = format!("%YAML 1.2\n---\n{text}");
+            } else if step % 5 == 0 {
+                text = EXAMPLE.to_string();
+            }
+            let update = match parser.parse_update(&text) {
+                Ok(update) => update,
+                Err(error) => {
+                    // The whole parse rejects it too.
+                    assert!(parse(&text).is_err(), "{error}");
+                    rejected += 1;
+                    continue;
+                }
+            };
+            match &update {
+                Update::Whole(_) => wholes += 1,
+                Update::Delta(_) => deltas += 1,
+            }
+            update.apply_to(&mut index);
+            let whole = parse(&text).expect("the whole parse accepts it too");
+            assert_eq!(index.import_count(), whole.imports.len(), "{text}");
+            assert_eq!(index.slice_count(), whole.slices.len(), "{text}");
+            for import in &whole.imports {
+                assert_eq!(index.import(&import.service), Some(import), "{text}");
+            }
+            for (key, slice) in &whole.slices {
+                assert_eq!(index.slice(key), Some(slice), "{text}");
+            }
+        }
+        assert!(
+            deltas > 100 && wholes > 20 && rejected > 100,
+            "{deltas} deltas, {wholes} whole, {rejected} rejected"
+        );
     }
 
     #[test]

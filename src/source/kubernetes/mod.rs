@@ -326,7 +326,7 @@ impl KubeSource {
                     self.publisher.publish(
                         index,
                         publication.zone,
-                        publication.stats.rebuilt,
+                        publication.stats,
                         Some(received),
                         publication.after_list,
                     );
