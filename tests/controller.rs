@@ -597,6 +597,27 @@ async fn large_slices(members: &[Member<'_>]) {
             }
         })
         .await;
+    // The other importing member converges too before the next step,
+    // whose idle check counts every write from its start.
+    let b = &members[1];
+    b.cluster
+        .wait_for(
+            "the small slice's copy removed in cluster1",
+            WAIT,
+            || async {
+                let left: Vec<String> = mcs_slices(&b.client, ns, "big")
+                    .await
+                    .into_iter()
+                    .filter_map(|s| s.metadata.name)
+                    .collect();
+                if left == [large.clone()] {
+                    Ok(())
+                } else {
+                    Err(format!("{left:?}"))
+                }
+            },
+        )
+        .await;
 }
 
 /// A3, A11, A15, B2, D1: what is copied into the import and what is not;
@@ -1563,6 +1584,25 @@ async fn conflicts(members: &[Member<'_>]) {
 
 /// C13: after convergence, no input change means no write.
 async fn idle(members: &[Member<'_>]) {
+    // Converged: the steps before saw their outcome, but a write that
+    // completes it elsewhere may still land. Start counting once no member
+    // has written for 3 s (at most 30 s of waiting).
+    let settle = std::time::Instant::now();
+    let mut last = Vec::new();
+    let mut quiet_since = std::time::Instant::now();
+    while settle.elapsed() < Duration::from_secs(30) {
+        let mut now = Vec::new();
+        for m in members {
+            now.push(m.metric("clusterset_dns_controller_writes_total").await);
+        }
+        if now != last {
+            last = now;
+            quiet_since = std::time::Instant::now();
+        } else if quiet_since.elapsed() >= Duration::from_secs(3) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let mut before = Vec::new();
     for m in members {
         before.push(m.metric("clusterset_dns_controller_writes_total").await);
