@@ -67,25 +67,7 @@ source "$REPO/scripts/lib/bench.sh"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/bench-rrl.XXXXXX")
 PIDS=()
 
-cleanup() {
-	local rc=$? pid
-	trap - EXIT INT TERM
-	for pid in "${PIDS[@]}"; do
-		pkill -TERM -P "$pid" 2>/dev/null || true
-		kill -TERM "$pid" 2>/dev/null || true
-	done
-	for pid in "${PIDS[@]}"; do
-		for _ in 1 2 3 4 5 6 7 8 9 10; do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.2
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-	done
-	rm -rf "$TMP"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'log "interrupted"; exit 130' INT TERM
+bench_traps
 
 for tool in dnsperf dig taskset python3 curl; do
 	command -v "$tool" >/dev/null 2>&1 || die "$tool is required"

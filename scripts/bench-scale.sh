@@ -92,47 +92,7 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/bench-scale.XXXXXX")
 PLOT=${BENCH_PLOT:-$TMP/scaling.png}
 PIDS=()
 
-drop_pid() {
-	local keep=() p
-	for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
-	PIDS=("${keep[@]}")
-}
-
-# Run "$@" in the background and wait for it, so that INT/TERM interrupt the
-# wait at once; the trap then kills it (and its children).
-run_waited() {
-	local p rc=0
-	"$@" &
-	p=$!
-	PIDS+=("$p")
-	wait "$p" || rc=$?
-	drop_pid "$p"
-	return "$rc"
-}
-
-cleanup() {
-	local rc=$? pid
-	trap - EXIT INT TERM
-	for pid in "${PIDS[@]}"; do
-		pkill -TERM -P "$pid" 2>/dev/null || true
-		kill -TERM "$pid" 2>/dev/null || true
-	done
-	for pid in "${PIDS[@]}"; do
-		for _ in 1 2 3 4 5 6 7 8 9 10; do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.2
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-	done
-	if [[ ${KEEP_TMP:-0} == 1 ]]; then
-		log "kept $TMP"
-	else
-		rm -rf "$TMP"
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'log "interrupted"; exit 130' INT TERM
+bench_traps
 # set -e ends the run at a failed command: say which.
 trap 'log "ERROR: line $LINENO: \"$BASH_COMMAND\" failed"' ERR
 
