@@ -147,6 +147,18 @@ metadata: {name: b, namespace: "123"}
 spec: {type: ClusterSetIP, ips: ["10.1.2.3"], ports: [{name: http, port: 80, protocol: TCP}]}
 ...
 """
+    # A reload: the text before and after, split at a NUL (src/fuzzing.rs).
+    # Both halves fit the 2 KiB the fuzzer reads (scripts/fuzz.sh).
+    documents = []
+    example = seeds.get("example-clusterset.yaml", b"")
+    uncommented = b"\n".join(l for l in example.split(b"\n") if not l.lstrip().startswith(b"#"))
+    for document in uncommented.split(b"\n---\n")[1:]:
+        if sum(len(d) + 5 for d in documents) + len(document) > 1000:
+            break
+        documents.append(document)
+    rotated = documents[1:] + documents[:1]
+    seeds["reload-rotated.yaml"] = b"\n---\n".join(documents) + b"\0" + b"\n---\n".join(rotated)
+    seeds["reload-dropped.yaml"] = seeds["anchors.yaml"] + b"\0" + seeds["anchors.yaml"].split(b"...")[0]
     seeds["skipped.yaml"] = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: y}\ndata: {a: b}\n"
     return seeds
 

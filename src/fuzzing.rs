@@ -17,6 +17,10 @@
 //!   [`crate::source::manifest::check`] agree on whether the text is
 //!   accepted and on what it serves; a second parse through the document
 //!   cache gives the same result; an accepted manifest builds a zone.
+//!   An input holding a NUL character is two manifests, the file before
+//!   and after a reload: [`manifest::Parser::parse_update`] on each in
+//!   turn leaves the index holding exactly what a whole parse of the
+//!   accepted text serves, and rejects what the whole parse rejects.
 //!   Memory stays bounded by the parse budget; the fuzzer enforces a
 //!   ceiling on it (`scripts/fuzz.sh`).
 
@@ -179,6 +183,10 @@ pub fn manifest(bytes: &[u8]) {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return;
     };
+    // A NUL is refused by the YAML parser anyway, so it can mark a reload.
+    if let Some((before, after)) = text.split_once('\0') {
+        return manifest_reload(before, after);
+    }
     let mut parser = manifest::Parser::default();
     let parsed = parser.parse(text);
     let report = manifest::check(text);
@@ -214,6 +222,52 @@ pub fn manifest(bytes: &[u8]) {
             "check accepted what parse rejects ({error})"
         ),
     }
+}
+
+/// A file read, then read again after it changed: the index fed the
+/// updates (deltas where the parser can) must hold what a whole parse of
+/// the last accepted text serves.
+fn manifest_reload(before: &str, after: &str) {
+    let mut parser = manifest::Parser::default();
+    let mut index = Index::new(ZoneSettings::new(
+        Name::from_ascii("clusterset.local.").unwrap(),
+    ));
+    for text in [before, after] {
+        let whole = manifest::parse(text);
+        let update = match parser.parse_update(text) {
+            Ok(update) => update,
+            Err(error) => {
+                assert!(
+                    whole.is_err(),
+                    "parse accepts what the update rejects ({error})"
+                );
+                continue;
+            }
+        };
+        update.apply_to(&mut index);
+        let whole = whole.expect("parse accepts what the update accepts");
+        assert_eq!(
+            index.import_count(),
+            whole.imports.len(),
+            "imports after an update"
+        );
+        assert_eq!(
+            index.slice_count(),
+            whole.slices.len(),
+            "slices after an update"
+        );
+        for import in &whole.imports {
+            assert_eq!(
+                index.import(&import.service),
+                Some(import),
+                "an updated import"
+            );
+        }
+        for (key, slice) in &whole.slices {
+            assert_eq!(index.slice(key), Some(slice), "an updated slice");
+        }
+    }
+    index.publish();
 }
 
 /// What a manifest serves, in a comparable form.
