@@ -16,6 +16,9 @@
 # and the new ones that keeps their coverage (libFuzzer -set_cover_merge=1).
 # A crash, a timeout (10 s) or an out-of-memory (the memory ceilings below)
 # stops that target and leaves the input in tests/fuzz/artifacts/<target>/.
+# The timeout is wall-clock: never pause a running fuzzer (SIGSTOP) to
+# quiet the machine for a benchmark, or the input it held is reported as a
+# hang. Run it at nice 19 beside the benchmark instead.
 #
 # Prints per target: executions, wall time, executions per second, coverage
 # (libFuzzer's `cov`: instrumented edges reached; `ft`: features, edges with
@@ -36,7 +39,7 @@ while [[ $# -gt 0 ]]; do
     case "$1" in
         --execs) EXECS="$2"; shift 2 ;;
         --max-time) MAX_TIME="$2"; shift 2 ;;
-        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
         -*) echo "unknown option $1" >&2; exit 2 ;;
         *) TARGETS+=("$1"); shift ;;
     esac
