@@ -52,11 +52,11 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
 use self::state::{Effect, Input, Kind, State};
-use super::stripped::StrippedSlice;
+use super::stripped::{StrippedImport, StrippedSlice};
 use crate::api::well_known::LABEL_SERVICE_NAME;
 use crate::publish::Publisher;
-use crate::watch::ProbeError;
 use crate::watch::backoff::RestartSchedule;
+use crate::watch::{InitialList, ProbeError};
 use crate::zone::ZoneSettings;
 
 /// Which ServiceImport API to watch.
@@ -167,6 +167,7 @@ pub struct KubeSource {
     state: State,
     publisher: Publisher,
     apiserver_timeout: Duration,
+    initial_list: InitialList,
 }
 
 /// Default of `apiserver_timeout`: how long the apiserver may leave the
@@ -207,6 +208,7 @@ impl KubeSource {
             state: State::new(settings),
             publisher,
             apiserver_timeout: DEFAULT_APISERVER_TIMEOUT,
+            initial_list: InitialList::Paged,
         }
     }
 
@@ -231,6 +233,7 @@ impl KubeSource {
     /// misconfigured deployment fails loudly instead of serving empty
     /// answers.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), KubeSourceError> {
+        self.initial_list = initial_list(&self.client, self.probe_half()).await;
         let mut updates = self.watches();
         let mut restarts = RestartSchedule::default();
         let mut probe = tokio::time::interval(PROBE_INTERVAL);
@@ -342,19 +345,23 @@ impl KubeSource {
         let config = watcher::Config::default()
             .any_semantic()
             .page_size(LIST_PAGE_SIZE);
-        let imports = crate::watch::stream(
-            Api::<DynamicObject>::all_with(self.client.clone(), &self.import_resource),
+        let initial = self.initial_list;
+        let imports = crate::watch::stream_with(
+            Api::<StrippedImport>::all_with(self.client.clone(), &self.import_resource),
             config.clone(),
+            initial,
         )
         .map(Input::Import);
-        let slices = crate::watch::stream(
+        let slices = crate::watch::stream_with(
             Api::<StrippedSlice>::all(self.client.clone()),
             config.clone().labels(LABEL_SERVICE_NAME),
+            initial,
         )
         .map(|result| Input::Slice(result.map(unwrap_slice)));
-        let namespaces = crate::watch::stream(
+        let namespaces = crate::watch::stream_with(
             Api::<PartialObjectMeta<Namespace>>::all(self.client.clone()),
             config,
+            initial,
         )
         .map(Input::Namespace);
         futures::stream::select_all([imports.boxed(), slices.boxed(), namespaces.boxed()])
@@ -398,6 +405,30 @@ impl KubeSource {
             true
         }
         .boxed()
+    }
+}
+
+/// How the watches receive their initial objects, from the apiserver's
+/// version ([`InitialList::for_version`]); paged lists when `/version`
+/// does not answer within `timeout`.
+async fn initial_list(client: &Client, timeout: Duration) -> InitialList {
+    match tokio::time::timeout(timeout, client.apiserver_version()).await {
+        Ok(Ok(version)) => {
+            let initial = InitialList::for_version(&version.major, &version.minor);
+            tracing::info!(version = %version.git_version, ?initial, "initial lists");
+            initial
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(error = %crate::error::Chain(&error), "reading the apiserver version; using paged lists");
+            InitialList::Paged
+        }
+        Err(_) => {
+            tracing::warn!(
+                ?timeout,
+                "the apiserver did not report its version; using paged lists"
+            );
+            InitialList::Paged
+        }
     }
 }
 
