@@ -12,8 +12,15 @@
 //!   imports only "where the namespace exists").
 //!
 //! Objects are projected at ingest; nothing but the projections is kept.
-//! EndpointSlices are even decoded stripped ([`super::stripped`]): the
-//! parser skips the fields the index does not read.
+//! EndpointSlices and ServiceImports are even decoded stripped
+//! ([`super::stripped`]): the parser skips the fields the index does not
+//! read.
+//!
+//! Each watch receives the current objects as a stream from the
+//! apiserver's watch cache (`sendInitialEvents`) where the apiserver
+//! serves that ([`InitialList::for_version`]), else in pages of
+//! `LIST_PAGE_SIZE`; a refused stream falls back to pages
+//! ([`crate::watch::stream_with`]).
 //! A relist (watch restart, 410 Gone, apiserver restart) is buffered until it
 //! is complete and then replaces the old state in one step, so there is no
 //! window in which a half-listed index is served. Nothing is published until
@@ -167,6 +174,7 @@ pub struct KubeSource {
     state: State,
     publisher: Publisher,
     apiserver_timeout: Duration,
+    streaming_lists: bool,
     initial_list: InitialList,
 }
 
@@ -185,7 +193,8 @@ impl std::fmt::Debug for KubeSource {
     }
 }
 
-/// Objects per page of a list. client-go's 500 costs 50 round trips for
+/// Objects per page of a list, where lists are paged (an apiserver
+/// without streamed initial lists). client-go's 500 costs 50 round trips for
 /// 25,000 slices; lists are served from the apiserver's watch cache
 /// (`resourceVersion=0`), where a larger page costs no etcd range read.
 const LIST_PAGE_SIZE: u32 = 5000;
@@ -208,6 +217,7 @@ impl KubeSource {
             state: State::new(settings),
             publisher,
             apiserver_timeout: DEFAULT_APISERVER_TIMEOUT,
+            streaming_lists: true,
             initial_list: InitialList::Paged,
         }
     }
@@ -216,6 +226,13 @@ impl KubeSource {
     /// answering (default [`DEFAULT_APISERVER_TIMEOUT`]).
     pub fn with_apiserver_timeout(mut self, timeout: Duration) -> Self {
         self.apiserver_timeout = timeout;
+        self
+    }
+
+    /// Whether initial lists may be streamed (default true); false always
+    /// lists in pages.
+    pub fn with_streaming_lists(mut self, streaming: bool) -> Self {
+        self.streaming_lists = streaming;
         self
     }
 
@@ -233,7 +250,11 @@ impl KubeSource {
     /// misconfigured deployment fails loudly instead of serving empty
     /// answers.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), KubeSourceError> {
-        self.initial_list = initial_list(&self.client, self.probe_half()).await;
+        if self.streaming_lists {
+            self.initial_list = initial_list(&self.client, self.probe_half()).await;
+        } else {
+            tracing::info!(initial = ?InitialList::Paged, "initial lists (streaming_lists = false)");
+        }
         let mut updates = self.watches();
         let mut restarts = RestartSchedule::default();
         let mut probe = tokio::time::interval(PROBE_INTERVAL);
