@@ -21,6 +21,7 @@
 //! serves that ([`InitialList::for_version`]), else in pages of
 //! `LIST_PAGE_SIZE`; a refused stream falls back to pages
 //! ([`crate::watch::stream_with`]).
+//!
 //! A relist (watch restart, 410 Gone, apiserver restart) is buffered until it
 //! is complete and then replaces the old state in one step, so there is no
 //! window in which a half-listed index is served. Nothing is published until
@@ -251,7 +252,10 @@ impl KubeSource {
     /// answers.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), KubeSourceError> {
         if self.streaming_lists {
-            self.initial_list = initial_list(&self.client, self.probe_half()).await;
+            self.initial_list = tokio::select! {
+                initial = initial_list(&self.client, self.probe_half()) => initial,
+                _ = shutdown.changed() => return Ok(()),
+            };
         } else {
             tracing::info!(initial = ?InitialList::Paged, "initial lists (streaming_lists = false)");
         }
