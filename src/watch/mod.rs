@@ -291,9 +291,10 @@ pub enum InitialList {
     /// A watch that first streams every current object, then a bookmark
     /// marking the end (`sendInitialEvents`, KEP-3157 "WatchList"). The
     /// apiserver sends objects from its watch cache one by one, so
-    /// decoding overlaps its encoding and no page is held whole on either
-    /// side: at 25,000 slices the index is ready about a third sooner than
-    /// with pages (docs/benchmarks-kubernetes.md).
+    /// decoding overlaps its encoding and no list response is built whole
+    /// (KEP-3157's reason for it). At 25,000 slices start-up took as long
+    /// as with pages on the development machine
+    /// (docs/benchmarks-kubernetes.md).
     Streaming,
     /// Paged lists, then a watch from the list's resource version.
     Paged,
