@@ -323,7 +323,8 @@ async fn run_kubernetes(
     };
     tracing::info!(api_version = %resource.api_version, kind = %resource.kind, "watching ServiceImports, EndpointSlices and Namespaces");
     let source = KubeSource::new(client, resource, config.zone.clone(), publisher)
-        .with_apiserver_timeout(config.apiserver_timeout);
+        .with_apiserver_timeout(config.apiserver_timeout)
+        .with_streaming_lists(config.streaming_lists);
     if let Err(error) = source.run(shutdown).await {
         tracing::error!(error = %Chain(&error), "Kubernetes source stopped");
         let _ = fatal.send(error.into()).await;

@@ -136,6 +136,11 @@ pub struct ServeArgs {
     /// as stale; its watches restart once it answers again.
     #[arg(long, env = "CLUSTERSET_DNS_APISERVER_TIMEOUT")]
     pub apiserver_timeout: Option<u64>,
+    /// Receive the initial objects of each watch as a stream where the
+    /// apiserver serves that (Kubernetes 1.27+ with the WatchList feature);
+    /// false always lists in pages.
+    #[arg(long, env = "CLUSTERSET_DNS_STREAMING_LISTS")]
+    pub streaming_lists: Option<bool>,
 }
 
 /// The options `dump-zone` reads (the others are accepted but hidden);
@@ -199,6 +204,7 @@ impl ServeArgs {
             import_version: import.version,
             import_kind: Some(import.kind),
             apiserver_timeout: Some(crate::source::kubernetes::DEFAULT_APISERVER_TIMEOUT.as_secs()),
+            streaming_lists: Some(true),
         }
     }
 
@@ -293,6 +299,8 @@ pub struct Config {
     /// How long the apiserver may leave requests unanswered before the
     /// Kubernetes source counts as stale.
     pub apiserver_timeout: Duration,
+    /// Whether the Kubernetes source may stream initial lists.
+    pub streaming_lists: bool,
 }
 
 /// A configuration that cannot be used.
@@ -431,6 +439,7 @@ impl Config {
                 kind: set(options.import_kind),
             },
             apiserver_timeout: Duration::from_secs(apiserver_timeout),
+            streaming_lists: set(options.streaming_lists),
         })
     }
 }
@@ -543,6 +552,17 @@ mod tests {
         // `config` is a flag, not a key of the file it names.
         assert!(toml::from_str::<ServeArgs>("config = \"x.toml\"").is_err());
         assert!(toml::from_str::<ServeArgs>("log_format = \"xml\"").is_err());
+    }
+
+    #[test]
+    fn streaming_lists_default_on_and_can_be_turned_off() {
+        assert!(
+            Config::resolve(&ServeArgs::default())
+                .unwrap()
+                .streaming_lists
+        );
+        let file: ServeArgs = toml::from_str("streaming_lists = false").unwrap();
+        assert!(!Config::resolve(&file).unwrap().streaming_lists);
     }
 
     #[test]

@@ -566,6 +566,70 @@ async fn readiness_means_indexed_and_the_index_survives_an_apiserver_restart() {
     running.stop().await;
 }
 
+/// Kubernetes 1.33 ships the WatchList feature gate off, and any
+/// apiserver may have it turned off: such an apiserver refuses a watch
+/// that streams the initial objects. The source then lists in pages and
+/// serves as before, changes included.
+#[tokio::test(flavor = "multi_thread")]
+async fn initial_lists_fall_back_to_pages_where_the_apiserver_does_not_stream_them() {
+    let mut plane = ControlPlane::start(1).await;
+    plane.apiservers[0].stop();
+    plane.apiservers[0].start_with(&["--feature-gates=WatchList=false"]);
+    let client = plane.apiservers[0].admin_client().await;
+    // The premise: this apiserver refuses a streaming watch.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let refused = namespaces
+        .watch(&kube::api::WatchParams::streaming_lists(), "0")
+        .await
+        .err()
+        .expect("a streaming watch is refused");
+    assert!(
+        matches!(&refused, kube::Error::Api(status) if status.code == 422),
+        "{refused}"
+    );
+
+    create_namespace(&client, "shop").await;
+    let imports: Api<ServiceImport> = Api::namespaced(client.clone(), "shop");
+    imports
+        .create(
+            &PostParams::default(),
+            &import(
+                "shop",
+                "web",
+                ServiceImportType::ClusterSetIp,
+                &["10.96.0.10"],
+                &[("http", "TCP", 80)],
+            ),
+        )
+        .await
+        .unwrap();
+    let running = start_dns(&plane.apiservers[0].admin_kubeconfig, |_| {}).await;
+    answers_become(
+        &running,
+        "web.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NoError,
+        &["web.shop.svc.clusterset.local. 5 IN A 10.96.0.10"],
+    )
+    .await;
+    assert!(is_ready(&running).await);
+    // The watch that follows the paged list delivers changes.
+    let patch = serde_json::json!({"spec": {"ips": ["10.96.0.11"]}});
+    imports
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    answers_become(
+        &running,
+        "web.shop.svc.clusterset.local.",
+        RecordType::A,
+        ResponseCode::NoError,
+        &["web.shop.svc.clusterset.local. 5 IN A 10.96.0.11"],
+    )
+    .await;
+    running.stop().await;
+}
+
 /// An import in a namespace that does not exist locally does not resolve.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_import_resolves_only_while_its_namespace_exists() {

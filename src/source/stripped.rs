@@ -1,8 +1,8 @@
-//! EndpointSlices as the watch decodes them: only the fields the index
-//! reads. Everything else (`managedFields`, `targetRef`, topology, hints)
-//! is skipped by the JSON parser without being built, which at 25,000
-//! slices is most of the decoding work and of the transient memory of a
-//! list.
+//! EndpointSlices and ServiceImports as the watch decodes them: only the
+//! fields the index reads. Everything else (`managedFields`, `targetRef`,
+//! topology, hints, an import's status) is skipped by the JSON parser
+//! without being built, which at 25,000 slices is most of the decoding
+//! work and of the transient memory of a list.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
+use kube::core::{ApiResource, DynamicResourceScope};
 use serde::{Deserialize, Deserializer};
 
 /// An EndpointSlice holding only what [`crate::model::SliceEndpoints`]
@@ -67,13 +68,7 @@ impl<'de> Deserialize<'de> for StrippedSlice {
             })
             .collect();
         Ok(Self(EndpointSlice {
-            metadata: ObjectMeta {
-                name: raw.metadata.name,
-                namespace: raw.metadata.namespace,
-                resource_version: raw.metadata.resource_version,
-                labels: raw.metadata.labels,
-                ..ObjectMeta::default()
-            },
+            metadata: raw.metadata.into_object_meta(),
             address_type: raw.address_type,
             endpoints,
             ports: raw.ports,
@@ -107,6 +102,80 @@ impl Resource for StrippedSlice {
 
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.0.metadata
+    }
+}
+
+/// A ServiceImport of the configured API (group, version and kind are
+/// configuration, so the type is dynamic like kube's `DynamicObject`):
+/// the metadata the index reads, and the spec as JSON. The spec is decoded
+/// by the source, object by object, so that one invalid import is
+/// skipped and reported instead of failing the list it arrived in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StrippedImport {
+    /// Name, namespace, resource version and labels only.
+    pub metadata: ObjectMeta,
+    /// `spec`, undecoded.
+    pub spec: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct RawImport {
+    metadata: Meta,
+    spec: Option<serde_json::Value>,
+}
+
+impl<'de> Deserialize<'de> for StrippedImport {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = RawImport::deserialize(deserializer)?;
+        Ok(Self {
+            metadata: raw.metadata.into_object_meta(),
+            spec: raw.spec,
+        })
+    }
+}
+
+impl Meta {
+    fn into_object_meta(self) -> ObjectMeta {
+        ObjectMeta {
+            name: self.name,
+            namespace: self.namespace,
+            resource_version: self.resource_version,
+            labels: self.labels,
+            ..ObjectMeta::default()
+        }
+    }
+}
+
+impl Resource for StrippedImport {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
     }
 }
 
@@ -169,5 +238,33 @@ mod tests {
             EndpointSlice::url_path(&(), Some("shop"))
         );
         assert_eq!(StrippedSlice::api_version(&()), "discovery.k8s.io/v1");
+    }
+
+    #[test]
+    fn an_import_keeps_its_metadata_and_its_spec_undecoded() {
+        let full = r#"{
+            "apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
+            "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "7",
+                         "labels": {"team": "a"},
+                         "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"type": "ClusterSetIP", "ips": ["10.0.0.1"], "ports": [{"port": 80}]},
+            "status": {"clusters": [{"cluster": "east"}]}
+        }"#;
+        let import: StrippedImport = serde_json::from_str(full).unwrap();
+        assert_eq!(import.metadata.name.as_deref(), Some("web"));
+        assert_eq!(import.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(import.metadata.labels.as_ref().unwrap()["team"], "a");
+        assert_eq!(import.metadata.managed_fields, None);
+        assert_eq!(import.spec.as_ref().unwrap()["ips"][0], "10.0.0.1");
+        // A spec the typed API would refuse still decodes here, so that
+        // one bad import cannot fail the list it came in.
+        let bad = full.replace(r#""port": 80"#, r#""port": "eighty""#);
+        assert!(serde_json::from_str::<crate::api::ServiceImport>(&bad).is_err());
+        assert!(serde_json::from_str::<StrippedImport>(&bad).is_ok());
+        let resource = kube::core::ApiResource::erase::<crate::api::ServiceImport>(&());
+        assert_eq!(
+            StrippedImport::url_path(&resource, None),
+            crate::api::ServiceImport::url_path(&(), None)
+        );
     }
 }

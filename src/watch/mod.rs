@@ -285,6 +285,92 @@ where
     watcher::watcher(api, config).backoff(backoff::watch_backoff())
 }
 
+/// How a watch receives the objects that exist when it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitialList {
+    /// A watch that first streams every current object, then a bookmark
+    /// marking the end (`sendInitialEvents`, KEP-3157 "WatchList"). The
+    /// apiserver sends objects from its watch cache one by one, so
+    /// decoding overlaps its encoding and no list response is built whole
+    /// (KEP-3157's reason for it). At 25,000 slices start-up took as long
+    /// as with pages on the development machine
+    /// (docs/benchmarks-kubernetes.md).
+    Streaming,
+    /// Paged lists, then a watch from the list's resource version.
+    Paged,
+}
+
+impl InitialList {
+    /// What an apiserver of version `major`.`minor` (as `/version` reports
+    /// them; providers append `+`) can serve. Kubernetes 1.27 and later
+    /// know `sendInitialEvents`: where the WatchList feature gate is off
+    /// (1.27–1.31 and 1.33 by default) they refuse the watch with 422 and
+    /// [`stream_with`] falls back to pages. Older apiservers ignore the
+    /// parameter and would never mark the end of the initial objects, so
+    /// they get pages from the start, as does an unknown version.
+    pub fn for_version(major: &str, minor: &str) -> Self {
+        let number = |text: &str| -> Option<u32> {
+            let digits: String = text.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        };
+        match (number(major), number(minor)) {
+            (Some(major), Some(minor)) if (major, minor) >= (1, 27) => Self::Streaming,
+            _ => Self::Paged,
+        }
+    }
+}
+
+/// A watch of `api` like [`stream`], receiving its initial objects as
+/// `initial` says. A streaming watch the apiserver refuses (422: the
+/// WatchList feature gate is off) is replaced, for good, by one with
+/// paged lists (`config`'s page size and semantics).
+pub fn stream_with<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    initial: InitialList,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    use futures::StreamExt;
+    use std::task::Poll;
+
+    let first = match initial {
+        InitialList::Streaming => config.clone().streaming_lists(),
+        InitialList::Paged => config.clone(),
+    };
+    let resource = api.resource_url().to_owned();
+    let mut fallback = (initial == InitialList::Streaming).then(|| (api.clone(), config));
+    let mut current = stream(api, first).boxed();
+    futures::stream::poll_fn(move |cx| {
+        loop {
+            let item = std::task::ready!(current.poll_next_unpin(cx));
+            if let Some(Err(error)) = &item
+                && refuses_streaming(error)
+                && let Some((api, config)) = fallback.take()
+            {
+                tracing::info!(
+                    %resource,
+                    error = %crate::error::Chain(error),
+                    "the apiserver does not stream initial lists (WatchList feature gate off); using paged lists"
+                );
+                current = stream(api, config).boxed();
+                continue;
+            }
+            return Poll::Ready(item);
+        }
+    })
+}
+
+/// The apiserver refused a watch with `sendInitialEvents` as invalid.
+fn refuses_streaming(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status.code == 422,
+        watcher::Error::WatchError(status) => status.code == 422,
+        _ => false,
+    }
+}
+
 /// Why a [`probe`] failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProbeError {
@@ -515,5 +601,38 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn streaming_lists_only_where_the_apiserver_knows_them() {
+        for (major, minor, want) in [
+            ("1", "37", InitialList::Streaming),
+            ("1", "27", InitialList::Streaming),
+            ("1", "33+", InitialList::Streaming),
+            ("2", "0", InitialList::Streaming),
+            ("1", "26", InitialList::Paged),
+            ("1", "9", InitialList::Paged),
+            ("", "", InitialList::Paged),
+            ("one", "thirty", InitialList::Paged),
+        ] {
+            assert_eq!(
+                InitialList::for_version(major, minor),
+                want,
+                "{major}.{minor}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_an_invalid_watch_request_means_no_streaming() {
+        let invalid = super::testing::status_error(422, "Invalid");
+        assert!(refuses_streaming(&invalid));
+        let start_refused = watcher::Error::WatchStartFailed(kube::Error::Api(Box::new(
+            kube::core::Status::failure("sendInitialEvents is forbidden", "Invalid").with_code(422),
+        )));
+        assert!(refuses_streaming(&start_refused));
+        for other in [gone(), forbidden(), unreachable()] {
+            assert!(!refuses_streaming(&other), "{other}");
+        }
     }
 }

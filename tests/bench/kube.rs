@@ -9,9 +9,12 @@
 //!    pinned to one CPU with `taskset`; time from spawn to ready, VmRSS;
 //! 3. throughput: dnsperf (pinned to the other CPU) against each server in
 //!    turn, the other one idle, in interleaved rounds (median reported);
-//! 4. propagation: N EndpointSlice patches, one at a time, each timed from
-//!    the API acknowledging the write to the DNS answer changing; plus
-//!    `clusterset_dns_zone_services_rebuilt` before and after;
+//! 4. propagation: N EndpointSlice patches per server, one at a time, the
+//!    two servers' changes interleaved, each timed from the API
+//!    acknowledging the write to the DNS answer changing; for
+//!    clusterset-dns also its own share per change (from its publish
+//!    latency histogram), and `clusterset_dns_zone_services_rebuilt`
+//!    before and after;
 //! 5. a summary table (stdout, and markdown into `BENCH_KUBE_RESULTS`).
 //!
 //! Run it with `scripts/bench-kube.sh` (builds first, waits for a quiet
@@ -96,7 +99,8 @@ impl Settings {
             duration: env_or("BENCH_DURATION", 10),
             warmup: env_or("BENCH_WARMUP", 2),
             // Throughput rounds, servers interleaved (ours, CoreDNS, ours,
-            // …); the summary takes the median per server.
+            // …); the summary takes the median per server. 0 skips the
+            // throughput part (start-up and propagation only).
             rounds: env_or("BENCH_ROUNDS", 3),
             dnsperf: env_or("BENCH_DNSPERF", "-c 8 -q 200".to_string())
                 .split(';')
@@ -1266,6 +1270,7 @@ fn compare(ours: &Server, coredns: &Server, queries: &[(String, &'static str)]) 
 
 // ---------------------------------------------------------------- propagation
 
+#[derive(Default)]
 struct Propagation {
     /// ack → answer changed, per change.
     after_ack: Vec<Duration>,
@@ -1273,94 +1278,138 @@ struct Propagation {
     after_send: Vec<Duration>,
     /// send → ack (the API write itself).
     write: Vec<Duration>,
+    /// Per change, clusterset-dns only: the server's own share (watch
+    /// event received → zone published), from the growth of
+    /// `clusterset_dns_zone_publish_latency_seconds_sum` over the change;
+    /// and the publishes counted meanwhile (1 unless events coalesced or
+    /// another change was still arriving).
+    own: Vec<Duration>,
+    own_publishes: Vec<f64>,
     /// Changes already visible on the first poll after the ack.
     first_poll: usize,
     timeouts: usize,
 }
 
-/// Performs one change per service in `services`, alternating "change
-/// pod-0's address" and "pod-1 becomes not ready" in the service's first
-/// slice, and polls `server` for each until the answer reflects it.
+/// The changes of both servers, interleaved: change k goes to clusterset-dns
+/// when k is even, to CoreDNS when odd, each on its own services, so that
+/// neither server's changes all come first (after the throughput rounds,
+/// the apiserver and the other server may still be settling) or last.
+/// Both servers see every change, since both watch every slice; each is
+/// timed on one of them only.
 fn propagation(
     rt: &tokio::runtime::Runtime,
     client: &kube::Client,
-    server: &Server,
+    ours: &Server,
+    coredns: Option<&Server>,
     services: &[&Svc],
-    ip_prefix: u8,
-) -> Propagation {
+) -> (Propagation, Option<Propagation>) {
     let mut dns = Dns::new();
-    let mut out = Propagation {
-        after_ack: Vec::new(),
-        after_send: Vec::new(),
-        write: Vec::new(),
-        first_poll: 0,
-        timeouts: 0,
-    };
-    let pp = PatchParams::default();
+    let (mut ours_out, mut coredns_out) = (Propagation::default(), Propagation::default());
+    let servers = if coredns.is_some() { 2 } else { 1 };
     for (k, svc) in services.iter().enumerate() {
-        let slice = &svc.slices[0];
-        let mut endpoints = slice.endpoints.clone();
-        let address_change = k % 2 == 0;
-        let (host, expect_ip) = if address_change {
-            let ip = format!("10.{ip_prefix}.{}.{}", k / 256, k % 256);
-            endpoints[0].ip = ip.clone();
-            ("pod-0", Some(ip))
-        } else {
-            endpoints[1].ready = false;
-            ("pod-1", None)
-        };
-        let name = format!("{host}.{}.{}", slice.cluster, svc.fqdn());
-        let changed = |m: &Message| match &expect_ip {
-            Some(ip) => {
-                m.metadata.response_code == ResponseCode::NoError && answer_ips(m) == [ip.clone()]
+        match (k % servers, coredns) {
+            (1, Some(coredns)) => {
+                change(rt, client, &mut dns, coredns, svc, k, 201, &mut coredns_out)
             }
-            None => m.metadata.response_code == ResponseCode::NXDomain,
-        };
-        // The state before: answering, and not yet changed.
-        let before = dns.ask(server.dns, &name, "A", Duration::from_secs(2));
-        assert!(
-            before
-                .as_ref()
-                .is_some_and(|m| m.metadata.response_code == ResponseCode::NoError && !changed(m)),
-            "{}: {name} A before change {k}: {:?}",
-            server.label,
-            before.map(|m| summarize(&m))
-        );
-        let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &svc.ns);
-        let patch = serde_json::json!({"endpoints": endpoints_json(&endpoints)});
-        let sent = Instant::now();
-        rt.block_on(api.patch(&slice.name, &pp, &Patch::Merge(&patch)))
-            .unwrap_or_else(|e| panic!("patching {}/{}: {e}", svc.ns, slice.name));
-        let acked = Instant::now();
-        let mut polls = 0usize;
-        loop {
-            polls += 1;
-            if dns
-                .ask(server.dns, &name, "A", Duration::from_millis(500))
-                .is_some_and(|m| changed(&m))
-            {
-                let seen = Instant::now();
-                out.after_ack.push(seen - acked);
-                out.after_send.push(seen - sent);
-                out.write.push(acked - sent);
-                if polls == 1 {
-                    out.first_poll += 1;
+            _ => {
+                let before = publish_latency(ours);
+                change(rt, client, &mut dns, ours, svc, k, 200, &mut ours_out);
+                // The zone is stored before the latency is observed: wait
+                // for the observation rather than read the sum too early.
+                let mut after = publish_latency(ours);
+                for _ in 0..100 {
+                    if after.1 > before.1 {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                    after = publish_latency(ours);
                 }
-                break;
+                ours_out
+                    .own
+                    .push(Duration::from_secs_f64((after.0 - before.0).max(0.0)));
+                ours_out.own_publishes.push(after.1 - before.1);
             }
-            if acked.elapsed() > Duration::from_secs(10) {
-                eprintln!(
-                    "[bench] {}: change {k} ({name}) not visible after 10 s",
-                    server.label
-                );
-                out.timeouts += 1;
-                break;
-            }
-            // Tight polling; the pause only leaves the CPU to the apiserver.
-            std::thread::sleep(Duration::from_micros(200));
         }
     }
-    out
+    (ours_out, coredns.map(|_| coredns_out))
+}
+
+/// Changes the service's first slice: pod-0's address (`k` even) or pod-1
+/// becomes not ready (`k` odd); then polls `server` until the answer
+/// reflects it, and records the times in `out`.
+#[allow(clippy::too_many_arguments)]
+fn change(
+    rt: &tokio::runtime::Runtime,
+    client: &kube::Client,
+    dns: &mut Dns,
+    server: &Server,
+    svc: &Svc,
+    k: usize,
+    ip_prefix: u8,
+    out: &mut Propagation,
+) {
+    let pp = PatchParams::default();
+    let slice = &svc.slices[0];
+    let mut endpoints = slice.endpoints.clone();
+    let address_change = (k / 2).is_multiple_of(2);
+    let (host, expect_ip) = if address_change {
+        let ip = format!("10.{ip_prefix}.{}.{}", k / 256, k % 256);
+        endpoints[0].ip = ip.clone();
+        ("pod-0", Some(ip))
+    } else {
+        endpoints[1].ready = false;
+        ("pod-1", None)
+    };
+    let name = format!("{host}.{}.{}", slice.cluster, svc.fqdn());
+    let changed = |m: &Message| match &expect_ip {
+        Some(ip) => {
+            m.metadata.response_code == ResponseCode::NoError && answer_ips(m) == [ip.clone()]
+        }
+        None => m.metadata.response_code == ResponseCode::NXDomain,
+    };
+    // The state before: answering, and not yet changed.
+    let before = dns.ask(server.dns, &name, "A", Duration::from_secs(2));
+    assert!(
+        before
+            .as_ref()
+            .is_some_and(|m| m.metadata.response_code == ResponseCode::NoError && !changed(m)),
+        "{}: {name} A before change {k}: {:?}",
+        server.label,
+        before.map(|m| summarize(&m))
+    );
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &svc.ns);
+    let patch = serde_json::json!({"endpoints": endpoints_json(&endpoints)});
+    let sent = Instant::now();
+    rt.block_on(api.patch(&slice.name, &pp, &Patch::Merge(&patch)))
+        .unwrap_or_else(|e| panic!("patching {}/{}: {e}", svc.ns, slice.name));
+    let acked = Instant::now();
+    let mut polls = 0usize;
+    loop {
+        polls += 1;
+        if dns
+            .ask(server.dns, &name, "A", Duration::from_millis(500))
+            .is_some_and(|m| changed(&m))
+        {
+            let seen = Instant::now();
+            out.after_ack.push(seen - acked);
+            out.after_send.push(seen - sent);
+            out.write.push(acked - sent);
+            if polls == 1 {
+                out.first_poll += 1;
+            }
+            return;
+        }
+        if acked.elapsed() > Duration::from_secs(10) {
+            eprintln!(
+                "[bench] {}: change {k} ({name}) not visible after 10 s",
+                server.label
+            );
+            out.timeouts += 1;
+            return;
+        }
+        // Tight polling; the pause only leaves the CPU to the apiserver.
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -1588,7 +1637,7 @@ fn main() {
     // 3. Throughput, one server at a time, rounds interleaved.
     let mut ours_perf = Throughput::default();
     let mut coredns_perf = Throughput::default();
-    for round in 1..=settings.rounds.max(1) {
+    for round in 1..=settings.rounds {
         throughput_round(&settings, &mut ours, &query_file, round, &mut ours_perf);
         throughput_round(
             &settings,
@@ -1607,14 +1656,18 @@ fn main() {
         .filter(|s| s.headless && s.slices[0].endpoints.len() >= 2)
         .collect();
     let n = settings.changes.min(headless.len() / 2);
+    let both = settings.coredns_propagation;
     let rebuilt_before = rebuilt(&ours);
     let latency_before = publish_latency(&ours);
-    let ours_prop = propagation(&rt, &client, &ours, &headless[..n], 200);
+    let (ours_prop, coredns_prop) = propagation(
+        &rt,
+        &client,
+        &ours,
+        both.then_some(&coredns),
+        &headless[..if both { 2 * n } else { n }],
+    );
     let rebuilt_after = rebuilt(&ours);
     let latency_after = publish_latency(&ours);
-    let coredns_prop = settings
-        .coredns_propagation
-        .then(|| propagation(&rt, &client, &coredns, &headless[n..2 * n], 201));
     let ours_memory_end = memory_kib(ours.proc.pid());
     let coredns_memory_end = memory_kib(coredns.proc.pid());
 
@@ -1796,19 +1849,54 @@ fn main() {
             ms(s99)
         );
     }
+    if !ours_prop.own.is_empty() {
+        // What the server itself spent, and the rest (watch delivery from
+        // the apiserver, the wait for the next poll), per change.
+        let rest: Vec<Duration> = ours_prop
+            .after_ack
+            .iter()
+            .zip(&ours_prop.own)
+            .map(|(total, own)| total.saturating_sub(*own))
+            .collect();
+        let (o50, o90, o99, omax) = dist(&ours_prop.own);
+        let (r50, r90, r99, rmax) = dist(&rest);
+        let coalesced = ours_prop
+            .own_publishes
+            .iter()
+            .filter(|&&p| p != 1.0)
+            .count();
+        let _ = writeln!(
+            r,
+            "\nclusterset-dns per change, p50 / p90 / p99 / max ms: own share (watch event received → zone published, from `clusterset_dns_zone_publish_latency_seconds`) {} / {} / {} / {}; the rest (apiserver → watch event, published → seen by the next poll) {} / {} / {} / {}. Changes not counted as exactly one publish: {}.",
+            ms(o50),
+            ms(o90),
+            ms(o99),
+            ms(omax),
+            ms(r50),
+            ms(r90),
+            ms(r99),
+            ms(rmax),
+            coalesced
+        );
+    }
+    let changes = ours_prop.after_ack.len()
+        + ours_prop.timeouts
+        + coredns_prop
+            .as_ref()
+            .map_or(0, |p| p.after_ack.len() + p.timeouts);
     let d_sum = rebuilt_after.0 - rebuilt_before.0;
     let d_count = rebuilt_after.1 - rebuilt_before.1;
     let _ = writeln!(
         r,
-        "\n`clusterset_dns_zone_services_rebuilt` over the {} clusterset-dns changes: sum {} → {} (+{}), count {} → {} (+{} publishes): **{:.2} services rebuilt per change**, {:.2} per publish.",
-        ours_prop.after_ack.len() + ours_prop.timeouts,
+        "\n`clusterset_dns_zone_services_rebuilt` over the {} changes (both servers', interleaved; clusterset-dns sees them all): sum {} → {} (+{}), count {} → {} (+{} publishes): **{:.2} services rebuilt per change**, {:.2} per publish.",
+        changes,
         rebuilt_before.0,
         rebuilt_after.0,
         d_sum,
         rebuilt_before.1,
         rebuilt_after.1,
         d_count,
-        d_sum / (ours_prop.after_ack.len() + ours_prop.timeouts).max(1) as f64,
+        d_sum / changes.max(1) as f64,
         d_sum / d_count.max(1.0)
     );
     let _ = writeln!(

@@ -266,6 +266,14 @@ impl ApiServer {
         assert!(ok, "kill -{signal} {pid} failed");
     }
 
+    /// Starts it again on the same port with `extra` flags added to its
+    /// command line from now on (`--feature-gates=…`), and waits until it
+    /// is ready.
+    pub fn start_with(&mut self, extra: &[&str]) {
+        self.args.extend(extra.iter().map(|flag| flag.to_string()));
+        self.start();
+    }
+
     /// Starts it again on the same port and waits until it is ready.
     pub fn start(&mut self) {
         self.spawn();

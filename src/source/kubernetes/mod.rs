@@ -12,8 +12,16 @@
 //!   imports only "where the namespace exists").
 //!
 //! Objects are projected at ingest; nothing but the projections is kept.
-//! EndpointSlices are even decoded stripped ([`super::stripped`]): the
-//! parser skips the fields the index does not read.
+//! EndpointSlices and ServiceImports are even decoded stripped
+//! ([`super::stripped`]): the parser skips the fields the index does not
+//! read.
+//!
+//! Each watch receives the current objects as a stream from the
+//! apiserver's watch cache (`sendInitialEvents`) where the apiserver
+//! serves that ([`InitialList::for_version`]), else in pages of
+//! `LIST_PAGE_SIZE`; a refused stream falls back to pages
+//! ([`crate::watch::stream_with`]).
+//!
 //! A relist (watch restart, 410 Gone, apiserver restart) is buffered until it
 //! is complete and then replaces the old state in one step, so there is no
 //! window in which a half-listed index is served. Nothing is published until
@@ -52,11 +60,11 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
 use self::state::{Effect, Input, Kind, State};
-use super::stripped::StrippedSlice;
+use super::stripped::{StrippedImport, StrippedSlice};
 use crate::api::well_known::LABEL_SERVICE_NAME;
 use crate::publish::Publisher;
-use crate::watch::ProbeError;
 use crate::watch::backoff::RestartSchedule;
+use crate::watch::{InitialList, ProbeError};
 use crate::zone::ZoneSettings;
 
 /// Which ServiceImport API to watch.
@@ -167,6 +175,8 @@ pub struct KubeSource {
     state: State,
     publisher: Publisher,
     apiserver_timeout: Duration,
+    streaming_lists: bool,
+    initial_list: InitialList,
 }
 
 /// Default of `apiserver_timeout`: how long the apiserver may leave the
@@ -184,7 +194,8 @@ impl std::fmt::Debug for KubeSource {
     }
 }
 
-/// Objects per page of a list. client-go's 500 costs 50 round trips for
+/// Objects per page of a list, where lists are paged (an apiserver
+/// without streamed initial lists). client-go's 500 costs 50 round trips for
 /// 25,000 slices; lists are served from the apiserver's watch cache
 /// (`resourceVersion=0`), where a larger page costs no etcd range read.
 const LIST_PAGE_SIZE: u32 = 5000;
@@ -207,6 +218,8 @@ impl KubeSource {
             state: State::new(settings),
             publisher,
             apiserver_timeout: DEFAULT_APISERVER_TIMEOUT,
+            streaming_lists: true,
+            initial_list: InitialList::Paged,
         }
     }
 
@@ -214,6 +227,13 @@ impl KubeSource {
     /// answering (default [`DEFAULT_APISERVER_TIMEOUT`]).
     pub fn with_apiserver_timeout(mut self, timeout: Duration) -> Self {
         self.apiserver_timeout = timeout;
+        self
+    }
+
+    /// Whether initial lists may be streamed (default true); false always
+    /// lists in pages.
+    pub fn with_streaming_lists(mut self, streaming: bool) -> Self {
+        self.streaming_lists = streaming;
         self
     }
 
@@ -231,6 +251,14 @@ impl KubeSource {
     /// misconfigured deployment fails loudly instead of serving empty
     /// answers.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), KubeSourceError> {
+        if self.streaming_lists {
+            self.initial_list = tokio::select! {
+                initial = initial_list(&self.client, self.probe_half()) => initial,
+                _ = shutdown.changed() => return Ok(()),
+            };
+        } else {
+            tracing::info!(initial = ?InitialList::Paged, "initial lists (streaming_lists = false)");
+        }
         let mut updates = self.watches();
         let mut restarts = RestartSchedule::default();
         let mut probe = tokio::time::interval(PROBE_INTERVAL);
@@ -342,19 +370,23 @@ impl KubeSource {
         let config = watcher::Config::default()
             .any_semantic()
             .page_size(LIST_PAGE_SIZE);
-        let imports = crate::watch::stream(
-            Api::<DynamicObject>::all_with(self.client.clone(), &self.import_resource),
+        let initial = self.initial_list;
+        let imports = crate::watch::stream_with(
+            Api::<StrippedImport>::all_with(self.client.clone(), &self.import_resource),
             config.clone(),
+            initial,
         )
         .map(Input::Import);
-        let slices = crate::watch::stream(
+        let slices = crate::watch::stream_with(
             Api::<StrippedSlice>::all(self.client.clone()),
             config.clone().labels(LABEL_SERVICE_NAME),
+            initial,
         )
         .map(|result| Input::Slice(result.map(unwrap_slice)));
-        let namespaces = crate::watch::stream(
+        let namespaces = crate::watch::stream_with(
             Api::<PartialObjectMeta<Namespace>>::all(self.client.clone()),
             config,
+            initial,
         )
         .map(Input::Namespace);
         futures::stream::select_all([imports.boxed(), slices.boxed(), namespaces.boxed()])
@@ -398,6 +430,30 @@ impl KubeSource {
             true
         }
         .boxed()
+    }
+}
+
+/// How the watches receive their initial objects, from the apiserver's
+/// version ([`InitialList::for_version`]); paged lists when `/version`
+/// does not answer within `timeout`.
+async fn initial_list(client: &Client, timeout: Duration) -> InitialList {
+    match tokio::time::timeout(timeout, client.apiserver_version()).await {
+        Ok(Ok(version)) => {
+            let initial = InitialList::for_version(&version.major, &version.minor);
+            tracing::info!(version = %version.git_version, ?initial, "initial lists");
+            initial
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(error = %crate::error::Chain(&error), "reading the apiserver version; using paged lists");
+            InitialList::Paged
+        }
+        Err(_) => {
+            tracing::warn!(
+                ?timeout,
+                "the apiserver did not report its version; using paged lists"
+            );
+            InitialList::Paged
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{DynamicObject, PartialObjectMeta};
+use kube::api::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event};
 
 use super::KubeSourceError;
@@ -23,6 +23,7 @@ use crate::api::well_known::LABEL_SERVICE_NAME;
 use crate::explain::{Rejection, SourceReport};
 use crate::index::{Index, PublishStats, SliceKey};
 use crate::model::{ImportedService, ServiceRef, SliceEndpoints};
+use crate::source::stripped::StrippedImport;
 use crate::watch::{Health, IndexResource, Outcome, Watch};
 use crate::zone::{Zone, ZoneSettings};
 
@@ -55,7 +56,7 @@ impl Kind {
 #[derive(Debug)]
 pub enum Input {
     /// An item of the ServiceImport watch.
-    Import(Result<Event<DynamicObject>, watcher::Error>),
+    Import(Result<Event<StrippedImport>, watcher::Error>),
     /// An item of the EndpointSlice watch.
     Slice(Result<Event<EndpointSlice>, watcher::Error>),
     /// An item of the Namespace watch.
@@ -110,7 +111,7 @@ pub struct Publication {
 #[derive(Debug)]
 pub struct State {
     ingest: Ingest,
-    imports: Watch<DynamicObject, Ingest>,
+    imports: Watch<StrippedImport, Ingest>,
     slices: Watch<EndpointSlice, Ingest>,
     namespaces: Watch<PartialObjectMeta<Namespace>, Ingest>,
     /// The watches were restarted since the last failure: wait for that
@@ -358,11 +359,8 @@ struct Ingest {
 impl Ingest {
     /// Projects a ServiceImport. An invalid object is logged and skipped;
     /// the last good version of it, if any, stays in the index.
-    fn project_import(&mut self, object: &DynamicObject) -> Option<ImportedService> {
-        let value =
-            serde_json::json!({ "metadata": object.metadata, "spec": object.data.get("spec") });
-        let result = serde_path_to_error::deserialize::<_, ServiceImport>(&value)
-            .map_err(|e| e.to_string())
+    fn project_import(&mut self, object: &StrippedImport) -> Option<ImportedService> {
+        let result = decode_import(object)
             .and_then(|import| ImportedService::from_api(&import).map_err(|e| e.to_string()));
         match result {
             Ok(import) => {
@@ -421,16 +419,16 @@ impl Ingest {
     }
 }
 
-impl IndexResource<DynamicObject> for Ingest {
+impl IndexResource<StrippedImport> for Ingest {
     type Listed = ImportedService;
 
-    fn apply(&mut self, object: DynamicObject) {
+    fn apply(&mut self, object: StrippedImport) {
         if let Some(import) = self.project_import(&object) {
             self.index.apply_import(import);
         }
     }
 
-    fn delete(&mut self, object: DynamicObject) {
+    fn delete(&mut self, object: StrippedImport) {
         let service = import_ref(&object);
         self.forget_rejected(IMPORT_KIND, &service.namespace, &service.name);
         self.index.delete_import(&service);
@@ -440,7 +438,7 @@ impl IndexResource<DynamicObject> for Ingest {
         self.rejected.retain(|(kind, ..), _| *kind != IMPORT_KIND);
     }
 
-    fn listed(&mut self, object: DynamicObject) -> Option<ImportedService> {
+    fn listed(&mut self, object: StrippedImport) -> Option<ImportedService> {
         // An object that is still there but invalid keeps its last valid
         // version through the relist, as it does through an update: the
         // relist replaces the index with what it holds.
@@ -524,7 +522,25 @@ fn namespace_name(ns: &PartialObjectMeta<Namespace>) -> String {
     ns.metadata.name.clone().unwrap_or_default()
 }
 
-fn import_ref(object: &DynamicObject) -> ServiceRef {
+/// The typed ServiceImport of a stripped one; the error names the field,
+/// from the object's root (`spec.ports[0].port: …`).
+fn decode_import(object: &StrippedImport) -> Result<ServiceImport, String> {
+    let spec = object.spec.as_ref().unwrap_or(&serde_json::Value::Null);
+    let spec = serde_path_to_error::deserialize(spec).map_err(|error| {
+        let path = error.path().to_string();
+        match path.as_str() {
+            "." => format!("spec: {}", error.inner()),
+            _ => format!("spec.{path}: {}", error.inner()),
+        }
+    })?;
+    Ok(ServiceImport {
+        metadata: object.metadata.clone(),
+        spec,
+        status: None,
+    })
+}
+
+fn import_ref(object: &StrippedImport) -> ServiceRef {
     ServiceRef::new(
         object.metadata.namespace.as_deref().unwrap_or("default"),
         object.metadata.name.as_deref().unwrap_or_default(),
@@ -546,7 +562,7 @@ mod tests {
     use crate::api::well_known::LABEL_SOURCE_CLUSTER;
     use crate::watch::testing::{forbidden, gone, unreachable};
 
-    fn import(name: &str, ip: &str) -> DynamicObject {
+    fn import(name: &str, ip: &str) -> StrippedImport {
         serde_json::from_value(json!({
             "apiVersion": "multicluster.x-k8s.io/v1beta1",
             "kind": "ServiceImport",
@@ -631,7 +647,7 @@ mod tests {
             }
         }
 
-        fn list_imports(&mut self, objects: Vec<DynamicObject>) -> Vec<String> {
+        fn list_imports(&mut self, objects: Vec<StrippedImport>) -> Vec<String> {
             let mut events = vec![Event::Init];
             events.extend(objects.into_iter().map(Event::InitApply));
             events.push(Event::InitDone);
