@@ -120,6 +120,27 @@ async fn create_namespace(client: &Client, name: &str) {
         .unwrap();
 }
 
+/// Namespace `shop` and in it the ClusterSetIP import `web` (10.96.0.10,
+/// http/TCP 80); returns the namespace's ServiceImport API.
+async fn create_web_import(client: &Client) -> Api<ServiceImport> {
+    create_namespace(client, "shop").await;
+    let imports: Api<ServiceImport> = Api::namespaced(client.clone(), "shop");
+    imports
+        .create(
+            &PostParams::default(),
+            &import(
+                "shop",
+                "web",
+                ServiceImportType::ClusterSetIp,
+                &["10.96.0.10"],
+                &[("http", "TCP", 80)],
+            ),
+        )
+        .await
+        .unwrap();
+    imports
+}
+
 fn import(
     ns: &str,
     name: &str,
@@ -476,21 +497,7 @@ async fn answers_follow_api_writes() {
 async fn readiness_means_indexed_and_the_index_survives_an_apiserver_restart() {
     let mut plane = ControlPlane::start(1).await;
     let client = plane.apiservers[0].admin_client().await;
-    create_namespace(&client, "shop").await;
-    let imports: Api<ServiceImport> = Api::namespaced(client.clone(), "shop");
-    imports
-        .create(
-            &PostParams::default(),
-            &import(
-                "shop",
-                "web",
-                ServiceImportType::ClusterSetIp,
-                &["10.96.0.10"],
-                &[("http", "TCP", 80)],
-            ),
-        )
-        .await
-        .unwrap();
+    create_web_import(&client).await;
 
     // Start while the apiserver is down: SERVFAIL, never a false NXDOMAIN.
     plane.apiservers[0].stop();
@@ -588,21 +595,7 @@ async fn initial_lists_fall_back_to_pages_where_the_apiserver_does_not_stream_th
         "{refused}"
     );
 
-    create_namespace(&client, "shop").await;
-    let imports: Api<ServiceImport> = Api::namespaced(client.clone(), "shop");
-    imports
-        .create(
-            &PostParams::default(),
-            &import(
-                "shop",
-                "web",
-                ServiceImportType::ClusterSetIp,
-                &["10.96.0.10"],
-                &[("http", "TCP", 80)],
-            ),
-        )
-        .await
-        .unwrap();
+    let imports = create_web_import(&client).await;
     let running = start_dns(&plane.apiservers[0].admin_kubeconfig, |_| {}).await;
     answers_become(
         &running,
