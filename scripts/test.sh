@@ -2,8 +2,9 @@
 # Runs the whole test suite, both tiers (README.md, "Tests"), on a fresh
 # machine:
 #  1. installs the tools the tests drive when missing (dig, kdig, knotd, curl, openssl;
-#     skopeo, umoci, python3 and strip for the image test, tests/image.rs);
-#  2. builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+#     skopeo, umoci, python3 and strip for the image test, tests/image.rs; nft, ip,
+#     socat and nc for the data plane, tests/connectivity.rs);
+#  2. builds kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubectl,
 #     etcd, CoreDNS, kwok, helm and toxiproxy from the Go module proxy into
 #     ~/.cache/clusterset-dns/testenv (first run only; later runs reuse the
 #     cache) — see scripts/testenv-build.sh;
@@ -25,6 +26,13 @@ command -v skopeo >/dev/null 2>&1 || missing+=(skopeo)
 command -v umoci >/dev/null 2>&1 || missing+=(umoci)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v strip >/dev/null 2>&1 || missing+=(binutils)
+# The data plane (tests/dataplane, tests/connectivity.rs): kube-proxy's
+# nftables mode runs nft; ip and ss wire and probe the namespaces; the test
+# pods' servers and clients are socat, and `kubectl exec` users get nc.
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || missing+=(iproute2)
+command -v socat >/dev/null 2>&1 || missing+=(socat)
+command -v nc >/dev/null 2>&1 || missing+=(netcat-openbsd)
 if ((${#missing[@]})); then
     sudo=""
     [ "$(id -u)" = 0 ] || sudo=sudo

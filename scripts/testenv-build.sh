@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build real kube-apiserver, kube-controller-manager, kube-scheduler, etcd,
+# Build real kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, etcd,
 # coredns, kwok, kubectl, helm and toxiproxy binaries for clusterset-dns
 # integration tests, from the Go module proxy only (no GitHub, no Docker).
 #
@@ -11,9 +11,10 @@
 #
 #   ${CLUSTERSET_DNS_TESTENV_CACHE:-$HOME/.cache/clusterset-dns/testenv}/
 #     bin/k8s-<v>_etcd-<v>_coredns-<v>_kwok-<v>_helm-<v>_toxiproxy-<v>/
-#         kube-apiserver kube-controller-manager kube-scheduler etcd coredns kwok
+#         kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd coredns kwok
 #         kubectl helm toxiproxy-server toxiproxy-cli
 #         kwok-stages.yaml (kwok's fast node/pod Stages, copied from its module)
+#         kwok-crds.yaml (kwok's Exec CRD, copied from its module)
 #         VERSIONS
 #     gomod/    GOMODCACHE
 #     gocache/  GOCACHE
@@ -98,17 +99,17 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 TESTENV_DIR=$REPO_ROOT/tests/testenv
 CACHE=${CLUSTERSET_DNS_TESTENV_CACHE:-${HOME:?HOME is unset; set CLUSTERSET_DNS_TESTENV_CACHE}/.cache/clusterset-dns/testenv}
 KEY=k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_coredns-${COREDNS_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_toxiproxy-${TOXIPROXY_VERSION}
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler etcd coredns kwok kubectl helm toxiproxy-server toxiproxy-cli)
-DATA_FILES=(kwok-stages.yaml)
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd coredns kwok kubectl helm toxiproxy-server toxiproxy-cli)
+DATA_FILES=(kwok-stages.yaml kwok-crds.yaml)
 
 # pins_of FILE -> the key parts whose versions decide FILE: an older bin
 # directory whose key holds all of them has a FILE that can be reused.
 pins_of() {
 	case $1 in
-	kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | etcd)
+	kube-apiserver | kube-controller-manager | kube-scheduler | kube-proxy | kubectl | etcd)
 		echo "k8s-$K8S_VERSION etcd-$ETCD_VERSION" ;;
 	coredns) echo "coredns-$COREDNS_VERSION" ;;
-	kwok | kwok-stages.yaml) echo "kwok-$KWOK_VERSION" ;;
+	kwok | kwok-stages.yaml | kwok-crds.yaml) echo "kwok-$KWOK_VERSION" ;;
 	helm) echo "helm-$HELM_VERSION" ;;
 	toxiproxy-server | toxiproxy-cli) echo "toxiproxy-$TOXIPROXY_VERSION" ;;
 	*) return 1 ;;
@@ -364,7 +365,9 @@ reuse_older() {
 	for f in "${BINARIES[@]}" "${DATA_FILES[@]}"; do
 		for dir in "$CACHE"/bin/*/; do
 			dir=${dir%/}
-			[[ $dir != "$BIN_DIR" && -f $dir/$f && -s $dir/$f ]] || continue
+			# The current key's own directory counts too: a tool added
+			# without a pin change finds everything else there.
+			[[ -f $dir/$f && -s $dir/$f ]] || continue
 			key=_${dir##*/}_
 			ok=1
 			for pin in $(pins_of "$f"); do
@@ -405,7 +408,7 @@ if missing kube-apiserver; then
 fi
 t1=$(now)
 # Same module, tags and stamping as kube-apiserver (many packages are shared).
-for b in kube-controller-manager kube-scheduler; do
+for b in kube-controller-manager kube-scheduler kube-proxy; do
 	missing "$b" || continue
 	log "building $b $K8S_VERSION"
 	(cd "$TESTENV_DIR/k8s" && "$GO" build -trimpath -tags "$K8S_TAGS" -ldflags "$K8S_LDFLAGS" -o "$out/$b" "./cmd/$b") ||
@@ -466,6 +469,17 @@ if missing kwok-stages.yaml; then
 		done
 	} >"$out/kwok-stages.yaml"
 fi
+# kwok's Exec CRD (per-pod exec settings: the data plane's pods run
+# `kubectl exec` in their network namespace), from the same module.
+if missing kwok-crds.yaml; then
+	kwok_dir=$(module_dir "sigs.k8s.io/kwok@$KWOK_VERSION")
+	crd=$kwok_dir/kustomize/crd/bases/kwok.x-k8s.io_execs.yaml
+	[[ -f $crd ]] || die "no $crd"
+	{
+		echo "# kwok $KWOK_VERSION Exec CRD, from kustomize/crd/bases/kwok.x-k8s.io_execs.yaml"
+		cat "$crd"
+	} >"$out/kwok-crds.yaml"
+fi
 t4=$(now)
 # toxiproxy: its own go.mod, like kwok; the version stamped as its
 # .goreleaser.yml does. `go install` names the binaries after their package
@@ -487,17 +501,17 @@ have_all "$out" || die "build finished but binaries are missing in $out"
 {
 	echo "kube-apiserver k8s.io/kubernetes $K8S_VERSION (staging modules $STAGING_VERSION)"
 	echo "etcd go.etcd.io/etcd/server/v3 $ETCD_VERSION"
-	echo "kube-controller-manager, kube-scheduler, kubectl k8s.io/kubernetes $K8S_VERSION"
+	echo "kube-controller-manager, kube-scheduler, kube-proxy, kubectl k8s.io/kubernetes $K8S_VERSION"
 	echo "helm helm.sh/helm/v4 $HELM_VERSION"
 	echo "coredns github.com/coredns/coredns $COREDNS_VERSION"
-	echo "kwok sigs.k8s.io/kwok $KWOK_VERSION (+ kwok-stages.yaml from ${KWOK_STAGE_DIRS[*]})"
+	echo "kwok sigs.k8s.io/kwok $KWOK_VERSION (+ kwok-stages.yaml from ${KWOK_STAGE_DIRS[*]}, kwok-crds.yaml)"
 	echo "toxiproxy-server, toxiproxy-cli github.com/Shopify/toxiproxy/v2 $TOXIPROXY_VERSION"
 	echo "built with $("$GO" version) on $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	if ((${#REUSED[@]})); then
 		echo "reused (hard-linked, same pins): ${REUSED[*]}"
 	fi
 	echo "build seconds: modules $((MODULES_DONE - SCRIPT_START)) kube-apiserver $((t1 - t0))" \
-		"kube-controller-manager+kube-scheduler $((t1b - t1)) kubectl $((t1c - t1b)) etcd $((t2 - t1c))" \
+		"kube-controller-manager+kube-scheduler+kube-proxy $((t1b - t1)) kubectl $((t1c - t1b)) etcd $((t2 - t1c))" \
 		"helm $((t2b - t2)) coredns $((t3 - t2b)) kwok $((t4 - t3)) toxiproxy $((t5 - t4))"
 } >"$out/VERSIONS"
 

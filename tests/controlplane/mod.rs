@@ -156,6 +156,26 @@ pub const MEMBER_FILES: [&str; 4] = [
     "kwok-stages.yaml",
 ];
 
+/// kwok's `Exec` CustomResourceDefinition, copied from its module by
+/// `scripts/testenv-build.sh`: per-pod exec settings (the data plane's pod
+/// network namespace).
+pub const KWOK_CRDS: &str = "kwok-crds.yaml";
+
+/// Where a [`ControlPlane`]'s apiservers listen and how its kwok serves
+/// `kubectl exec`; the default is loopback and no exec.
+#[derive(Clone, Debug, Default)]
+pub struct Network {
+    /// The address every apiserver binds and advertises (default
+    /// 127.0.0.1): the host end of the data plane's veth, which processes
+    /// in its network namespaces can reach.
+    pub bind: Option<IpAddr>,
+    /// With a directory, kwok serves the kubelet API over TLS (so
+    /// `kubectl exec` works), watches kwok `Exec` objects, and runs exec'd
+    /// commands with this directory first on its `PATH` (where the data
+    /// plane puts the wrappers that enter a pod's network namespace).
+    pub exec_path: Option<PathBuf>,
+}
+
 /// `bin_dir()/name`, or a panic that says how to get it (never a skip).
 pub fn binary(name: &str) -> PathBuf {
     let path = bin_dir().join(name);
@@ -195,6 +215,10 @@ pub fn clusterset_dns_binary() -> PathBuf {
 }
 
 fn spawn(program: &Path, args: &[String], log: &Path) -> Child {
+    spawn_with_env(program, args, &[], log)
+}
+
+fn spawn_with_env(program: &Path, args: &[String], env: &[(&str, String)], log: &Path) -> Child {
     assert!(
         program.is_file(),
         "{} is missing: run scripts/testenv-build.sh (or point CLUSTERSET_DNS_TESTENV_BIN at \
@@ -205,6 +229,7 @@ fn spawn(program: &Path, args: &[String], log: &Path) -> Child {
     let mut command = Command::new(program);
     command
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log);
@@ -337,7 +362,8 @@ pub async fn client_from(path: &Path) -> kube::Client {
 }
 
 /// The end of a log, errors (klog `E`/`F` lines) first.
-fn tail(path: &Path) -> String {
+/// The last lines of the log at `path`, for failure messages.
+pub fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     let errors: Vec<&str> = lines
@@ -469,7 +495,11 @@ struct Process {
 
 impl Process {
     fn start(name: &str, args: &[String], log: PathBuf) -> Self {
-        let child = spawn(&binary(name), args, &log);
+        Self::start_with_env(name, args, &[], log)
+    }
+
+    fn start_with_env(name: &str, args: &[String], env: &[(&str, String)], log: PathBuf) -> Self {
+        let child = spawn_with_env(&binary(name), args, env, &log);
         Self {
             name: name.into(),
             child: Mutex::new(child),
@@ -800,11 +830,22 @@ impl ControlPlane {
     /// kube-controller-manager, kube-scheduler and kwok, creates the fake
     /// Nodes and waits until they are schedulable.
     pub async fn start_with(specs: &[ClusterSpec]) -> Self {
+        Self::start_networked(specs, &Network::default()).await
+    }
+
+    /// [`ControlPlane::start_with`], with the apiservers on `network.bind`
+    /// and kwok serving `kubectl exec` through `network.exec_path` (what the
+    /// routed data plane of `tests/dataplane` needs).
+    pub async fn start_networked(specs: &[ClusterSpec], network: &Network) -> Self {
         let bin = bin_dir();
         let mut needed = vec!["etcd", "kube-apiserver"];
         if specs.iter().any(|s| s.member) {
             needed.extend(MEMBER_FILES);
         }
+        if network.exec_path.is_some() {
+            needed.push(KWOK_CRDS);
+        }
+        let bind = network.bind.unwrap_or(IpAddr::from([127, 0, 0, 1]));
         let missing: Vec<&str> = needed
             .into_iter()
             .filter(|f| !bin.join(f).is_file())
@@ -878,15 +919,15 @@ impl ControlPlane {
         };
         for (i, spec) in specs.iter().enumerate() {
             let port = free_port();
-            let url = format!("https://127.0.0.1:{port}");
+            let url = format!("https://{}", std::net::SocketAddr::from((bind, port)));
             let name = format!("cluster{i}");
             let cluster_dir = plane.dir.path().join(&name);
             std::fs::create_dir_all(&cluster_dir).unwrap();
             let args = vec![
                 format!("--etcd-servers=http://127.0.0.1:{client_port}"),
                 format!("--etcd-prefix=/{name}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
+                format!("--bind-address={bind}"),
+                format!("--advertise-address={bind}"),
                 format!("--secure-port={port}"),
                 format!("--cert-dir={}", cluster_dir.join("pki").display()),
                 format!("--service-account-issuer={url}"),
@@ -935,11 +976,15 @@ impl ControlPlane {
             api.wait_ready(Duration::from_secs(90));
         }
         for api in &plane.apiservers {
-            install_crds(&api.admin_client().await).await;
+            let client = api.admin_client().await;
+            install_crds(&client).await;
+            if network.exec_path.is_some() {
+                install_crd_file(&client, &bin.join(KWOK_CRDS)).await;
+            }
         }
         for cluster in &mut plane.clusters {
             if cluster.spec.member {
-                cluster.processes = start_member_processes(cluster, &sa_key);
+                cluster.processes = start_member_processes(cluster, &sa_key, network);
             }
         }
         for cluster in &plane.clusters {
@@ -970,7 +1015,12 @@ impl ControlPlane {
     /// cluster `i` while that cluster's first apiserver is down.
     pub fn start_replica(&mut self, i: usize) -> usize {
         let port = free_port();
-        let url = format!("https://127.0.0.1:{port}");
+        let host = self.apiservers[i]
+            .url
+            .rsplit_once(':')
+            .map(|(host, _)| host.to_owned())
+            .expect("an apiserver URL has a port");
+        let url = format!("{host}:{port}");
         let n = self.apiservers.len();
         let dir = self.dir.path().join(format!("replica{n}"));
         std::fs::create_dir_all(&dir).unwrap();
@@ -1020,6 +1070,34 @@ users:\n- name: user\n  user:\n    token: {token}\ncontexts:\n- name: {name}\n  
     .unwrap();
 }
 
+/// Creates every CustomResourceDefinition of the multi-document YAML file
+/// `path` and waits until each is established.
+pub async fn install_crd_file(client: &kube::Client, path: &Path) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Api, PostParams};
+    use kube::runtime::wait::{await_condition, conditions};
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
+        .unwrap_or_else(|e| panic!("{}: not YAML: {e}", path.display()));
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for doc in docs.into_iter().filter(|d| !d.is_null()) {
+        let crd: CustomResourceDefinition = serde_json::from_value(doc)
+            .unwrap_or_else(|e| panic!("{}: not a CRD: {e}", path.display()));
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.create(&PostParams::default(), &crd)
+            .await
+            .unwrap_or_else(|e| panic!("creating CRD {name}: {e}"));
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            await_condition(api.clone(), &name, conditions::is_crd_established()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("CRD {name} not established in 30 s"))
+        .unwrap();
+    }
+}
+
 /// Applies every CRD in `crds/` and waits until each is established.
 pub async fn install_crds(client: &kube::Client) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -1061,6 +1139,11 @@ impl Drop for CoreDns {
 impl CoreDns {
     /// Starts CoreDNS with `corefile`, in which `{port}` is replaced by a free port.
     pub fn start(corefile: &str) -> Self {
+        Self::start_on(corefile, IpAddr::from([127, 0, 0, 1]))
+    }
+
+    /// [`CoreDns::start`] for a Corefile that binds `ip` (its `addr`).
+    pub fn start_on(corefile: &str, ip: IpAddr) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = free_udp_and_tcp_port();
         let conf = dir.path().join("Corefile");
@@ -1073,7 +1156,7 @@ impl CoreDns {
         );
         Self {
             child,
-            addr: ([127, 0, 0, 1], port).into(),
+            addr: (ip, port).into(),
             log,
             _dir: dir,
         }
@@ -1169,7 +1252,7 @@ fn write_root_ca(cluster: &Cluster) -> PathBuf {
 
 /// kube-controller-manager, kube-scheduler and kwok for `cluster`, in start
 /// order (they are stopped in reverse: kwok first).
-fn start_member_processes(cluster: &Cluster, sa_key: &Path) -> Vec<Process> {
+fn start_member_processes(cluster: &Cluster, sa_key: &Path, network: &Network) -> Vec<Process> {
     let d = &cluster.dir;
     let kubeconfig = cluster.admin_kubeconfig.display().to_string();
     let auth = [
@@ -1204,7 +1287,7 @@ fn start_member_processes(cluster: &Cluster, sa_key: &Path) -> Vec<Process> {
     let mut scheduler = auth.to_vec();
     scheduler.push(format!("--secure-port={}", free_port()));
     let kwok_port = free_port();
-    let kwok = vec![
+    let mut kwok = vec![
         format!("--kubeconfig={kubeconfig}"),
         format!("--config={}", binary("kwok-stages.yaml").display()),
         "--manage-all-nodes=true".into(),
@@ -1219,13 +1302,46 @@ fn start_member_processes(cluster: &Cluster, sa_key: &Path) -> Vec<Process> {
         // good, which only a cluster that lives past a minute notices.
         "--node-lease-duration-seconds=40".into(),
     ];
+    let mut kwok_env = Vec::new();
+    if let Some(exec_path) = &network.exec_path {
+        // The apiserver reaches the kubelet API (exec) at the Node's
+        // address (kwok's --node-ip) and its reported port (--node-port);
+        // it does not verify the certificate.
+        let (cert, key) = (d.join("kwok.crt"), d.join("kwok.key"));
+        let ok = Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+            ])
+            .args([
+                "-subj",
+                "/CN=kwok",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+            ])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "openssl could not make kwok's serving certificate");
+        kwok.extend([
+            format!("--node-port={kwok_port}"),
+            format!("--tls-cert-file={}", cert.display()),
+            format!("--tls-private-key-file={}", key.display()),
+            "--enable-crds=Exec".into(),
+        ]);
+        let path = std::env::var("PATH").unwrap_or_default();
+        kwok_env.push(("PATH", format!("{}:{path}", exec_path.display())));
+    }
     let kcm = Process::start(
         "kube-controller-manager",
         &kcm,
         d.join("kube-controller-manager.log"),
     );
     let scheduler = Process::start("kube-scheduler", &scheduler, d.join("kube-scheduler.log"));
-    let kwok = Process::start("kwok", &kwok, d.join("kwok.log"));
+    let kwok = Process::start_with_env("kwok", &kwok, &kwok_env, d.join("kwok.log"));
     vec![kcm, scheduler, kwok]
 }
 
@@ -1641,5 +1757,112 @@ pub fn spawn_controller(
         log,
         admin_port,
         args,
+    }
+}
+
+/// A `clusterset-dns serve` process, killed on drop.
+pub struct Serve {
+    child: Child,
+    /// Its DNS address (UDP and TCP).
+    pub dns: std::net::SocketAddr,
+    /// Its admin address (`/ready`, `/metrics`, `/explain`).
+    pub admin: std::net::SocketAddr,
+    log: PathBuf,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+        if std::thread::panicking() {
+            eprintln!(
+                "---- serve log {} ----\n{}",
+                self.log.display(),
+                tail(&self.log)
+            );
+        }
+    }
+}
+
+impl Serve {
+    /// `clusterset-dns serve` for `cluster` with `kubeconfig` (the role of
+    /// deploy/rbac.yaml), DNS and admin on free loopback ports, log
+    /// `<cluster dir>/serve.log`. Does not wait: see [`Serve::wait_ready`].
+    pub fn spawn(cluster: &Cluster, kubeconfig: &Path) -> Self {
+        let dns: std::net::SocketAddr = ([127, 0, 0, 1], free_udp_and_tcp_port()).into();
+        let admin: std::net::SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let args: Vec<String> = vec![
+            "serve".into(),
+            "--kubeconfig".into(),
+            kubeconfig.display().to_string(),
+            "--dns-listen".into(),
+            dns.to_string(),
+            "--admin-listen".into(),
+            admin.to_string(),
+            "--udp-workers".into(),
+            "1".into(),
+        ];
+        let log = cluster.dir.join("serve.log");
+        let child = spawn(&clusterset_dns_binary(), &args, &log);
+        Self {
+            child,
+            dns,
+            admin,
+            log,
+        }
+    }
+
+    /// Waits until `/ready` answers 200.
+    pub fn wait_ready(&self, timeout: Duration) {
+        wait_http_ok(
+            &format!("http://{}/ready", self.admin),
+            timeout,
+            "clusterset-dns serve",
+            &self.log,
+        );
+    }
+}
+
+/// Writes `<cluster dir>/<file>.kubeconfig`: a TokenRequest kubeconfig of
+/// ServiceAccount `clusterset-dns/<service_account>` valid `ttl_seconds`.
+pub async fn write_token_kubeconfig(
+    cluster: &Cluster,
+    service_account: &str,
+    file: &str,
+    ttl_seconds: i64,
+) -> PathBuf {
+    let kubeconfig =
+        service_account_kubeconfig(cluster, CONTROLLER_NAMESPACE, service_account, ttl_seconds)
+            .await;
+    let path = cluster.dir.join(format!("{file}.kubeconfig"));
+    std::fs::write(&path, kubeconfig).unwrap();
+    path
+}
+
+/// Joins every pair of clusters the supported way: `clusterset-dns peer add`
+/// with the two admin kubeconfigs (docs/controller.md, "Joining clusters"),
+/// which makes the peer-reader token in the peer and the peer Secret here.
+pub async fn join_peers(clusters: &[Cluster]) {
+    let binary = clusterset_dns_binary();
+    for local in clusters {
+        for peer in clusters.iter().filter(|p| p.name != local.name) {
+            let output = tokio::process::Command::new(&binary)
+                .arg("peer")
+                .arg("add")
+                .arg("--kubeconfig")
+                .arg(&local.admin_kubeconfig)
+                .arg("--peer-kubeconfig")
+                .arg(&peer.admin_kubeconfig)
+                .output()
+                .await
+                .expect("running clusterset-dns peer add");
+            assert!(
+                output.status.success(),
+                "clusterset-dns peer add ({} reads {}) failed:\n{}{}",
+                local.name,
+                peer.name,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
     }
 }

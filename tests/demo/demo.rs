@@ -21,10 +21,9 @@ mod controlplane;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
-use controlplane::{Cluster, ControlPlane, ControllerProcess, CoreDns};
+use controlplane::{Cluster, ControlPlane, ControllerProcess, CoreDns, Serve};
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 use k8s_openapi::api::core::v1::Pod;
@@ -124,20 +123,6 @@ struct Member {
     controller: ControllerProcess,
 }
 
-/// A `clusterset-dns serve` process, killed on drop.
-struct Serve {
-    child: Child,
-    dns: SocketAddr,
-    admin: SocketAddr,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 async fn run(state: &Path, grace: &str) {
     let t0 = Instant::now();
     let plane = ControlPlane::start_members(NAMES.len() as u8, |i| i == 1).await;
@@ -155,13 +140,27 @@ async fn run(state: &Path, grace: &str) {
         // kubeconfig lasts an hour, so the demo asks for a longer one.
         controlplane::install_controller(cluster).await;
         controller_kubeconfigs.push(
-            write_token_kubeconfig(cluster, controlplane::CONTROLLER_SA, "controller-demo").await,
+            controlplane::write_token_kubeconfig(
+                cluster,
+                controlplane::CONTROLLER_SA,
+                "controller-demo",
+                TOKEN_TTL_SECS,
+            )
+            .await,
         );
         // The DNS server's role, exactly as deploy/rbac.yaml ships it.
         controlplane::apply_file(&client, &controlplane::deploy_file("rbac.yaml")).await;
-        serve_kubeconfigs.push(write_token_kubeconfig(cluster, "clusterset-dns", "serve").await);
+        serve_kubeconfigs.push(
+            controlplane::write_token_kubeconfig(
+                cluster,
+                "clusterset-dns",
+                "serve",
+                TOKEN_TTL_SECS,
+            )
+            .await,
+        );
     }
-    join_peers(&plane).await;
+    controlplane::join_peers(&plane.clusters).await;
 
     let mut members = Vec::new();
     for (i, name) in NAMES.into_iter().enumerate() {
@@ -176,7 +175,7 @@ async fn run(state: &Path, grace: &str) {
                 "10s",
             ],
         );
-        let serve = spawn_serve(cluster, &serve_kubeconfigs[i]);
+        let serve = Serve::spawn(cluster, &serve_kubeconfigs[i]);
         let coredns = CoreDns::start(&corefile(cluster, serve.dns));
         members.push(Member {
             name,
@@ -187,7 +186,7 @@ async fn run(state: &Path, grace: &str) {
     }
     for m in &members {
         m.controller.wait_ready(CONVERGE);
-        wait_http_ok(&format!("http://{}/ready", m.serve.admin), CONVERGE);
+        m.serve.wait_ready(CONVERGE);
         wait_dns(m, "dns-version.clusterset.local.", RecordType::TXT, 1).await;
     }
     say(
@@ -214,74 +213,6 @@ async fn run(state: &Path, grace: &str) {
 
 fn say(t0: Instant, what: &str) {
     eprintln!("demo: {:5.1} s  {what}", t0.elapsed().as_secs_f64());
-}
-
-/// Writes `<cluster dir>/<file>.kubeconfig`: a TokenRequest kubeconfig of
-/// ServiceAccount `clusterset-dns/<service_account>` ([`TOKEN_TTL_SECS`]).
-async fn write_token_kubeconfig(cluster: &Cluster, service_account: &str, file: &str) -> PathBuf {
-    let kubeconfig = controlplane::service_account_kubeconfig(
-        cluster,
-        controlplane::CONTROLLER_NAMESPACE,
-        service_account,
-        TOKEN_TTL_SECS,
-    )
-    .await;
-    let path = cluster.dir.join(format!("{file}.kubeconfig"));
-    std::fs::write(&path, kubeconfig).unwrap();
-    path
-}
-
-/// Joins every pair of clusters the supported way: `clusterset-dns peer add`
-/// with the two admin kubeconfigs (docs/controller.md, "Joining clusters"),
-/// which makes the peer-reader token in the peer and the peer Secret here.
-async fn join_peers(plane: &ControlPlane) {
-    let binary = controlplane::clusterset_dns_binary();
-    for local in &plane.clusters {
-        for peer in plane.clusters.iter().filter(|p| p.name != local.name) {
-            let output = tokio::process::Command::new(&binary)
-                .arg("peer")
-                .arg("add")
-                .arg("--kubeconfig")
-                .arg(&local.admin_kubeconfig)
-                .arg("--peer-kubeconfig")
-                .arg(&peer.admin_kubeconfig)
-                .output()
-                .await
-                .expect("running clusterset-dns peer add");
-            assert!(
-                output.status.success(),
-                "clusterset-dns peer add ({} reads {}) failed:\n{}{}",
-                local.name,
-                peer.name,
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-    }
-}
-
-/// `clusterset-dns serve` for `cluster` with the role of deploy/rbac.yaml,
-/// DNS and admin on free loopback ports, log `<cluster dir>/serve.log`.
-fn spawn_serve(cluster: &Cluster, kubeconfig: &Path) -> Serve {
-    let dns: SocketAddr = ([127, 0, 0, 1], controlplane::free_udp_and_tcp_port()).into();
-    let admin: SocketAddr = ([127, 0, 0, 1], controlplane::free_port()).into();
-    let args: Vec<String> = vec![
-        "serve".into(),
-        "--kubeconfig".into(),
-        kubeconfig.display().to_string(),
-        "--dns-listen".into(),
-        dns.to_string(),
-        "--admin-listen".into(),
-        admin.to_string(),
-        "--udp-workers".into(),
-        "1".into(),
-    ];
-    let child = controlplane::spawn_logged(
-        &controlplane::clusterset_dns_binary(),
-        &args,
-        &cluster.dir.join("serve.log"),
-    );
-    Serve { child, dns, admin }
 }
 
 /// The cluster DNS of `cluster` as a real cluster would run it: the
@@ -391,21 +322,6 @@ async fn lookup(server: SocketAddr, name: &str, rtype: RecordType) -> Result<Vec
             other => other.to_string(),
         })
         .collect())
-}
-
-fn wait_http_ok(url: &str, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let ok = std::process::Command::new("curl")
-            .args(["-sf", "-o", "/dev/null", "--max-time", "2", url])
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{url} not ready in {timeout:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// Writes what users need into the state directory: `kubeconfig` (contexts
