@@ -202,6 +202,14 @@ show() {
 	done
 	run "kubectl --context c get endpointslices -n shop -l multicluster.kubernetes.io/service-name=web -o custom-columns='SOURCE:.metadata.labels.multicluster\\.kubernetes\\.io/source-cluster,ADDRESSES:.endpoints[*].addresses[0]'"
 	run "dig +short @127.0.0.1 -p \$DNS_C _http._tcp.web.shop.svc.clusterset.local SRV"
+	if [[ -n ${DEMO_DATA_PLANE:-} ]]; then
+		echo
+		echo "== Connections through the clusterset IP: from each cluster's toolbox pod, 20 requests;"
+		echo "   each answer names the pod IP that served it (10.200.x: cluster a, 10.201.x: cluster b)"
+		for c in a b c; do
+			run "kubectl --context $c exec toolbox -- sh -c 'for i in \$(seq 20); do curl -s web.shop.svc.clusterset.local; done' | sort | uniq -c"
+		done
+	fi
 	echo
 	echo "== The headless name: every ready pod of both clusters, and one name per pod"
 	run "dig +short @127.0.0.1 -p \$DNS_C db.shop.svc.clusterset.local | sort"
@@ -224,6 +232,9 @@ show() {
 	wait_answers c db.shop.svc.clusterset.local 2
 	run "dig +short @127.0.0.1 -p \$DNS_C db.shop.svc.clusterset.local | sort"
 	run "kubectl --context c get serviceimport web -n shop -o jsonpath='{.status.clusters[*].cluster}{\"\\n\"}'"
+	if [[ -n ${DEMO_DATA_PLANE:-} ]]; then
+		run "kubectl --context c exec toolbox -- sh -c 'for i in \$(seq 20); do curl -s web.shop.svc.clusterset.local; done' | sort | uniq -c    # only b now"
+	fi
 	echo
 	echo "== Cluster a comes back: its pods return to the answers"
 	run "scripts/demo.sh start-cluster a"

@@ -1137,13 +1137,9 @@ impl Drop for CoreDns {
 }
 
 impl CoreDns {
-    /// Starts CoreDNS with `corefile`, in which `{port}` is replaced by a free port.
+    /// Starts CoreDNS with `corefile`, in which `{port}` is replaced by a
+    /// free port; `addr` is that port on 127.0.0.1.
     pub fn start(corefile: &str) -> Self {
-        Self::start_on(corefile, IpAddr::from([127, 0, 0, 1]))
-    }
-
-    /// [`CoreDns::start`] for a Corefile that binds `ip` (its `addr`).
-    pub fn start_on(corefile: &str, ip: IpAddr) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = free_udp_and_tcp_port();
         let conf = dir.path().join("Corefile");
@@ -1156,7 +1152,7 @@ impl CoreDns {
         );
         Self {
             child,
-            addr: (ip, port).into(),
+            addr: ([127, 0, 0, 1], port).into(),
             log,
             _dir: dir,
         }

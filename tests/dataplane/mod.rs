@@ -200,16 +200,17 @@ impl DataPlane {
     /// stub domain forwarded to `clusterset_dns`) on [`DataPlane::host_ip`],
     /// behind the `kube-dns` ClusterIP that pods' `resolv.conf` names (a
     /// selector-less EndpointSlice points at it; kube-proxy does the rest).
+    /// It also listens on 127.0.0.1 (its `addr`), for `dig` on the host.
     pub async fn start_cluster_dns(&self, i: usize, clusterset_dns: SocketAddr) -> CoreDns {
         let cluster = &self.plane.clusters[i];
         let corefile = format!(
-            "cluster.local:{{port}} {{\n  bind {host}\n  kubernetes cluster.local {{\n    kubeconfig {} {}\n  }}\n}}\n\
-             clusterset.local:{{port}} {{\n  bind {host}\n  forward . {clusterset_dns}\n}}\n",
+            "cluster.local:{{port}} {{\n  bind 127.0.0.1 {host}\n  kubernetes cluster.local {{\n    kubeconfig {} {}\n  }}\n}}\n\
+             clusterset.local:{{port}} {{\n  bind 127.0.0.1 {host}\n  forward . {clusterset_dns}\n}}\n",
             cluster.admin_kubeconfig.display(),
             cluster.name,
             host = self.host_ip(),
         );
-        let coredns = CoreDns::start_on(&corefile, self.host_ip());
+        let coredns = CoreDns::start(&corefile);
         let client = cluster.admin_client().await;
         let slice = serde_json::json!({
             "apiVersion": "discovery.k8s.io/v1",
@@ -560,15 +561,24 @@ fn free_slot() -> u8 {
 
 /// Fails (never skips) when this process cannot build network namespaces.
 fn preflight() {
+    if let Some(why) = missing_privileges() {
+        panic!("{why}");
+    }
+}
+
+/// Why this process cannot build a data plane (no root, a tool missing,
+/// namespaces refused), or `None` when it can.
+pub fn missing_privileges() -> Option<String> {
     #[allow(unsafe_code)]
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
-    assert!(
-        euid == 0,
-        "the data-plane tests create network namespaces, veth pairs and nftables rules \
-         inside them, which needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN); this test runs as \
-         uid {euid}. Run scripts/test.sh as root (CI does)"
-    );
+    if euid != 0 {
+        return Some(format!(
+            "the data plane creates network namespaces, veth pairs and nftables rules inside \
+             them, which needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN); this process runs as uid \
+             {euid}. Run scripts/test.sh as root (CI does)"
+        ));
+    }
     for (tool, package) in [("ip", "iproute2"), ("nft", "nftables"), ("ss", "iproute2")] {
         let found = Command::new(tool)
             .arg("-V")
@@ -576,11 +586,12 @@ fn preflight() {
             .stderr(Stdio::null())
             .status()
             .is_ok();
-        assert!(
-            found,
-            "`{tool}` not found: the data-plane tests need it (kube-proxy's nftables mode runs \
-             `nft`); `apt-get install {package}` (scripts/test.sh installs it)"
-        );
+        if !found {
+            return Some(format!(
+                "`{tool}` not found: the data plane needs it (kube-proxy's nftables mode runs \
+                 `nft`); `apt-get install {package}` (scripts/test.sh installs it)"
+            ));
+        }
     }
     let probe = format!("csd{}probe", std::process::id());
     let made = Command::new("ip")
@@ -588,14 +599,16 @@ fn preflight() {
         .stderr(Stdio::piped())
         .output()
         .expect("run ip netns add");
-    assert!(
-        made.status.success(),
-        "cannot create a network namespace (`ip netns add`): {}",
-        String::from_utf8_lossy(&made.stderr).trim()
-    );
+    if !made.status.success() {
+        return Some(format!(
+            "cannot create a network namespace (`ip netns add`): {}",
+            String::from_utf8_lossy(&made.stderr).trim()
+        ));
+    }
     let _ = Command::new("ip")
         .args(["netns", "delete", &probe])
         .status();
+    None
 }
 
 /// Removes the namespaces (and their processes) a killed run left: names

@@ -1,8 +1,11 @@
 //! The local clusterset of `scripts/demo.sh`: three member clusters from the
 //! test harness (`tests/controlplane`: etcd, and per cluster kube-apiserver,
 //! kube-controller-manager, kube-scheduler and kwok; cluster b dual-stack),
-//! and per cluster a `clusterset-dns controller`, a `clusterset-dns serve`
-//! and a CoreDNS that forwards `clusterset.local` to it. Loopback only.
+//! with the data plane of `tests/dataplane` when running as root (pods in
+//! network namespaces, kube-proxy per node, routed pod CIDRs, a `toolbox`
+//! pod per cluster), and per cluster a `clusterset-dns controller`, a
+//! `clusterset-dns serve` and a CoreDNS that forwards `clusterset.local` to
+//! it.
 //!
 //! ```text
 //! demo run STATE_DIR [--grace 20s]   start everything, deploy the sample app, write
@@ -17,13 +20,16 @@
 
 #[path = "../controlplane/mod.rs"]
 mod controlplane;
+#[path = "../dataplane/mod.rs"]
+mod dataplane;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use controlplane::{Cluster, ControlPlane, ControllerProcess, CoreDns, Serve};
+use controlplane::{Cluster, ClusterSpec, ControlPlane, ControllerProcess, CoreDns, Serve};
+use dataplane::DataPlane;
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 use k8s_openapi::api::core::v1::Pod;
@@ -113,6 +119,29 @@ fn ctl(state: &Path, request: &str) -> i32 {
     }
 }
 
+/// The demo's clusters: with a data plane when this process may build
+/// network namespaces (root), else names only.
+enum Clusters {
+    Routed(Box<DataPlane>),
+    Loopback(ControlPlane),
+}
+
+impl Clusters {
+    fn plane(&self) -> &ControlPlane {
+        match self {
+            Self::Routed(dp) => &dp.plane,
+            Self::Loopback(plane) => plane,
+        }
+    }
+
+    fn plane_mut(&mut self) -> &mut ControlPlane {
+        match self {
+            Self::Routed(dp) => &mut dp.plane,
+            Self::Loopback(plane) => plane,
+        }
+    }
+}
+
 /// One member cluster of the demo and the processes that serve it.
 struct Member {
     name: &'static str,
@@ -125,11 +154,34 @@ struct Member {
 
 async fn run(state: &Path, grace: &str) {
     let t0 = Instant::now();
-    let plane = ControlPlane::start_members(NAMES.len() as u8, |i| i == 1).await;
-    say(
-        t0,
-        "3 member clusters up (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok)",
-    );
+    let specs = [
+        ClusterSpec::member(0),
+        ClusterSpec::member_dual_stack(1),
+        ClusterSpec::member(2),
+    ];
+    let clusters = match dataplane::missing_privileges() {
+        None => {
+            let dp = DataPlane::start(&specs).await;
+            say(
+                t0,
+                "3 member clusters up (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, \
+                 kwok) with a data plane (pods in network namespaces, kube-proxy on every node)",
+            );
+            Clusters::Routed(Box::new(dp))
+        }
+        Some(why) => {
+            let plane = ControlPlane::start_with(&specs).await;
+            say(
+                t0,
+                &format!(
+                    "3 member clusters up, WITHOUT a data plane ({why}): names resolve, but pods \
+                     run nothing and no connection can be made; run the demo as root for packets"
+                ),
+            );
+            Clusters::Loopback(plane)
+        }
+    };
+    let plane = clusters.plane();
 
     let mut controller_kubeconfigs = Vec::new();
     let mut serve_kubeconfigs = Vec::new();
@@ -176,7 +228,10 @@ async fn run(state: &Path, grace: &str) {
             ],
         );
         let serve = Serve::spawn(cluster, &serve_kubeconfigs[i]);
-        let coredns = CoreDns::start(&corefile(cluster, serve.dns));
+        let coredns = match &clusters {
+            Clusters::Routed(dp) => dp.start_cluster_dns(i, serve.dns).await,
+            Clusters::Loopback(_) => CoreDns::start(&corefile(cluster, serve.dns)),
+        };
         members.push(Member {
             name,
             serve,
@@ -194,7 +249,7 @@ async fn run(state: &Path, grace: &str) {
         "controllers, clusterset-dns and CoreDNS ready in every cluster",
     );
 
-    deploy_sample_app(&plane).await;
+    deploy_sample_app(plane).await;
     for m in &members {
         wait_dns(m, "web.shop.svc.clusterset.local.", RecordType::A, 1).await;
         wait_dns(m, "db.shop.svc.clusterset.local.", RecordType::A, 4).await;
@@ -203,12 +258,19 @@ async fn run(state: &Path, grace: &str) {
         t0,
         "sample app shop/web and shop/db exported from a and b, resolvable everywhere",
     );
+    if let Clusters::Routed(dp) = &clusters {
+        deploy_toolboxes(dp).await;
+        say(
+            t0,
+            "toolbox pods reach web.shop.svc.clusterset.local through the clusterset IP from every cluster",
+        );
+    }
 
-    write_state(state, &plane, &members, grace);
+    write_state(state, &clusters, &members, grace);
     std::fs::write(state.join("ready"), format!("{}\n", std::process::id())).unwrap();
     say(t0, "ready");
 
-    serve_control(state, plane, members).await;
+    serve_control(state, clusters, members).await;
 }
 
 fn say(t0: Instant, what: &str) {
@@ -265,6 +327,45 @@ async fn deploy_sample_app(plane: &ControlPlane) {
                 }
             })
             .await;
+    }
+}
+
+/// The `default/toolbox` pod in every cluster (tests/demo/toolbox.yaml), and
+/// a wait until a connection from each reaches `shop/web` of both a and b
+/// through the clusterset IP.
+async fn deploy_toolboxes(dp: &DataPlane) {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/demo/toolbox.yaml");
+    for cluster in &dp.plane.clusters {
+        controlplane::apply_file(&cluster.admin_client().await, &manifest).await;
+    }
+    for (i, name) in NAMES.iter().enumerate() {
+        let deadline = Instant::now() + CONVERGE;
+        let mut seen = std::collections::BTreeSet::new();
+        loop {
+            if dp.pod_netns(i, "default", "toolbox").is_some() {
+                let out = dp.sh_in_pod(
+                    i,
+                    "default",
+                    "toolbox",
+                    "for n in 1 2 3 4 5 6; do curl -s --max-time 2 web.shop.svc.clusterset.local || true; done",
+                );
+                for line in out.lines() {
+                    if let Some(ip) = line.strip_prefix("web from 10.") {
+                        seen.insert(ip.split('.').next().unwrap_or_default().to_owned());
+                    }
+                }
+                if seen.contains("200") && seen.contains("201") {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cluster {name}: the toolbox pod does not reach shop/web in a and b (pod ranges \
+                 seen: {seen:?}); data plane notes:\n{}",
+                dp.notes().join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 }
 
@@ -327,7 +428,12 @@ async fn lookup(server: SocketAddr, name: &str, rtype: RecordType) -> Result<Vec
 /// Writes what users need into the state directory: `kubeconfig` (contexts
 /// a, b, c with the admin token), `bin/kubectl`, `cluster-<x>` links to each
 /// cluster's logs, `env` (for `source`) and `summary` (what `up` prints).
-fn write_state(state: &Path, plane: &ControlPlane, members: &[Member], grace: &str) {
+fn write_state(state: &Path, clusters: &Clusters, members: &[Member], grace: &str) {
+    let plane = clusters.plane();
+    let data_plane = match clusters {
+        Clusters::Routed(_) => "1",
+        Clusters::Loopback(_) => "",
+    };
     let mut clusters = String::new();
     let mut contexts = String::new();
     for (cluster, m) in plane.clusters.iter().zip(members) {
@@ -363,14 +469,20 @@ fn write_state(state: &Path, plane: &ControlPlane, members: &[Member], grace: &s
     let mut env = format!(
         "# The clusterset-dns demo (scripts/demo.sh). Use: source <(scripts/demo.sh env)\n\
          export CLUSTERSET_DNS_DEMO_DIR='{}'\nexport KUBECONFIG='{}'\nexport PATH='{}':\"$PATH\"\n\
-         export DEMO_GRACE_PERIOD='{grace}'\n",
+         export DEMO_GRACE_PERIOD='{grace}'\nexport DEMO_DATA_PLANE='{data_plane}'\n",
         state.display(),
         kubeconfig.display(),
         bin.display()
     );
+    let data_plane_line = if data_plane.is_empty() {
+        "none (not root): names only, pods run nothing"
+    } else {
+        "pods run; kubectl --context c exec toolbox -- curl -s web.shop.svc.clusterset.local"
+    };
     let mut summary = format!(
         "kubeconfig  {}   (contexts a, b, c; kubectl --context b ...)\n\
-         kubectl     {}\npeer grace  {grace}   (a lost cluster's endpoints are dropped after this)\n\n\
+         kubectl     {}\npeer grace  {grace}   (a lost cluster's endpoints are dropped after this)\n\
+         data plane  {data_plane_line}\n\n\
          cluster  id         apiserver                CoreDNS (dig -p)  clusterset-dns    logs\n",
         kubeconfig.display(),
         kubectl.display()
@@ -398,7 +510,7 @@ fn write_state(state: &Path, plane: &ControlPlane, members: &[Member], grace: &s
 
 /// Answers control requests until SIGTERM or SIGINT, then drops everything
 /// (processes first, then the clusters).
-async fn serve_control(state: &Path, mut plane: ControlPlane, members: Vec<Member>) {
+async fn serve_control(state: &Path, mut clusters: Clusters, members: Vec<Member>) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     use tokio::signal::unix::{SignalKind, signal};
     let socket = state.join("control.sock");
@@ -424,12 +536,12 @@ async fn serve_control(state: &Path, mut plane: ControlPlane, members: Vec<Membe
         {
             continue;
         }
-        let answer = control(&mut plane, line.trim());
+        let answer = control(clusters.plane_mut(), line.trim());
         let _ = write.write_all(format!("{answer}\n").as_bytes()).await;
     }
     eprintln!("demo: stopping");
     drop(members);
-    drop(plane);
+    drop(clusters);
 }
 
 /// One control request: `stop-cluster X`, `start-cluster X`, `status`.
