@@ -12,6 +12,7 @@
 //! starts once; each behaviour below is a named test in a namespace of its
 //! own, run in order (the lost cluster last).
 
+mod clusterset;
 mod controlplane;
 mod dataplane;
 
@@ -19,31 +20,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use controlplane::{ClusterSpec, ControllerProcess, CoreDns, Serve};
-use dataplane::DataPlane;
+use clusterset::{
+    CONVERGE, Clusterset, Dial, IDS, PORTS, assert_routed, export_yaml, namespace_everywhere,
+    ready_pods, server_yaml, service_yaml,
+};
+use controlplane::ClusterSpec;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use libtest_mimic::{Arguments, Failed, Trial};
 
-/// Cluster ids (`ClusterProperty cluster.clusterset.k8s.io`), by index.
-const IDS: [&str; 3] = ["cluster-a", "cluster-b", "cluster-c"];
 /// The peers' grace period: how long a lost cluster's endpoints stay.
 const GRACE: &str = "10s";
-/// How long any convergence may take.
-const CONVERGE: Duration = Duration::from_secs(60);
-
-/// One member cluster's MCS processes.
-struct Member {
-    controller: ControllerProcess,
-    serve: Serve,
-    _coredns: CoreDns,
-}
-
-/// The clusterset every behaviour runs on.
-struct Clusterset {
-    members: Vec<Member>,
-    dp: DataPlane,
-}
 
 fn main() {
     let args = Arguments::from_args();
@@ -91,9 +78,16 @@ fn main() {
     let clusterset = if args.list || selected.is_empty() {
         None
     } else {
-        Some(Arc::new(std::sync::Mutex::new(
-            runtime.block_on(Clusterset::start()),
-        )))
+        Some(Arc::new(std::sync::Mutex::new(runtime.block_on(
+            Clusterset::start(
+                &[
+                    ClusterSpec::member(0),
+                    ClusterSpec::member_dual_stack(1),
+                    ClusterSpec::member(2),
+                ],
+                GRACE,
+            ),
+        ))))
     };
     let trials = behaviours
         .into_iter()
@@ -140,396 +134,6 @@ fn main() {
 
 type Behaviour =
     for<'a> fn(&'a mut Clusterset) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
-
-impl Clusterset {
-    async fn start() -> Self {
-        let t0 = Instant::now();
-        let dp = DataPlane::start(&[
-            ClusterSpec::member(0),
-            ClusterSpec::member_dual_stack(1),
-            ClusterSpec::member(2),
-        ])
-        .await;
-        let clusters = &dp.plane.clusters;
-        let mut kubeconfigs = Vec::new();
-        for (cluster, id) in clusters.iter().zip(IDS) {
-            let client = cluster.admin_client().await;
-            controlplane::set_cluster_properties(&client, id, "connectivity").await;
-            let controller = controlplane::install_controller(cluster).await;
-            controlplane::apply_file(&client, &controlplane::deploy_file("rbac.yaml")).await;
-            let serve =
-                controlplane::write_token_kubeconfig(cluster, "clusterset-dns", "serve", 3600)
-                    .await;
-            kubeconfigs.push((controller, serve));
-        }
-        controlplane::join_peers(clusters).await;
-        let mut members = Vec::new();
-        for (i, (controller, serve)) in kubeconfigs.iter().enumerate() {
-            let cluster = &clusters[i];
-            let controller = controlplane::spawn_controller(
-                cluster,
-                controller,
-                &[
-                    "--peer-grace-period",
-                    GRACE,
-                    "--startup-sync-timeout",
-                    "10s",
-                ],
-            );
-            let serve = Serve::spawn(cluster, serve);
-            let coredns = dp.start_cluster_dns(i, serve.dns).await;
-            members.push(Member {
-                controller,
-                serve,
-                _coredns: coredns,
-            });
-        }
-        for m in &members {
-            m.controller.wait_ready(CONVERGE);
-            m.serve.wait_ready(CONVERGE);
-        }
-        eprintln!(
-            "connectivity: clusterset up in {:.1} s",
-            t0.elapsed().as_secs_f64()
-        );
-        Self { members, dp }
-    }
-
-    fn print_logs(&self) {
-        for (i, m) in self.members.iter().enumerate() {
-            eprintln!(
-                "---- {} controller ----\n{}",
-                IDS[i],
-                controlplane::tail(m.controller.log_path())
-            );
-        }
-        for note in self.dp.notes() {
-            eprintln!("dataplane note: {note}");
-        }
-    }
-
-    fn cluster(&self, i: usize) -> &controlplane::Cluster {
-        &self.dp.plane.clusters[i]
-    }
-
-    async fn client(&self, i: usize) -> kube::Client {
-        self.cluster(i).admin_client().await
-    }
-
-    /// Server-side applies `yaml` in cluster `i`.
-    async fn apply(&self, i: usize, yaml: &str) {
-        controlplane::apply_yaml(&self.client(i).await, yaml)
-            .await
-            .unwrap_or_else(|e| panic!("{}: applying: {e}\n{yaml}", IDS[i]));
-    }
-
-    /// `kubectl --context <cluster i> ARGS`; stdout, or a panic with stderr.
-    fn kubectl(&self, i: usize, args: &[&str]) -> String {
-        let out = std::process::Command::new(controlplane::binary("kubectl"))
-            .arg("--kubeconfig")
-            .arg(&self.cluster(i).admin_kubeconfig)
-            .args(args)
-            .output()
-            .expect("run kubectl");
-        assert!(
-            out.status.success(),
-            "{}: kubectl {} failed ({}):\n{}{}",
-            IDS[i],
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Runs the server Deployment `name` (`replicas` pods) and its Service
-    /// in cluster `i`, namespace `ns`, and waits until every pod listens.
-    /// Returns the pods.
-    async fn deploy_server(
-        &self,
-        i: usize,
-        ns: &str,
-        name: &str,
-        replicas: usize,
-        service: &str,
-    ) -> Vec<Pod> {
-        self.apply(i, &server_yaml(ns, name, replicas, IDS[i]))
-            .await;
-        self.apply(i, service).await;
-        self.wait_serving(i, ns, name, replicas).await
-    }
-
-    /// Waits until Deployment `ns/name` of cluster `i` has `replicas` ready
-    /// pods, each listening on its three ports.
-    async fn wait_serving(&self, i: usize, ns: &str, name: &str, replicas: usize) -> Vec<Pod> {
-        let client = self.client(i).await;
-        let pods = self
-            .cluster(i)
-            .wait_deployment_ready(&client, ns, name, replicas)
-            .await;
-        for pod in &pods {
-            let pod_name = pod.metadata.name.as_deref().unwrap();
-            self.dp.wait_listening(i, ns, pod_name, "tcp", 8080);
-            self.dp.wait_listening(i, ns, pod_name, "udp", 8081);
-            self.dp.wait_listening(i, ns, pod_name, "tcp", 8082);
-        }
-        pods
-    }
-
-    /// A client pod `client` in namespace `ns` of cluster `i`, running.
-    async fn client_pod(&self, i: usize, ns: &str) {
-        self.apply(
-            i,
-            &format!(
-                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: client\n  namespace: {ns}\nspec:\n  containers:\n  \
-                 - name: client\n    image: registry.example/toolbox:1   # never pulled; the command runs on the host\n    \
-                 command: [sleep, infinity]\n"
-            ),
-        )
-        .await;
-        let deadline = Instant::now() + CONVERGE;
-        while self.dp.pod_netns(i, ns, "client").is_none() {
-            assert!(
-                Instant::now() < deadline,
-                "{}: client pod in {ns} never got a network namespace; notes:\n{}",
-                IDS[i],
-                self.dp.notes().join("\n")
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// `count` connections from cluster `i`'s `ns/client` pod to `dial`,
-    /// through `kubectl exec`: each answer (`pod-name pod-ip cluster-id`)
-    /// or the error of a failed one.
-    fn connect(
-        &self,
-        i: usize,
-        ns: &str,
-        dial: &Dial<'_>,
-        count: usize,
-    ) -> Vec<Result<Answer, String>> {
-        let Dial {
-            target,
-            proto,
-            family,
-            port,
-        } = *dial;
-        let address = match proto {
-            "udp" => format!("UDP{family}:{target}:{port}"),
-            _ => format!("TCP{family}:{target}:{port}"),
-        };
-        // UDP needs a datagram to answer; TCP answers on connect.
-        let send = if proto == "udp" { "echo ping" } else { "true" };
-        let script = format!(
-            "for n in $(seq {count}); do \
-               if r=$({send} | socat -T 2 -t 2 - {address} 2>&1); then echo \"ok $r\"; else echo \"fail $r\"; fi; \
-             done"
-        );
-        let out = self.kubectl(i, &["exec", "-n", ns, "client", "--", "sh", "-c", &script]);
-        let answers: Vec<Result<Answer, String>> = out
-            .lines()
-            .map(|line| match line.strip_prefix("ok ") {
-                Some(reply) => {
-                    Answer::parse(reply).ok_or_else(|| format!("unexpected reply {reply:?}"))
-                }
-                None => Err(line.to_owned()),
-            })
-            .collect();
-        assert_eq!(
-            answers.len(),
-            count,
-            "{}: expected {count} result lines from the client, got:\n{out}",
-            IDS[i]
-        );
-        answers
-    }
-
-    /// Polls batches of 10 connections until every one succeeds and the
-    /// answering clusters are exactly `clusters` (the clusterset converged).
-    async fn wait_routed(&self, i: usize, ns: &str, dial: &Dial<'_>, clusters: &[&str]) {
-        let Dial {
-            target,
-            proto,
-            family,
-            port,
-        } = *dial;
-        let want: BTreeSet<String> = clusters.iter().map(|c| c.to_string()).collect();
-        let deadline = Instant::now() + CONVERGE;
-        loop {
-            let answers = self.connect(i, ns, dial, 10);
-            let got: BTreeSet<String> = answers
-                .iter()
-                .filter_map(|a| a.as_ref().ok().map(|a| a.cluster.clone()))
-                .collect();
-            if answers.iter().all(Result::is_ok) && got == want {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{}: {proto}{family} {target}:{port} from {ns}/client: want answers from \
-                 exactly {want:?}, last batch: {answers:?}",
-                IDS[i]
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
-}
-
-/// Where a client connects: a name (or address), `tcp` or `udp`, IPv4 or
-/// IPv6 (`family` 4 or 6), a port.
-#[derive(Clone, Copy, Debug)]
-struct Dial<'a> {
-    target: &'a str,
-    proto: &'static str,
-    family: u8,
-    port: u16,
-}
-
-impl<'a> Dial<'a> {
-    fn new(target: &'a str, proto: &'static str, family: u8, port: u16) -> Self {
-        Self {
-            target,
-            proto,
-            family,
-            port,
-        }
-    }
-}
-
-/// What a test server answers: its pod's name and IP and its cluster id.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Answer {
-    pod: String,
-    ip: String,
-    cluster: String,
-}
-
-impl Answer {
-    fn parse(reply: &str) -> Option<Self> {
-        let mut words = reply.split_whitespace();
-        let answer = Self {
-            pod: words.next()?.to_owned(),
-            ip: words.next()?.to_owned(),
-            cluster: words.next()?.to_owned(),
-        };
-        words.next().is_none().then_some(answer)
-    }
-}
-
-/// A Deployment whose pods answer every connection with `POD IP CLUSTER`:
-/// TCP on 8080 and 8082, UDP on 8081 (socat, on both families).
-fn server_yaml(ns: &str, name: &str, replicas: usize, cluster: &str) -> String {
-    let container = |cname: &str, listen: &str| {
-        format!(
-            "      - name: {cname}\n        image: registry.example/echo:1   # never pulled; the command runs on the host\n        \
-             command: [socat, \"{listen}\", \"SYSTEM:echo $(POD_NAME) $(POD_IP) $(CLUSTER)\"]\n        \
-             env:\n        - {{name: CLUSTER, value: {cluster}}}\n        \
-             - name: POD_NAME\n          valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}\n        \
-             - name: POD_IP\n          valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}\n"
-        )
-    };
-    format!(
-        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n---\n\
-         apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  replicas: {replicas}\n  \
-         selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n{}{}{}",
-        container("tcp", "TCP6-LISTEN:8080,fork,reuseaddr,ipv6only=0"),
-        container("udp", "UDP6-RECVFROM:8081,fork,reuseaddr,ipv6only=0"),
-        container("tcp2", "TCP6-LISTEN:8082,fork,reuseaddr,ipv6only=0"),
-    )
-}
-
-/// A Service `name` selecting the server pods, with `ports` (YAML list
-/// items) and extra spec lines.
-fn service_yaml(ns: &str, name: &str, ports: &str, extra: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  selector: {{app: {name}}}\n{extra}  ports:\n{ports}"
-    )
-}
-
-/// The usual ports: tcp 80 → 8080, udp 81 → 8081.
-const PORTS: &str = "  - {name: tcp, port: 80, targetPort: 8080, protocol: TCP}\n  - {name: udp, port: 81, targetPort: 8081, protocol: UDP}\n";
-
-fn export_yaml(ns: &str, name: &str) -> String {
-    format!(
-        "apiVersion: multicluster.x-k8s.io/v1beta1\nkind: ServiceExport\nmetadata:\n  name: {name}\n  namespace: {ns}\n"
-    )
-}
-
-/// The namespace of every cluster (clients live in all three).
-async fn namespace_everywhere(cs: &Clusterset, ns: &str) {
-    for i in 0..3 {
-        cs.apply(
-            i,
-            &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"),
-        )
-        .await;
-        cs.client_pod(i, ns).await;
-    }
-}
-
-/// The ready pods of Deployment `ns/name` in cluster `i`: name → IPs.
-async fn ready_pods(
-    cs: &Clusterset,
-    i: usize,
-    ns: &str,
-    name: &str,
-) -> BTreeMap<String, Vec<String>> {
-    let pods: Api<Pod> = Api::namespaced(cs.client(i).await, ns);
-    pods.list(&ListParams::default().labels(&format!("app={name}")))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(controlplane::pod_running_ready)
-        .map(|p| {
-            let ips = p
-                .status
-                .and_then(|s| s.pod_ips)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|ip| ip.ip)
-                .collect();
-            (p.metadata.name.unwrap_or_default(), ips)
-        })
-        .collect()
-}
-
-/// Asserts that every answer succeeded and came from one of `expected`
-/// (pod name → IPs, per cluster id), and that each cluster of
-/// `must_answer` answered at least once.
-fn assert_routed(
-    what: &str,
-    answers: &[Result<Answer, String>],
-    expected: &BTreeMap<String, BTreeMap<String, Vec<String>>>,
-    must_answer: &[&str],
-) {
-    let failed: Vec<&String> = answers.iter().filter_map(|a| a.as_ref().err()).collect();
-    assert!(
-        failed.is_empty(),
-        "{what}: {} of {} connections failed: {failed:?}",
-        failed.len(),
-        answers.len()
-    );
-    for answer in answers.iter().flatten() {
-        let pods = expected.get(&answer.cluster);
-        let ok = pods
-            .and_then(|p| p.get(&answer.pod))
-            .is_some_and(|ips| ips.contains(&answer.ip));
-        assert!(
-            ok,
-            "{what}: answered by {answer:?}, which is not a ready pod of an exporting cluster {expected:?}"
-        );
-    }
-    for cluster in must_answer {
-        assert!(
-            answers.iter().flatten().any(|a| a.cluster == *cluster),
-            "{what}: {cluster} never answered in {} connections: {answers:?}",
-            answers.len()
-        );
-    }
-}
 
 // ---------------------------------------------------------------------------
 // The behaviours.

@@ -673,6 +673,33 @@ pub fn host_network_snapshot() -> String {
     )
 }
 
+/// Runs `f` on a thread that has entered network namespace `netns`
+/// (`setns`): sockets it opens are the pod's or node's, as for a process
+/// inside it, without a process per connection. The host's resolver is not
+/// the pod's: resolve through the cluster DNS address explicitly.
+pub fn in_netns<T: Send>(netns: &str, f: impl FnOnce() -> T + Send) -> T {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(format!("/run/netns/{netns}"))
+        .unwrap_or_else(|e| panic!("opening network namespace {netns}: {e}"));
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                #[allow(unsafe_code)]
+                // SAFETY: setns on this thread only; the fd is open for the call.
+                let entered = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(
+                    entered,
+                    0,
+                    "setns into {netns}: {}",
+                    std::io::Error::last_os_error()
+                );
+                f()
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
 /// Kills every process in `netns`, deletes it and its `/etc/netns` entry.
 fn remove_netns(netns: &str) {
     for _ in 0..10 {
