@@ -870,7 +870,7 @@ fn write_exec_wrappers(dir: &Path) {
 /// binaries as well, and these kernels run nftables underneath anyway).
 fn start_kube_proxy(cluster: &controlplane::Cluster, node: &NodeNet) -> NodeProxy {
     let log = cluster.dir.join(format!("kube-proxy-{}.log", node.name));
-    let args = vec![
+    let mut args = vec![
         format!("--kubeconfig={}", cluster.admin_kubeconfig.display()),
         format!("--hostname-override={}", node.name),
         "--proxy-mode=nftables".into(),
@@ -883,6 +883,11 @@ fn start_kube_proxy(cluster: &controlplane::Cluster, node: &NodeNet) -> NodeProx
         // API the apiserver's exec goes to), which is not this namespace's.
         format!("--bind-address={}", node.ipv4),
     ];
+    // Extra flags for experiments (say `--iptables-min-sync-period=0`, which
+    // nftables mode honours too); the tests run kube-proxy's defaults.
+    if let Ok(extra) = std::env::var("CLUSTERSET_DNS_KUBE_PROXY_ARGS") {
+        args.extend(extra.split_whitespace().map(str::to_owned));
+    }
     let child = spawn_in(
         &node.netns,
         &controlplane::binary("kube-proxy"),
