@@ -61,6 +61,12 @@ fn main() {
         ("exec_and_dns_inside_pods", |cs| {
             Box::pin(exec_and_dns_inside_pods(cs))
         }),
+        ("pod_commands_expand_like_the_kubelet", |cs| {
+            Box::pin(pod_commands_expand_like_the_kubelet(cs))
+        }),
+        ("without_root_it_fails_saying_so", |cs| {
+            Box::pin(without_root_it_fails_saying_so(cs))
+        }),
         ("leftovers_of_a_killed_run_are_removed", |cs| {
             Box::pin(leftovers_of_a_killed_run_are_removed(cs))
         }),
@@ -539,6 +545,86 @@ async fn exec_and_dns_inside_pods(cs: &Clusterset) {
     assert!(
         local.contains("hello.exec.svc.cluster.local"),
         "search path: {local}"
+    );
+    // nc, as a user would: the server answers on connect.
+    let reply = cs.kubectl(
+        0,
+        &[
+            "exec",
+            "-n",
+            ns,
+            "client",
+            "--",
+            "nc",
+            "-w",
+            "2",
+            "hello.exec.svc.clusterset.local",
+            "80",
+        ],
+    );
+    let answer = clusterset::Answer::parse(reply.trim())
+        .unwrap_or_else(|| panic!("nc from a's pod: unexpected reply {reply:?}"));
+    assert_eq!(answer.cluster, IDS[1], "nc reached {answer:?}");
+}
+
+/// The pod runner expands `$(VAR)` in commands and env values as the
+/// kubelet does, and resolves the downward-API fields the tests use.
+async fn pod_commands_expand_like_the_kubelet(_cs: &Clusterset) {
+    use dataplane::expand_vars;
+    let env = vec![
+        ("POD_IP".to_owned(), "10.1.2.3".to_owned()),
+        ("NAME".to_owned(), "web".to_owned()),
+    ];
+    assert_eq!(
+        expand_vars("echo $(NAME) $(POD_IP)", &env),
+        "echo web 10.1.2.3"
+    );
+    assert_eq!(expand_vars("$$(NAME) costs $$5", &env), "$(NAME) costs $5");
+    assert_eq!(expand_vars("$(UNSET) $(NAME", &env), "$(UNSET) $(NAME");
+    assert_eq!(expand_vars("$(printf %s x)", &env), "$(printf %s x)");
+    assert_eq!(expand_vars("tail $", &env), "tail $");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "n", "uid": "u"},
+        "spec": {"nodeName": "kwok-node-0", "containers": []},
+        "status": {"podIP": "10.1.2.3", "podIPs": [{"ip": "10.1.2.3"}, {"ip": "fd00::3"}]},
+    }))
+    .unwrap();
+    for (path, want) in [
+        ("metadata.name", Some("p")),
+        ("metadata.namespace", Some("n")),
+        ("spec.nodeName", Some("kwok-node-0")),
+        ("status.podIP", Some("10.1.2.3")),
+        ("status.podIPs", Some("10.1.2.3,fd00::3")),
+        ("metadata.labels['x']", None),
+    ] {
+        assert_eq!(dataplane::field_ref(&pod, path).as_deref(), want, "{path}");
+    }
+}
+
+/// Without the privileges for network namespaces, a data-plane test fails
+/// and says what is missing (run here as the user `nobody`).
+async fn without_root_it_fails_saying_so(_cs: &Clusterset) {
+    use std::os::unix::fs::PermissionsExt;
+    // A copy nobody can run wherever the checkout lives (under /root, say).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = dir.path().join("connectivity");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(&exe)
+        .arg("reach_and_route")
+        .output()
+        .expect("run setpriv (util-linux)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "as nobody the tests passed:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("needs root") && stderr.contains("network namespaces"),
+        "as nobody, the failure does not say what is missing:\n{stderr}"
     );
 }
 

@@ -240,12 +240,6 @@ impl Clusterset {
     /// Polls batches of 10 connections until every one succeeds and the
     /// answering clusters are exactly `clusters` (the clusterset converged).
     pub async fn wait_routed(&self, i: usize, ns: &str, dial: &Dial<'_>, clusters: &[&str]) {
-        let Dial {
-            target,
-            proto,
-            family,
-            port,
-        } = *dial;
         let want: BTreeSet<String> = clusters.iter().map(|c| c.to_string()).collect();
         let deadline = Instant::now() + CONVERGE;
         loop {
@@ -259,8 +253,8 @@ impl Clusterset {
             }
             assert!(
                 Instant::now() < deadline,
-                "{}: {proto}{family} {target}:{port} from {ns}/client: want answers from \
-                 exactly {want:?}, last batch: {answers:?}",
+                "{}: {dial:?} from {ns}/client: want answers from exactly {want:?}, last \
+                 batch: {answers:?}",
                 IDS[i]
             );
             tokio::time::sleep(Duration::from_millis(500)).await;

@@ -1074,51 +1074,46 @@ users:\n- name: user\n  user:\n    token: {token}\ncontexts:\n- name: {name}\n  
 /// `path` and waits until each is established.
 pub async fn install_crd_file(client: &kube::Client, path: &Path) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::api::{Api, PostParams};
-    use kube::runtime::wait::{await_condition, conditions};
     let text =
         std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
         .unwrap_or_else(|e| panic!("{}: not YAML: {e}", path.display()));
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for doc in docs.into_iter().filter(|d| !d.is_null()) {
         let crd: CustomResourceDefinition = serde_json::from_value(doc)
             .unwrap_or_else(|e| panic!("{}: not a CRD: {e}", path.display()));
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        api.create(&PostParams::default(), &crd)
-            .await
-            .unwrap_or_else(|e| panic!("creating CRD {name}: {e}"));
-        tokio::time::timeout(
-            Duration::from_secs(30),
-            await_condition(api.clone(), &name, conditions::is_crd_established()),
-        )
-        .await
-        .unwrap_or_else(|_| panic!("CRD {name} not established in 30 s"))
-        .unwrap();
+        create_crd(client, &crd).await;
     }
 }
 
 /// Applies every CRD in `crds/` and waits until each is established.
 pub async fn install_crds(client: &kube::Client) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    for crd in clusterset_dns::api::crds::all() {
+        create_crd(client, &crd).await;
+    }
+}
+
+/// Creates `crd` (one that exists already is fine) and waits up to 30 s
+/// until it is established.
+async fn create_crd(
+    client: &kube::Client,
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) {
     use kube::api::{Api, PostParams};
     use kube::runtime::wait::{await_condition, conditions};
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in clusterset_dns::api::crds::all() {
-        let name = crd.metadata.name.clone().unwrap();
-        match api.create(&PostParams::default(), &crd).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("creating CRD {name}: {e}"),
-        }
-        tokio::time::timeout(
-            Duration::from_secs(30),
-            await_condition(api.clone(), &name, conditions::is_crd_established()),
-        )
-        .await
-        .unwrap_or_else(|_| panic!("CRD {name} not established in 30 s"))
-        .unwrap();
+    let api = Api::all(client.clone());
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    match api.create(&PostParams::default(), crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating CRD {name}: {e}"),
     }
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(api, &name, conditions::is_crd_established()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("CRD {name} not established in 30 s"))
+    .unwrap();
 }
 
 /// A running CoreDNS, killed on drop.

@@ -377,16 +377,13 @@ impl Links {
             namespaces: Mutex::new(Vec::new()),
         };
         links.add_netns(&router);
-        ip(&[
-            "link", "add", &prefix, "type", "veth", "peer", "name", "host", "netns", &router,
-        ]);
-        ip(&["addr", "add", &format!("{host_ip}/30"), "dev", &prefix]);
-        ip(&["link", "set", &prefix, "up"]);
-        ip_in(
-            &router,
-            &["addr", "add", &format!("{router_ip}/30"), "dev", "host"],
-        );
-        ip_in(&router, &["link", "set", "host", "up"]);
+        ip(&format!(
+            "link add {prefix} type veth peer name host netns {router}"
+        ));
+        ip(&format!("addr add {host_ip}/30 dev {prefix}"));
+        ip(&format!("link set {prefix} up"));
+        ip_in(&router, &format!("addr add {router_ip}/30 dev host"));
+        ip_in(&router, "link set host up");
         forwarding(&router);
         // Replies from the host must come back here without any route on
         // the host: everything leaving towards it takes the router's address.
@@ -398,9 +395,9 @@ impl Links {
     }
 
     fn add_netns(&self, name: &str) {
-        ip(&["netns", "add", name]);
+        ip(&format!("netns add {name}"));
         self.namespaces.lock().unwrap().push(name.to_owned());
-        ip_in(name, &["link", "set", "lo", "up"]);
+        ip_in(name, "link set lo up");
     }
 
     /// Node `j` of cluster `i`: its namespace, linked to the router.
@@ -410,94 +407,20 @@ impl Links {
         let ipv4 = Ipv4Addr::new(NODE_NET[0], NODE_NET[1], i as u8, j as u8 + 1);
         let ipv6: std::net::Ipv6Addr = format!("fd00:251:{i:x}::{:x}", j + 1).parse().unwrap();
         self.add_netns(&netns);
-        let r = &self.router;
+        // The router's end is the node's gateway (169.254.0.1, fe80::1);
+        // the node's own end is fe80::2, the next hop of its routes there.
+        veth(&self.router, &router_link, &netns, "169.254.0.1", "fe80::1");
+        ip_in(&netns, &format!("addr add {ipv4}/32 dev eth0"));
+        ip_in(&netns, "addr add fe80::2/64 dev eth0 nodad");
+        ip_in(&netns, &format!("addr add {ipv6}/128 dev eth0 nodad"));
+        default_routes(&netns, "169.254.0.1", true);
         ip_in(
-            r,
-            &[
-                "link",
-                "add",
-                &router_link,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                &netns,
-            ],
+            &self.router,
+            &format!("route add {ipv4}/32 dev {router_link}"),
         );
         ip_in(
-            &netns,
-            &["addr", "add", &format!("{ipv4}/32"), "dev", "eth0"],
-        );
-        ip_in(
-            &netns,
-            &["addr", "add", "fe80::2/64", "dev", "eth0", "nodad"],
-        );
-        ip_in(
-            &netns,
-            &[
-                "addr",
-                "add",
-                &format!("{ipv6}/128"),
-                "dev",
-                "eth0",
-                "nodad",
-            ],
-        );
-        ip_in(&netns, &["link", "set", "eth0", "up"]);
-        ip_in(
-            &netns,
-            &[
-                "route",
-                "add",
-                "169.254.0.1",
-                "dev",
-                "eth0",
-                "scope",
-                "link",
-            ],
-        );
-        ip_in(
-            &netns,
-            &[
-                "route",
-                "add",
-                "default",
-                "via",
-                "169.254.0.1",
-                "dev",
-                "eth0",
-            ],
-        );
-        ip_in(
-            &netns,
-            &[
-                "-6", "route", "add", "default", "via", "fe80::1", "dev", "eth0",
-            ],
-        );
-        ip_in(r, &["addr", "add", "169.254.0.1/32", "dev", &router_link]);
-        ip_in(
-            r,
-            &["addr", "add", "fe80::1/64", "dev", &router_link, "nodad"],
-        );
-        ip_in(r, &["link", "set", &router_link, "up"]);
-        ip_in(
-            r,
-            &["route", "add", &format!("{ipv4}/32"), "dev", &router_link],
-        );
-        ip_in(
-            r,
-            &[
-                "-6",
-                "route",
-                "add",
-                &format!("{ipv6}/128"),
-                "via",
-                "fe80::2",
-                "dev",
-                &router_link,
-            ],
+            &self.router,
+            &format!("-6 route add {ipv6}/128 via fe80::2 dev {router_link}"),
         );
         forwarding(&netns);
         NodeNet {
@@ -508,6 +431,29 @@ impl Links {
             ipv4,
             ipv6,
         }
+    }
+}
+
+/// A veth pair: `link` in `netns` (holding the gateway addresses `gw4` and
+/// `gw6` of the other end, up) and `eth0` in `peer` (up, no address yet).
+fn veth(netns: &str, link: &str, peer: &str, gw4: &str, gw6: &str) {
+    ip_in(
+        netns,
+        &format!("link add {link} type veth peer name eth0 netns {peer}"),
+    );
+    ip_in(netns, &format!("addr add {gw4}/32 dev {link}"));
+    ip_in(netns, &format!("addr add {gw6}/64 dev {link} nodad"));
+    ip_in(netns, &format!("link set {link} up"));
+    ip_in(peer, "link set eth0 up");
+}
+
+/// Default routes of `netns` out of `eth0`: IPv4 via `gw4` (an on-link
+/// address: every address here is a /32), IPv6 via fe80::1 when `v6`.
+fn default_routes(netns: &str, gw4: &str, v6: bool) {
+    ip_in(netns, &format!("route add {gw4} dev eth0 scope link"));
+    ip_in(netns, &format!("route add default via {gw4} dev eth0"));
+    if v6 {
+        ip_in(netns, "-6 route add default via fe80::1 dev eth0");
     }
 }
 
@@ -745,16 +691,15 @@ fn run(program: &str, args: &[&str]) {
     );
 }
 
-/// `ip ARGS` on the host (only for the data plane's own link and namespaces).
-fn ip(args: &[&str]) {
-    run("ip", args);
+/// `ip COMMAND` on the host (only for the data plane's own link and
+/// namespaces); `command` is split at whitespace (no argument here has any).
+fn ip(command: &str) {
+    run("ip", &command.split_whitespace().collect::<Vec<_>>());
 }
 
-/// `ip -n NETNS ARGS`.
-fn ip_in(netns: &str, args: &[&str]) {
-    let mut all = vec!["-n", netns];
-    all.extend_from_slice(args);
-    run("ip", &all);
+/// `ip -n NETNS COMMAND`.
+fn ip_in(netns: &str, command: &str) {
+    ip(&format!("-n {netns} {command}"));
 }
 
 /// `sh -c SCRIPT` inside `netns`.
@@ -991,8 +936,8 @@ impl RunnerState {
 struct RunningPod {
     key: (usize, String, String),
     netns: String,
-    /// Router routes to remove: (args of `ip route del`).
-    router_routes: Vec<Vec<String>>,
+    /// Its addresses and node, whose routes in the router go with it.
+    routes: Option<(Vec<IpAddr>, NodeNet)>,
     /// (container name, process).
     processes: Vec<(String, Child, PathBuf)>,
 }
@@ -1206,131 +1151,53 @@ impl RunnerContext {
         let mut p = RunningPod {
             key: (i, ns.clone(), name.clone()),
             netns: netns.clone(),
-            router_routes: Vec::new(),
+            routes: None,
             processes: Vec::new(),
         };
         // The namespace and its wiring; a failure here is a bug of the harness.
         let wired = std::panic::catch_unwind(|| {
-            ip(&["netns", "add", &netns]);
-            ip_in(&netns, &["link", "set", "lo", "up"]);
-            ip_in(
-                &node.netns,
-                &[
-                    "link", "add", &link, "type", "veth", "peer", "name", "eth0", "netns", &netns,
-                ],
-            );
-            ip_in(
-                &node.netns,
-                &["addr", "add", "169.254.1.1/32", "dev", &link],
-            );
-            ip_in(
-                &node.netns,
-                &["addr", "add", "fe80::1/64", "dev", &link, "nodad"],
-            );
-            ip_in(&node.netns, &["link", "set", &link, "up"]);
-            ip_in(&netns, &["link", "set", "eth0", "up"]);
-            let mut routes = Vec::new();
-            for ip_addr in &ips {
-                match ip_addr {
-                    IpAddr::V4(v4) => {
-                        ip_in(&netns, &["addr", "add", &format!("{v4}/32"), "dev", "eth0"]);
-                        ip_in(
-                            &node.netns,
-                            &["route", "replace", &format!("{v4}/32"), "dev", &link],
-                        );
-                        let route = vec![
-                            format!("{v4}/32"),
-                            "via".into(),
-                            node.ipv4.to_string(),
-                            "dev".into(),
-                            node.router_link.clone(),
-                            "onlink".into(),
-                        ];
-                        routes.push(route);
-                    }
-                    IpAddr::V6(v6) => {
-                        ip_in(
-                            &netns,
-                            &["addr", "add", &format!("{v6}/128"), "dev", "eth0", "nodad"],
-                        );
-                        ip_in(
-                            &node.netns,
-                            &["-6", "route", "replace", &format!("{v6}/128"), "dev", &link],
-                        );
-                        routes.push(vec![
-                            format!("{v6}/128"),
-                            "via".into(),
-                            "fe80::2".into(),
-                            "dev".into(),
-                            node.router_link.clone(),
-                        ]);
-                    }
-                }
-            }
-            if ips.iter().any(IpAddr::is_ipv4) {
+            ip(&format!("netns add {netns}"));
+            ip_in(&netns, "link set lo up");
+            // The node's end is the pod's gateway: 169.254.1.1 and fe80::1.
+            veth(&node.netns, &link, &netns, "169.254.1.1", "fe80::1");
+            for address in &ips {
+                let (host, family) = match address {
+                    IpAddr::V4(_) => (format!("{address}/32"), "-4"),
+                    IpAddr::V6(_) => (format!("{address}/128"), "-6"),
+                };
+                let nodad = if address.is_ipv6() { " nodad" } else { "" };
+                ip_in(&netns, &format!("addr add {host} dev eth0{nodad}"));
                 ip_in(
-                    &netns,
-                    &[
-                        "route",
-                        "add",
-                        "169.254.1.1",
-                        "dev",
-                        "eth0",
-                        "scope",
-                        "link",
-                    ],
+                    &node.netns,
+                    &format!("{family} route replace {host} dev {link}"),
                 );
+                let via = match address {
+                    IpAddr::V4(_) => format!("via {} dev {} onlink", node.ipv4, node.router_link),
+                    IpAddr::V6(_) => format!("via fe80::2 dev {}", node.router_link),
+                };
+                // Replace: a newer pod may take an address an older one
+                // had, before the older one's deletion is seen.
                 ip_in(
-                    &netns,
-                    &[
-                        "route",
-                        "add",
-                        "default",
-                        "via",
-                        "169.254.1.1",
-                        "dev",
-                        "eth0",
-                    ],
+                    &self.router,
+                    &format!("{family} route replace {host} {via}"),
                 );
             }
-            if ips.iter().any(IpAddr::is_ipv6) {
-                ip_in(
-                    &netns,
-                    &[
-                        "-6", "route", "add", "default", "via", "fe80::1", "dev", "eth0",
-                    ],
-                );
-            }
-            routes
+            default_routes(&netns, "169.254.1.1", ips.iter().any(IpAddr::is_ipv6));
         });
-        let routes = match wired {
-            Ok(routes) => routes,
-            Err(panic) => {
-                let why = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .unwrap_or_else(|| "wiring failed".into());
-                let mut state = self.state.lock().unwrap();
-                state.note(format!("{cluster}: pod {ns}/{name}: {why}"));
-                state.fatal = Some(format!("{cluster}: pod {ns}/{name}: {why}"));
-                drop(state);
-                remove_netns(&netns);
-                return None;
-            }
-        };
-        for route in routes {
-            let args: Vec<String> = ["route", "replace"]
-                .iter()
-                .map(|s| s.to_string())
-                .chain(route.iter().cloned())
-                .collect();
-            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-            let family = if route[0].contains(':') { "-6" } else { "-4" };
-            let mut all = vec![family];
-            all.extend(refs);
-            ip_in(&self.router, &all);
-            p.router_routes.push(route);
+        if let Err(panic) = wired {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_else(|| "wiring failed".into());
+            let mut state = self.state.lock().unwrap();
+            state.note(format!("{cluster}: pod {ns}/{name}: {why}"));
+            state.fatal = Some(format!("{cluster}: pod {ns}/{name}: {why}"));
+            drop(state);
+            self.unroute(&ips, &node);
+            remove_netns(&netns);
+            return None;
         }
+        p.routes = Some((ips.clone(), node.clone()));
         // The pod's resolver: its cluster's DNS, its namespace's search path.
         let etc = PathBuf::from(format!("/etc/netns/{netns}"));
         std::fs::create_dir_all(&etc).unwrap();
@@ -1422,16 +1289,33 @@ impl RunnerContext {
             kill_group(child);
         }
         remove_netns(&pod.netns);
-        for route in &pod.router_routes {
-            let mut args = vec!["-n", self.router.as_str(), "route", "del"];
-            args.extend(route.iter().map(String::as_str));
-            // Gone already when a newer pod took the address (route replace).
+        if let Some((ips, node)) = &pod.routes {
+            self.unroute(ips, node);
+        }
+        self.state.lock().unwrap().netns.remove(&pod.key);
+    }
+
+    /// Deletes the router's routes to `ips` through `node`; a route that a
+    /// newer pod on another node took over stays.
+    fn unroute(&self, ips: &[IpAddr], node: &NodeNet) {
+        for address in ips {
+            let route = match address {
+                IpAddr::V4(_) => format!(
+                    "-4 route del {address}/32 via {} dev {} onlink",
+                    node.ipv4, node.router_link
+                ),
+                IpAddr::V6(_) => format!(
+                    "-6 route del {address}/128 via fe80::2 dev {}",
+                    node.router_link
+                ),
+            };
+            let mut args = vec!["-n", self.router.as_str()];
+            args.extend(route.split_whitespace());
             let _ = Command::new("ip")
                 .args(&args)
                 .stderr(Stdio::null())
                 .status();
         }
-        self.state.lock().unwrap().netns.remove(&pod.key);
     }
 }
 
