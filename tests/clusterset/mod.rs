@@ -211,11 +211,20 @@ impl Clusterset {
             "udp" => format!("UDP{family}:{target}:{port}"),
             _ => format!("TCP{family}:{target}:{port}"),
         };
-        // UDP needs a datagram to answer; TCP answers on connect.
-        let send = if proto == "udp" { "echo ping" } else { "true" };
+        // TCP answers on connect. UDP needs a datagram to answer, and like
+        // any UDP client this one sends again (up to 3 times, 1 s apart)
+        // when no answer comes: a lost datagram is not a routing failure.
+        let attempt = if proto == "udp" {
+            format!(
+                "r=; for t in 1 2 3; do r=$(echo ping | socat -T 1 - {address} 2>&1) || break; \
+                 [ -n \"$r\" ] && break; done; [ -n \"$r\" ]"
+            )
+        } else {
+            format!("r=$(socat -T 2 -t 2 - {address} </dev/null 2>&1)")
+        };
         let script = format!(
             "for n in $(seq {count}); do \
-               if r=$({send} | socat -T 2 -t 2 - {address} 2>&1); then echo \"ok $r\"; else echo \"fail $r\"; fi; \
+               if {attempt}; then echo \"ok $r\"; else echo \"fail $r\"; fi; \
              done"
         );
         let out = self.kubectl(i, &["exec", "-n", ns, "client", "--", "sh", "-c", &script]);
