@@ -77,15 +77,16 @@ pub struct DataPlane {
 
 /// kube-proxy in one node namespace.
 struct NodeProxy {
-    child: Child,
+    child: Mutex<Child>,
     log: PathBuf,
     netns: String,
 }
 
 impl Drop for NodeProxy {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let child = self.child.get_mut().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
@@ -313,15 +314,9 @@ impl DataPlane {
     /// cannot recover from.
     pub fn assert_healthy(&self) {
         for p in &self.proxies {
-            // try_wait needs &mut; a zero-signal probe of the pid is enough.
-            #[allow(unsafe_code)]
-            // SAFETY: kill with signal 0 only checks that the process exists.
-            let alive = unsafe { libc::kill(p.child.id() as i32, 0) } == 0
-                && !std::fs::read_to_string(format!("/proc/{}/stat", p.child.id()))
-                    .unwrap_or_default()
-                    .contains(") Z ");
+            let exited = p.child.lock().unwrap().try_wait().ok().flatten();
             assert!(
-                alive,
+                exited.is_none(),
                 "kube-proxy in {} exited; log:\n{}",
                 p.netns,
                 controlplane::tail(&p.log)
@@ -841,7 +836,7 @@ fn start_kube_proxy(cluster: &controlplane::Cluster, node: &NodeNet) -> NodeProx
         &log,
     );
     NodeProxy {
-        child,
+        child: Mutex::new(child),
         log,
         netns: node.netns.clone(),
     }
