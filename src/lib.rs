@@ -30,7 +30,9 @@
 //!   clusters from an admin's kubeconfigs (the controller's identity rules).
 //! - [`config`]: command line, environment and TOML configuration.
 //! - [`error`]: how errors and their causes are printed.
-//! - [`metrics`], [`admin`], [`explain`], [`telemetry`]: operations.
+//! - [`metrics`], [`admin`], [`explain`], [`telemetry`], [`log_limit`]:
+//!   operations.
+//! - [`memory`]: freed heap handed back to the kernel after a large load.
 //! - [`build_info`]: version, commit and toolchain the binary was built from.
 //! - `fuzzing` (hidden): the invariant checks the fuzz targets in
 //!   `tests/fuzz/` and the corpus replay in `tests/fuzz_corpus.rs` share.
@@ -47,6 +49,8 @@ pub mod explain;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod index;
+pub mod log_limit;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod peer;

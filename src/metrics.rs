@@ -11,6 +11,8 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
+use crate::log_limit::{LogLimiter, NETWORK_LOG_INTERVAL};
+
 /// Transport a query arrived on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
@@ -29,8 +31,8 @@ const RCODES: [&str; 8] = [
 /// Something the network did that the server refused, dropped or could
 /// not serve. Each is counted in `clusterset_dns_network_events_total` by
 /// its [`Self::reason`], and logged at most once per
-/// [`crate::telemetry::NETWORK_LOG_INTERVAL`] (with the number of lines
-/// held back), since anyone can send them at any rate.
+/// [`NETWORK_LOG_INTERVAL`] (with the number of lines held back), since
+/// anyone can send them at any rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NetworkEvent {
     /// A malformed query, answered FORMERR.
@@ -142,7 +144,7 @@ pub struct Metrics {
     /// UDP queries response rate limiting answered truncated (slipped).
     pub rrl_slipped: IntCounter,
     network_events: Vec<IntCounter>,
-    network_logs: std::sync::Arc<[crate::telemetry::LogLimiter]>,
+    network_logs: std::sync::Arc<[LogLimiter]>,
 }
 
 impl Default for Metrics {
@@ -184,7 +186,7 @@ impl Metrics {
             .collect();
         let network_logs = NetworkEvent::ALL
             .iter()
-            .map(|_| crate::telemetry::LogLimiter::new(crate::telemetry::NETWORK_LOG_INTERVAL))
+            .map(|_| LogLimiter::new(NETWORK_LOG_INTERVAL))
             .collect();
         let rrl = IntCounterVec::new(
             Opts::new(

@@ -112,7 +112,7 @@ impl Publisher {
                 .observe(changed.elapsed().as_secs_f64());
         }
         if after_list {
-            crate::source::release_freed_memory();
+            crate::memory::release_freed_memory();
         }
         first
     }

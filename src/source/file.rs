@@ -289,7 +289,7 @@ impl FileSource {
         let (text, stamp) = read_manifest(&self.path, self.max_bytes)?;
         let result = self.load_text(&text);
         drop(text);
-        super::release_freed_memory();
+        crate::memory::release_freed_memory();
         if result.is_ok() {
             self.loaded = Some(stamp);
         }
