@@ -20,7 +20,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::explain::{Context, Explainer, Explanation, NameReading};
+use crate::explain::{Context, Explanation, NameReading};
+use crate::inquiry::Explainer;
 use crate::metrics::{Metrics, NetworkEvent};
 use crate::publish::ZoneHandle;
 

@@ -148,7 +148,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let mut tasks = Vec::new();
 
     let (fatal_tx, fatal) = mpsc::channel(1);
-    let (explainer, inquiries) = crate::explain::channel();
+    let (explainer, inquiries) = crate::inquiry::channel();
     match &config.file {
         Some(path) => {
             let publisher = Publisher::new(zone.clone(), metrics.clone(), inquiries);

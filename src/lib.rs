@@ -31,7 +31,8 @@
 //! - [`config`]: command line, environment and TOML configuration.
 //! - [`error`]: how errors and their causes are printed.
 //! - [`metrics`], [`admin`], [`explain`], [`telemetry`], [`log_limit`]:
-//!   operations.
+//!   operations; [`inquiry`]: what `/explain` asks a source and what it
+//!   answers.
 //! - [`memory`]: freed heap handed back to the kernel after a large load.
 //! - [`build_info`]: version, commit and toolchain the binary was built from.
 //! - `fuzzing` (hidden): the invariant checks the fuzz targets in
@@ -49,6 +50,7 @@ pub mod explain;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod index;
+pub mod inquiry;
 pub mod log_limit;
 pub mod memory;
 pub mod metrics;

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use arc_swap::{ArcSwapOption, Guard};
 
-use crate::explain::{Inquiries, Inquiry};
 use crate::index::{Index, PublishStats};
+use crate::inquiry::{Inquiries, Inquiry};
 use crate::metrics::Metrics;
 use crate::zone::Zone;
 
@@ -149,7 +149,7 @@ mod tests {
     fn the_publisher_serves_zones_and_says_whether_the_source_is_failing() {
         let metrics = Arc::new(Metrics::new());
         let zone = ZoneHandle::new();
-        let (explainer, inquiries) = crate::explain::channel();
+        let (explainer, inquiries) = crate::inquiry::channel();
         let mut publisher = Publisher::new(zone.clone(), metrics.clone(), inquiries);
         let mut index = Index::new(ZoneSettings::new(
             hickory_proto::rr::Name::from_ascii("clusterset.local.").unwrap(),

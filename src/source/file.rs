@@ -28,8 +28,8 @@ use tokio::sync::{oneshot, watch};
 
 use self::settle::Settle;
 use super::manifest::{self, ManifestError};
-use crate::explain::SourceReport;
 use crate::index::{Index, PublishStats};
+use crate::inquiry::SourceReport;
 use crate::publish::Publisher;
 use crate::zone::ZoneSettings;
 
