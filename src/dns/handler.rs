@@ -1,7 +1,7 @@
 //! The handler of every query hickory decodes (TCP, UDP with the fast path
 //! off, and the unusual UDP queries the fast path hands over): reads the
 //! hickory request as a [`Query`] and renders its [`Plan`]. An answer from
-//! the zone goes out as the fast path writes it ([`render`]: the
+//! the zone goes out as the fast path writes it ([`super::render`]: the
 //! precompiled, fully compressed bytes after the echoed question); errors
 //! without records go through hickory's `MessageResponse`. Every protocol
 //! rule lives in [`super::plan`].
@@ -18,8 +18,8 @@ use hickory_server::zone_handler::MessageResponseBuilder;
 use super::plan::{
     EdnsQuery, EdnsResponse, MAX_UDP_PAYLOAD, MIN_UDP_PAYLOAD, Plan, Query, Question, udp_limit,
 };
+use super::render::render;
 use super::request::header_only;
-use super::wire_answer::render;
 use crate::metrics::{Metrics, NetworkEvent, Transport};
 use crate::publish::ZoneHandle;
 use crate::zone::MAX_LABELS;

@@ -1,9 +1,12 @@
-//! The DNS side: the hickory request handler, the UDP fast path, the
-//! structural check every query passes, the UDP workers and their response
-//! rate limiting, the TCP listener and the sockets. Reads only the published zone; never talks to Kubernetes.
+//! The DNS side: the response plan and the writer both paths render it
+//! with, the hickory request handler, the UDP fast path, the structural
+//! check every query passes, the UDP workers and their response rate
+//! limiting, the TCP listener and the sockets. Reads only the published
+//! zone; never talks to Kubernetes.
 
 pub mod handler;
 pub mod plan;
+pub mod render;
 pub(crate) mod request;
 pub mod rrl;
 pub mod server;

@@ -5,9 +5,9 @@
 //! published zone: the rcode, the AA flag, which precompiled sections go in,
 //! whether an OPT record goes back and with which extended rcode and DO bit,
 //! and, through [`Plan::fit`], what is dropped when the response does not
-//! fit (additional records first, then the answers with TC set). The two
-//! writers — [`super::wire_answer`] for the fast path and the hickory
-//! handler — only render the plan.
+//! fit (additional records first, then the answers with TC set). The
+//! writers only render the plan: [`super::render`] the answers both paths
+//! send, the hickory handler its errors without records.
 //!
 //! | case | response |
 //! |---|---|
@@ -35,6 +35,10 @@ pub const MAX_UDP_PAYLOAD: u16 = 1232;
 pub const MIN_UDP_PAYLOAD: u16 = 512;
 /// Class IN.
 pub const CLASS_IN: u16 = 1;
+/// The type of an OPT record (RFC 6891 §6.1.1).
+pub const TYPE_OPT: u16 = 41;
+/// The DO flag in the high byte of an OPT record's flags (RFC 3225 §3).
+pub const DO_BIT: u8 = 0x80;
 
 /// The largest UDP response for a query offering this EDNS payload size:
 /// the offer clamped to 512..=1232 (below 512 counts as 512, RFC 6891
