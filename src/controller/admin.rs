@@ -1,22 +1,22 @@
-//! The controller's admin endpoint: `/metrics`, `/ready` (200 once this
-//! cluster is listed and every peer is synced or within its grace period),
-//! `/live`, and `/explain?service=<namespace>/<name>` (JSON: the exporters,
+//! The controller's admin endpoint on the shared
+//! [`crate::admin::server`]: `/ready` (200 once this cluster is listed and
+//! every peer is synced or within its grace period; 503 on a standby), its
+//! metrics, and `/explain?service=<namespace>/<name>` (JSON: the exporters,
 //! the winner of the merge, the conflict and the writes still pending).
+//! `/live`, `/health` and the connection budget are the server's, the same
+//! as the DNS server's ([`crate::admin`]).
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::StatusCode;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
 use super::metrics::ControllerMetrics;
 use super::run::Query;
+use crate::admin::server::{self, Limits, Reply, Routes};
+use crate::log_limit::{LogLimiter, NETWORK_LOG_INTERVAL};
 use crate::model::ServiceRef;
 
 /// How long a question to the controller loop may take.
@@ -34,81 +34,72 @@ pub struct State {
     pub leading: tokio::sync::watch::Receiver<bool>,
 }
 
-/// Serves the endpoint until the process ends.
+/// Serves the endpoint until the process ends, within the shared server's
+/// [`Limits`].
 pub async fn serve(listener: TcpListener, state: State) {
-    let state = Arc::new(state);
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let state = state.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(respond(&req, &state).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
-}
-
-async fn ask<T>(state: &State, make: impl FnOnce(oneshot::Sender<T>) -> Query) -> Option<T> {
-    let (reply, answer) = oneshot::channel();
-    state.queries.send(make(reply)).await.ok()?;
-    tokio::time::timeout(ANSWER_WAIT, answer).await.ok()?.ok()
-}
-
-async fn respond(req: &Request<Incoming>, state: &State) -> Response<Full<Bytes>> {
-    const TEXT: &str = "text/plain; version=0.0.4";
-    let (status, content_type, body) = match req.uri().path() {
-        "/metrics" => (StatusCode::OK, TEXT, state.metrics.render()),
-        "/live" | "/livez" | "/healthz" | "/health" => (StatusCode::OK, TEXT, "ok\n".into()),
-        "/ready" | "/readyz" if !*state.leading.borrow() => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            TEXT,
-            "not ready: standby, waiting for the leader Lease\n".into(),
-        ),
-        "/ready" | "/readyz" => match ask(state, Query::Ready).await {
-            Some(Ok(())) => (StatusCode::OK, TEXT, "ready\n".into()),
-            Some(Err(why)) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                TEXT,
-                format!("not ready: {why}\n"),
-            ),
-            None => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                TEXT,
-                "not ready: the controller loop did not answer\n".into(),
-            ),
-        },
-        "/explain" => match service_param(req.uri().query().unwrap_or("")) {
-            Ok(service) => match ask(state, |reply| Query::Explain(service, reply)).await {
-                Some(json) => (
-                    StatusCode::OK,
-                    "application/json",
-                    format!(
-                        "{}\n",
-                        serde_json::to_string_pretty(&json).unwrap_or_default()
-                    ),
-                ),
-                None => (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    TEXT,
-                    "the controller loop did not answer (standby or starting)\n".into(),
-                ),
-            },
-            Err(message) => (StatusCode::BAD_REQUEST, TEXT, message),
-        },
-        _ => (StatusCode::NOT_FOUND, TEXT, "not found\n".into()),
+    let routes = ControllerRoutes {
+        state,
+        refusals: LogLimiter::new(NETWORK_LOG_INTERVAL),
     };
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    if let Ok(value) = content_type.parse() {
-        response.headers_mut().insert("content-type", value);
+    server::serve(
+        listener,
+        Arc::new(routes),
+        Limits::default(),
+        std::future::pending(),
+    )
+    .await;
+}
+
+/// The controller's routes: its [`State`], and the limiter of the
+/// warnings about refused connections (the controller counts them in no
+/// metric).
+#[derive(Debug)]
+struct ControllerRoutes {
+    state: State,
+    refusals: LogLimiter,
+}
+
+impl ControllerRoutes {
+    /// Asks the controller loop; `None` when it does not answer in time
+    /// (a standby, or still starting).
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Query) -> Option<T> {
+        let (reply, answer) = oneshot::channel();
+        self.state.queries.send(make(reply)).await.ok()?;
+        tokio::time::timeout(ANSWER_WAIT, answer).await.ok()?.ok()
     }
-    response
+}
+
+impl Routes for ControllerRoutes {
+    async fn ready(&self) -> Result<(), String> {
+        if !*self.state.leading.borrow() {
+            return Err("standby, waiting for the leader Lease".into());
+        }
+        self.ask(Query::Ready)
+            .await
+            .unwrap_or_else(|| Err("the controller loop did not answer".into()))
+    }
+
+    fn metrics(&self) -> String {
+        self.state.metrics.render()
+    }
+
+    async fn explain(&self, query: &str) -> Reply {
+        let service = match service_param(query) {
+            Ok(service) => service,
+            Err(message) => return Reply::text(StatusCode::BAD_REQUEST, message),
+        };
+        match self.ask(|reply| Query::Explain(service, reply)).await {
+            Some(json) => Reply::json(&json),
+            None => Reply::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the controller loop did not answer (standby or starting)\n",
+            ),
+        }
+    }
+
+    fn refused(&self) -> Option<u64> {
+        self.refusals.allow()
+    }
 }
 
 fn service_param(query: &str) -> Result<ServiceRef, String> {
@@ -131,6 +122,64 @@ fn service_param(query: &str) -> Result<ServiceRef, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admin::server::testing::{LIVE_PATHS, get, loopback};
+
+    /// The controller's endpoint on a real socket, its loop played by a
+    /// task answering the queries: the health routes every process
+    /// answers, `/ready` of a standby and of a leader, `/explain`.
+    #[tokio::test]
+    async fn the_controller_endpoint_answers_the_shared_health_routes_and_its_own() {
+        let (queries, mut asked) = mpsc::channel(4);
+        let (leading_tx, leading) = tokio::sync::watch::channel(false);
+        let state = State {
+            metrics: Arc::new(ControllerMetrics::new()),
+            queries,
+            leading,
+        };
+        let (listener, addr) = loopback().await;
+        tokio::spawn(serve(listener, state));
+
+        for path in LIVE_PATHS {
+            assert_eq!(get(addr, path).await, (200, "ok\n".into()), "{path}");
+        }
+        let standby = (
+            503,
+            "not ready: standby, waiting for the leader Lease\n".into(),
+        );
+        assert_eq!(get(addr, "/ready").await, standby);
+
+        leading_tx.send(true).unwrap();
+        let answers = tokio::spawn(async move {
+            let mut ready = [Err("peer east is not synced".to_owned()), Ok(())].into_iter();
+            while let Some(query) = asked.recv().await {
+                match query {
+                    Query::Ready(reply) => {
+                        let _ = reply.send(ready.next().expect("asked twice"));
+                    }
+                    Query::Explain(service, reply) => {
+                        let _ = reply.send(serde_json::json!({"service": service.to_string()}));
+                    }
+                }
+            }
+        });
+        let syncing = (503, "not ready: peer east is not synced\n".into());
+        assert_eq!(get(addr, "/ready").await, syncing);
+        assert_eq!(get(addr, "/readyz").await, (200, "ready\n".into()));
+        let (status, json) = get(addr, "/explain?service=demo/web").await;
+        assert_eq!(status, 200, "{json}");
+        let explained: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(explained["service"], "demo/web", "{json}");
+        assert_eq!(get(addr, "/explain?service=web").await.0, 400);
+        assert_eq!(get(addr, "/metrics").await.0, 200);
+
+        answers.abort();
+        let _ = answers.await;
+        let gone = (
+            503,
+            "not ready: the controller loop did not answer\n".into(),
+        );
+        assert_eq!(get(addr, "/ready").await, gone);
+    }
 
     #[test]
     fn explain_takes_namespace_slash_name() {
