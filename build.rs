@@ -35,7 +35,7 @@ fn git_commit() -> Option<String> {
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?);
     let git = |args: &[&str]| output(Command::new("git").arg("-C").arg(&manifest_dir).args(args));
     let commit = git(&["rev-parse", "--verify", "HEAD"])?;
-    for file in rerun_files(&git) {
+    for file in rerun_files(git) {
         println!("cargo:rerun-if-changed={}", file.display());
     }
     Some(commit)
