@@ -41,6 +41,7 @@ pub mod membership;
 pub mod merge;
 pub mod metrics;
 pub mod naming;
+pub mod peers;
 pub mod reconcile;
 pub mod run;
 
