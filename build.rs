@@ -35,18 +35,37 @@ fn git_commit() -> Option<String> {
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?);
     let git = |args: &[&str]| output(Command::new("git").arg("-C").arg(&manifest_dir).args(args));
     let commit = git(&["rev-parse", "--verify", "HEAD"])?;
-    // In a worktree `.git` is a file; `--git-path` resolves the real paths.
-    for path in ["HEAD", "packed-refs"] {
-        if let Some(file) = git(&["rev-parse", "--path-format=absolute", "--git-path", path]) {
-            println!("cargo:rerun-if-changed={file}");
-        }
-    }
-    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"])
-        && let Some(file) = git(&["rev-parse", "--path-format=absolute", "--git-path", &branch])
-    {
-        println!("cargo:rerun-if-changed={file}");
+    for file in rerun_files(git) {
+        println!("cargo:rerun-if-changed={}", file.display());
     }
     Some(commit)
+}
+
+/// The files whose change moves `HEAD`: `HEAD` itself, `packed-refs` and
+/// the branch's loose ref, each only where it exists: cargo reruns the
+/// build script on every build for a path that does not exist. A packed
+/// branch (no loose ref) is watched through the nearest directory above
+/// it, which changes when the next commit writes the loose ref again; a
+/// missing `packed-refs` needs nothing, since packing deletes a loose ref
+/// that is watched.
+pub fn rerun_files(git: impl Fn(&[&str]) -> Option<String>) -> Vec<PathBuf> {
+    // In a worktree `.git` is a file; `--git-path` resolves the real paths.
+    let git_path = |path: &str| {
+        git(&["rev-parse", "--path-format=absolute", "--git-path", path]).map(PathBuf::from)
+    };
+    let mut files: Vec<PathBuf> = ["HEAD", "packed-refs"]
+        .into_iter()
+        .filter_map(git_path)
+        .filter(|path| path.exists())
+        .collect();
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]).and_then(|b| git_path(&b)) {
+        let watched = branch
+            .ancestors()
+            .find(|path| path.exists())
+            .map(PathBuf::from);
+        files.extend(watched);
+    }
+    files
 }
 
 /// Trimmed stdout of a command that succeeded with non-empty output.

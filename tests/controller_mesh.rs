@@ -1289,3 +1289,142 @@ async fn a_peer_behind_a_proxy_that_drops_traffic_is_dropped_after_grace_and_bac
         back.as_secs_f64()
     );
 }
+
+// ---------------------------------------------------------------------------
+// A leader cut off from its own apiserver.
+// ---------------------------------------------------------------------------
+
+/// Two replicas of cluster1's controller with leader election: the leader
+/// reaches its apiserver through toxiproxy, the standby directly. The proxy
+/// then drops every byte and keeps the connections open, so the leader's
+/// Lease renewal hangs (nothing errors). The leader must stop by its renewal
+/// deadline (`RENEW_DEADLINE` after the last renewal, which came at most
+/// `RENEW_EVERY` before the cut): it closes its fence, so no write leaves
+/// it after that instant, and exits. The standby takes the Lease once it
+/// expires, within `LEASE_DURATION` plus one standby retry of the cut, and
+/// imports from then on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_cut_off_from_its_apiserver_stops_by_its_deadline_and_the_standby_takes_over() {
+    use clusterset_dns::controller::leader::{LEASE_DURATION, RENEW_DEADLINE, RETRY_EVERY};
+
+    let _serial = SERIAL.lock().await;
+    let mut mesh = Mesh::start(&["test"; 2], 2, &["--startup-sync-timeout", "5s"]).await;
+    for i in 0..2 {
+        create_namespace(mesh.client(i), NS).await;
+    }
+    mesh.controllers[1].take().unwrap().kill();
+
+    let toxiproxy = toxiproxy::Toxiproxy::start(&mesh.plane.dir().join("toxiproxy.log")).await;
+    let url = mesh.plane.apiservers[1].url.clone();
+    let port = toxiproxy
+        .proxy("cluster1", url.trim_start_matches("https://"))
+        .await;
+    let direct = std::fs::read_to_string(&mesh.kubeconfigs[1]).unwrap();
+    assert!(direct.contains(&url), "{direct}");
+    let proxied = mesh.plane.dir().join("controller-1-proxied.kubeconfig");
+    std::fs::write(
+        &proxied,
+        direct.replace(&url, &format!("https://127.0.0.1:{port}")),
+    )
+    .unwrap();
+    let mut args: Vec<&str> = mesh.args.iter().map(String::as_str).collect();
+    args.extend(["--leader-election=true", "--identity", "behind-proxy"]);
+    let leader = controlplane::spawn_controller(&mesh.plane.clusters[1], &proxied, &args);
+    wait_for(
+        "the proxied replica leads",
+        Duration::from_secs(60),
+        || async {
+            leader.assert_running();
+            match http(leader.admin_port(), "/ready").await {
+                (200, _) => Ok(()),
+                (code, body) => Err(format!("/ready {code} {body:?}")),
+            }
+        },
+    )
+    .await;
+    let standby = mesh.spawn(1, &["--leader-election=true", "--identity", "direct"]);
+    wait_for(
+        "the direct replica stands by",
+        Duration::from_secs(30),
+        || async {
+            standby.assert_running();
+            match http(standby.admin_port(), "/ready").await {
+                (503, _) => Ok(()),
+                (code, body) => Err(format!("/ready {code} {body:?}")),
+            }
+        },
+    )
+    .await;
+    let b = mesh.client(1).clone();
+    export_service(mesh.client(0), NS, "before-cut", "10.200.0.60").await;
+    wait_for("imported under the proxied leader", WAIT, || async {
+        import(&b, NS, "before-cut")
+            .await
+            .map(|_| ())
+            .ok_or_else(|| "no import".to_owned())
+    })
+    .await;
+    assert!(metric(&leader, WRITES).await > 0.0);
+    assert_eq!(metric(&standby, WRITES).await, 0.0, "the standby wrote");
+
+    toxiproxy.blackhole("cluster1").await;
+    let cut = Instant::now();
+    let status = wait_for(
+        "the cut-off leader exits",
+        RENEW_DEADLINE + Duration::from_secs(5),
+        || async { leader.exited().ok_or_else(|| "still running".to_owned()) },
+    )
+    .await;
+    let stopped = cut.elapsed();
+    let log = leader.log();
+    assert!(!status.success(), "exited with {status}");
+    assert!(
+        log.contains("leadership lost") && log.contains("did not finish within"),
+        "the leader exited for another reason:\n{}",
+        controlplane::tail(leader.log_path())
+    );
+    // Its last renewal was at most RENEW_EVERY before the cut, so its
+    // deadline is at most RENEW_DEADLINE after it; 1 s for polling.
+    assert!(
+        stopped <= RENEW_DEADLINE + Duration::from_secs(1),
+        "the cut-off leader stopped {stopped:?} after the cut, past its deadline"
+    );
+
+    wait_for(
+        "the standby takes over",
+        LEASE_DURATION + RETRY_EVERY + Duration::from_secs(3),
+        || async {
+            standby.assert_running();
+            match http(standby.admin_port(), "/ready").await {
+                (200, _) => Ok(()),
+                (code, body) => Err(format!("/ready {code} {body:?}")),
+            }
+        },
+    )
+    .await;
+    let took_over = cut.elapsed();
+    let lease = Api::<Lease>::namespaced(b.clone(), controlplane::CONTROLLER_NAMESPACE)
+        .get("clusterset-dns-controller")
+        .await
+        .unwrap();
+    let holder = lease.spec.and_then(|s| s.holder_identity);
+    assert_eq!(holder.as_deref(), Some("direct"));
+    export_service(mesh.client(0), NS, "after-cut", "10.200.0.61").await;
+    wait_for("imported under the new leader", WAIT, || async {
+        import(&b, NS, "after-cut")
+            .await
+            .map(|_| ())
+            .ok_or_else(|| "no import".to_owned())
+    })
+    .await;
+    assert!(metric(&standby, WRITES).await > 0.0);
+    eprintln!(
+        "fenced leader: stopped {:.1} s after its apiserver path was cut (deadline {} s after \
+         its last renewal), the standby led {:.1} s after the cut (Lease {} s)",
+        stopped.as_secs_f64(),
+        RENEW_DEADLINE.as_secs(),
+        took_over.as_secs_f64(),
+        LEASE_DURATION.as_secs()
+    );
+    toxiproxy.heal("cluster1").await;
+}

@@ -34,12 +34,14 @@ pub mod args;
 pub mod cluster;
 pub mod conditions;
 pub mod connection;
+pub mod fence;
 pub mod leader;
 pub mod lean;
 pub mod membership;
 pub mod merge;
 pub mod metrics;
 pub mod naming;
+pub mod peers;
 pub mod reconcile;
 pub mod run;
 
@@ -53,6 +55,7 @@ use tokio::sync::mpsc;
 
 pub use self::args::ControllerArgs;
 use self::cluster::PeerLimits;
+use self::fence::{Fence, FenceLayer};
 use self::metrics::ControllerMetrics;
 use self::reconcile::NamespaceFilter;
 use self::run::{Controller, Settings};
@@ -89,9 +92,21 @@ pub async fn run(
     args: &ControllerArgs,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ControllerError> {
-    let client = Client::try_default()
+    let config = kube::Config::infer()
         .await
-        .map_err(ControllerError::Client)?;
+        .map_err(|e| ControllerError::Client(kube::Error::InferConfig(e)))?;
+    // The Lease is taken and renewed on a client of its own: the fence
+    // closes the controller's client to writes before the Lease is held.
+    let lease_client = Client::try_from(config.clone()).map_err(ControllerError::Client)?;
+    let fence = if args.leader_election {
+        Fence::closed()
+    } else {
+        Fence::open()
+    };
+    let client = kube::client::ClientBuilder::try_from(config)
+        .map_err(ControllerError::Client)?
+        .with_layer(&FenceLayer(fence.clone()))
+        .build();
     let metrics = Arc::new(ControllerMetrics::new());
     let (queries_tx, queries) = mpsc::channel(16);
     let (leading_tx, leading) = tokio::sync::watch::channel(!args.leader_election);
@@ -112,11 +127,13 @@ pub async fn run(
     let identity = args.identity.clone().unwrap_or_else(|| {
         std::env::var("HOSTNAME").unwrap_or_else(|_| format!("pid-{}", std::process::id()))
     });
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &args.namespace);
+    let leases: Api<Lease> = Api::namespaced(lease_client, &args.namespace);
     let mut shutdown = std::pin::pin!(shutdown);
     if args.leader_election {
         tokio::select! {
-            _ = leader::acquire(&leases, &args.lease_name, &identity) => {}
+            began = leader::acquire(&leases, &args.lease_name, &identity) => {
+                fence.extend(began + leader::RENEW_DEADLINE);
+            }
             _ = &mut shutdown => return Ok(()),
         }
         let _ = leading_tx.send(true);
@@ -138,17 +155,28 @@ pub async fn run(
             endpoints: args.peer_max_endpoints,
         },
     };
-    let controller = Controller::start(client, settings, metrics).await?;
+    // Renewals start with the controller: its start-up reads the cluster
+    // and may take longer than a renewal period.
     let hold = async {
         if args.leader_election {
-            leader::hold(&leases, &args.lease_name, &identity).await
+            let why = leader::hold(&leases, &args.lease_name, &identity, &fence).await;
+            let _ = leading_tx.send(false);
+            metrics.leader.set(0);
+            why
         } else {
             std::future::pending().await
         }
     };
+    let work = async {
+        let controller = Controller::start(client, settings, metrics.clone()).await?;
+        Err(ControllerError::Stopped(controller.run(queries).await))
+    };
     tokio::select! {
-        why = controller.run(queries) => Err(ControllerError::Stopped(why)),
+        // A lost Lease ends the work at once: the fence is already closed,
+        // and dropping the work aborts every write in flight.
+        biased;
         lost = hold => Err(ControllerError::LostLeadership(lost)),
+        stopped = work => stopped,
         () = &mut shutdown => Ok(()),
     }
 }

@@ -24,17 +24,15 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::apply::{Written, execute};
 use super::cluster::{ClusterData, LocalData, Objects, PeerLimits, Touched};
-use super::connection::{
-    ClusterKey, Connection, Identity, Report, Scope, WatchEvent, connect, identity,
-};
+use super::connection::{ClusterKey, Connection, Report, Scope, WatchEvent, connect, identity};
 use super::lean::Lean;
-use super::membership::{local_identity_problem, peer_refusal};
+use super::membership::local_identity_problem;
 use super::metrics::ControllerMetrics;
 use super::naming::FIELD_MANAGER;
-use super::reconcile::{Inputs, Kind, NamespaceFilter, PeerView, Plan, Write, plan};
+use super::peers::{Contact, Effect, Input, Now, Peers, Settings as PeerSettings, may_start};
+use super::reconcile::{Inputs, Kind, NamespaceFilter, Plan, Write, plan};
 use crate::api::{ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
-use crate::watch::backoff::RestartSchedule;
 use crate::watch::{Outcome, Watch};
 
 /// The key of a peer Secret's kubeconfig.
@@ -57,10 +55,6 @@ const WRITE_CONCURRENCY: usize = 16;
 /// How many plan-and-write rounds a cycle runs for the services that wrote
 /// (a new ClusterSetIP service needs three).
 const ROUNDS_PER_CYCLE: usize = 3;
-
-/// How long a deleted peer Secret may take to come back (a replace is a
-/// delete and a create) before the peer's data is dropped.
-const SECRET_DELETE_DEBOUNCE: Duration = Duration::from_secs(3);
 
 /// Settings of the loop.
 #[derive(Debug, Clone)]
@@ -94,130 +88,18 @@ pub enum Query {
     Explain(ServiceRef, oneshot::Sender<serde_json::Value>),
 }
 
-/// One connection to a peer and what it read.
-struct PeerConn {
-    generation: u64,
+/// The I/O of one peer connection: the identity read, the client it read
+/// with, then the watches and probe. Dropping it stops them.
+struct ConnTasks {
+    identity: Option<tokio::task::JoinHandle<()>>,
     client: Option<Client>,
-    identity: Option<Identity>,
-    data: ClusterData,
-    exports: Watch<Lean<ServiceExport>, Objects<ServiceExport>>,
-    services: Watch<Lean<Service>, Objects<Service>>,
-    slices: Watch<Lean<EndpointSlice>, Objects<EndpointSlice>>,
-    probe: Result<(), String>,
     connection: Option<Connection>,
-    identity_task: Option<tokio::task::JoinHandle<()>>,
-    /// Kinds whose limit this connection has hit (warned once each).
-    over_limit: BTreeSet<&'static str>,
 }
 
-impl Drop for PeerConn {
+impl Drop for ConnTasks {
     fn drop(&mut self) {
-        if let Some(task) = &self.identity_task {
+        if let Some(task) = &self.identity {
             task.abort();
-        }
-    }
-}
-
-impl PeerConn {
-    fn new(generation: u64, limits: PeerLimits) -> Self {
-        Self {
-            generation,
-            client: None,
-            identity: None,
-            data: ClusterData::for_peer(limits),
-            exports: Watch::new("serviceexports"),
-            services: Watch::new("services"),
-            slices: Watch::new("endpointslices"),
-            probe: Err("not probed yet".into()),
-            connection: None,
-            identity_task: None,
-            over_limit: BTreeSet::new(),
-        }
-    }
-
-    fn synced(&self) -> bool {
-        self.exports.health().synced()
-            && self.services.health().synced()
-            && self.slices.health().synced()
-    }
-
-    fn healthy(&self) -> bool {
-        self.synced() && self.probe.is_ok() && !self.failing()
-    }
-
-    /// Whether a watch is failing (a failed list or watch, not yet
-    /// followed by a relist or a change).
-    fn failing(&self) -> bool {
-        self.exports.health().failing()
-            || self.services.health().failing()
-            || self.slices.health().failing()
-    }
-
-    fn problem(&self) -> Option<String> {
-        if let Err(error) = &self.probe {
-            return Some(format!("probe: {error}"));
-        }
-        [
-            self.exports.health(),
-            self.services.health(),
-            self.slices.health(),
-        ]
-        .into_iter()
-        .find_map(|h| {
-            h.last_error()
-                .map(|e| format!("watch of {}: {e}", h.resource()))
-        })
-    }
-}
-
-/// A peer named by a Secret.
-struct Peer {
-    secret: String,
-    kubeconfig: Vec<u8>,
-    /// The connection whose data counts.
-    current: Option<PeerConn>,
-    /// A replacement (rotated Secret) being synced; swapped in once synced.
-    next: Option<PeerConn>,
-    refused: Option<String>,
-    removing_at: Option<Instant>,
-    /// Last time the peer was healthy (from its Lease across restarts).
-    last_seen: Option<SystemTime>,
-    lease_renewed: Option<Instant>,
-    /// The peer's id as its Lease recorded it, before the peer answers.
-    lease_id: Option<String>,
-    /// Spacing of reconnects to relist failing watches.
-    reconnects: RestartSchedule,
-}
-
-impl Peer {
-    fn id(&self) -> Option<&str> {
-        self.current
-            .as_ref()
-            .and_then(|c| c.identity.as_ref())
-            .map(|i| i.cluster_id.as_str())
-    }
-
-    fn within_grace(&self, grace: Duration) -> bool {
-        self.last_seen
-            .and_then(|seen| SystemTime::now().duration_since(seen).ok())
-            .is_some_and(|age| age < grace)
-    }
-
-    fn conn_mut(&mut self, generation: u64) -> Option<&mut PeerConn> {
-        if self
-            .current
-            .as_ref()
-            .is_some_and(|c| c.generation == generation)
-        {
-            self.current.as_mut()
-        } else if self
-            .next
-            .as_ref()
-            .is_some_and(|c| c.generation == generation)
-        {
-            self.next.as_mut()
-        } else {
-            None
         }
     }
 }
@@ -231,21 +113,18 @@ pub struct Controller {
     local: ClusterData,
     local_only: LocalData,
     local_watches: LocalWatches,
-    peers: BTreeMap<String, Peer>,
-    generation: u64,
+    /// The peers' state (pure); its effects are carried out here.
+    peers: Peers,
+    /// The I/O of each live peer connection, by Secret and generation.
+    tasks: BTreeMap<(String, u64), ConnTasks>,
     reports_tx: mpsc::Sender<Report>,
     reports: mpsc::Receiver<Report>,
-    identities_tx: mpsc::Sender<(String, u64, Contact)>,
-    identities: mpsc::Receiver<(String, u64, Contact)>,
+    identities_tx: mpsc::Sender<IdentityRead>,
+    identities: mpsc::Receiver<IdentityRead>,
     metrics: Arc<ControllerMetrics>,
     recorder: Recorder,
     started_at: Instant,
     started: bool,
-    /// Whether the peer Secrets have been listed once: until then the
-    /// peers are not known, and nothing may start.
-    secrets_listed: bool,
-    /// The Secrets of a list in progress.
-    secrets_relisted: Option<BTreeSet<String>>,
     dirty: Touched,
     first_change: Option<Instant>,
     retry: BTreeSet<ServiceRef>,
@@ -254,14 +133,12 @@ pub struct Controller {
     summaries: BTreeMap<ServiceRef, (Option<&'static str>, Option<String>)>,
     /// Why the controller must stop, once it knows.
     fatal: Option<String>,
-    /// Per peer Secret: whether its data counts, whether it is within
-    /// grace, and the connection's generation, as of the last loop
-    /// iteration.
-    usability: BTreeMap<String, Usability>,
-    /// Peer Leases found at start-up: Secret name → (peer id, last seen).
-    leases: BTreeMap<String, (String, SystemTime)>,
     _local_connection: Connection,
 }
+
+/// What an identity task read: the connection, what it found, and the
+/// client it read with when the peer answered.
+type IdentityRead = (String, u64, Contact, Option<Client>);
 
 struct LocalWatches {
     exports: Watch<Lean<ServiceExport>, Objects<ServiceExport>>,
@@ -318,6 +195,12 @@ impl Controller {
         }
         tracing::info!(cluster = %identity.cluster_id, clusterset = %identity.clusterset, "cluster identity");
         let leases = peer_leases(&client, &settings.namespace).await;
+        let peer_settings = PeerSettings {
+            local_id: identity.cluster_id.clone(),
+            local_clusterset: identity.clusterset.clone(),
+            grace: settings.grace,
+            limits: settings.peer_limits,
+        };
         let (reports_tx, reports) = mpsc::channel(4096);
         let (identities_tx, identities) = mpsc::channel(64);
         let local_connection = connect(
@@ -358,8 +241,8 @@ impl Controller {
             local: ClusterData::default(),
             local_only: LocalData::default(),
             local_watches: LocalWatches::new(),
-            peers: BTreeMap::new(),
-            generation: 0,
+            peers: Peers::new(peer_settings, leases),
+            tasks: BTreeMap::new(),
             reports_tx,
             reports,
             identities_tx,
@@ -368,15 +251,11 @@ impl Controller {
             recorder,
             started_at: Instant::now(),
             started: false,
-            secrets_listed: false,
-            secrets_relisted: None,
             dirty: Touched::default(),
             first_change: None,
             retry: BTreeSet::new(),
             summaries: BTreeMap::new(),
-            usability: BTreeMap::new(),
             fatal: None,
-            leases,
             _local_connection: local_connection,
         })
     }
@@ -401,11 +280,14 @@ impl Controller {
                         self.handle(report);
                     }
                 }
-                Some((secret, generation, contact)) = self.identities.recv() => {
-                    self.identified(&secret, generation, contact).await;
+                Some((secret, generation, contact, client)) = self.identities.recv() => {
+                    if let Some(tasks) = self.tasks.get_mut(&(secret.clone(), generation)) {
+                        tasks.client = client;
+                    }
+                    self.step(Input::Identity { secret, generation, contact });
                 }
                 Some(query) = queries.recv() => self.answer(query),
-                _ = tick.tick() => self.tick().await,
+                _ = tick.tick() => self.tick(),
                 // More planned work left from the last batch: go on at once.
                 () = std::future::ready(()), if self.started && !self.dirty.is_empty() => {}
                 _ = identity_check.tick() => {
@@ -423,37 +305,9 @@ impl Controller {
                 return fatal;
             }
             self.maybe_start();
-            self.notice_usability();
             if self.started && !self.dirty.is_empty() {
                 self.reconcile().await;
             }
-        }
-    }
-
-    /// Replans everything when a peer starts or stops counting (synced and
-    /// probed, lost beyond grace, replaced), or leaves its grace period
-    /// without having been read since start-up (services naming it were
-    /// left alone until then): whichever event caused it.
-    fn notice_usability(&mut self) {
-        let grace = self.settings.grace;
-        let now: BTreeMap<String, Usability> = self
-            .peers
-            .values()
-            .map(|p| (p.secret.clone(), usability(p, grace)))
-            .collect();
-        if now != self.usability {
-            for peer in self.peers.values() {
-                let was_usable = self.usability.get(&peer.secret).is_some_and(|u| u.0);
-                if was_usable && !now.get(&peer.secret).is_some_and(|u| u.0) {
-                    tracing::warn!(
-                        peer = peer.id().unwrap_or(&peer.secret),
-                        problem = ?peer.current.as_ref().and_then(PeerConn::problem),
-                        "peer no longer counts (unreachable beyond the grace period, or replaced): its services are no longer imported from it"
-                    );
-                }
-            }
-            self.usability = now;
-            self.dirty.all = true;
         }
     }
 
@@ -510,103 +364,18 @@ impl Controller {
                 self.mark(touched);
             }
             Report::Watch(ClusterKey::Peer { secret, generation }, event) => {
-                let Some(peer) = self.peers.get_mut(&secret) else {
-                    return;
-                };
-                let peer_name = peer.id().unwrap_or(&secret).to_owned();
-                let Some(conn) = peer.conn_mut(generation) else {
-                    return;
-                };
-                let outcome = match event {
-                    WatchEvent::Exports(e) => conn.exports.handle(&mut conn.data.exports, e, now),
-                    WatchEvent::Services(e) => {
-                        conn.services.handle(&mut conn.data.services, e, now)
-                    }
-                    WatchEvent::McsSlices(e) => {
-                        conn.slices.handle(&mut conn.data.mcs_slices, e, now)
-                    }
-                    _ => return,
-                };
-                if let Outcome::Failed { started, error, .. } = &outcome {
-                    self.metrics
-                        .peer_sync_errors
-                        .with_label_values(&[&peer_name, "watch"])
-                        .inc();
-                    if *started {
-                        tracing::warn!(peer = %peer_name, %error, "peer watch failing; its services stay imported within the grace period");
-                    }
-                }
-                for (kind, refused) in conn.data.take_refused() {
-                    if refused == 0 {
-                        continue;
-                    }
-                    self.metrics
-                        .rejected
-                        .with_label_values(&[&peer_name, "peer-limit"])
-                        .inc_by(refused);
-                    // Once per connection and kind, not per object.
-                    if conn.over_limit.insert(kind) {
-                        let limits = self.settings.peer_limits;
-                        tracing::warn!(
-                            peer = %peer_name, kind, ?limits,
-                            "peer exceeds the limits of what is read from one peer: objects beyond them are not imported (--peer-max-exports, --peer-max-services, --peer-max-slices, --peer-max-endpoints)"
-                        );
-                    }
-                }
-                let mut touched = conn.data.exports.take_touched();
-                touched.merge(conn.data.services.take_touched());
-                touched.merge(conn.data.mcs_slices.take_touched());
-                let is_current = peer
-                    .current
-                    .as_ref()
-                    .is_some_and(|c| c.generation == generation);
-                if is_current {
-                    self.mark(touched);
-                } else if peer.next.as_ref().is_some_and(PeerConn::synced) {
-                    // A rotated Secret's new connection has synced: it
-                    // replaces the old one without a gap.
-                    tracing::info!(peer = %peer_name, "peer connection replaced");
-                    peer.current = peer.next.take();
-                    self.dirty.all = true;
-                }
+                self.step(Input::Watch {
+                    secret,
+                    generation,
+                    event,
+                });
             }
             Report::Probe(ClusterKey::Peer { secret, generation }, result) => {
-                let Some(peer) = self.peers.get_mut(&secret) else {
-                    return;
-                };
-                let peer_name = peer.id().unwrap_or(&secret).to_owned();
-                let current = peer.current.as_ref().map(|c| c.generation) == Some(generation);
-                let replacing = peer.next.is_some();
-                let mut reconnect = false;
-                if let Some(conn) = peer.conn_mut(generation) {
-                    if let Err(error) = &result {
-                        self.metrics
-                            .peer_sync_errors
-                            .with_label_values(&[&peer_name, "probe"])
-                            .inc();
-                        if conn.probe.is_ok() {
-                            tracing::warn!(peer = %peer_name, %error, "peer probe failing");
-                        }
-                    } else {
-                        // The peer answers, but a watch that failed and
-                        // then resumed delivers nothing until an object
-                        // changes: on a quiet peer it would stay failing,
-                        // the peer unhealthy, and its services dropped
-                        // after grace. Connect again beside it, relisting
-                        // (spaced 1 s doubling to 60 s, for a watch that
-                        // keeps failing).
-                        reconnect = current && !replacing && conn.synced() && conn.failing();
-                        if conn.probe.is_err() && conn.synced() {
-                            tracing::info!(peer = %peer_name, "peer answers again");
-                        }
-                    }
-                    conn.probe = result;
-                }
-                if reconnect && peer_reconnect_due(&mut peer.reconnects) {
-                    tracing::info!(peer = %peer_name, "peer answers but a watch is failing; reconnecting to relist");
-                    let kubeconfig = peer.kubeconfig.clone();
-                    self.connect_peer(secret, kubeconfig);
-                }
+                self.step(Input::Probe {
+                    secret,
+                    generation,
+                    result,
+                });
             }
             Report::Probe(ClusterKey::Local, _) => {}
             Report::Secrets(event) => self.secrets(event),
@@ -622,85 +391,127 @@ impl Controller {
         touched
     }
 
+    /// The peer Secret watch, as inputs of the peers' state.
     fn secrets(&mut self, event: Result<WatcherEvent<Secret>, watcher::Error>) {
-        match event {
-            Ok(WatcherEvent::Apply(secret)) => self.peer_secret(secret),
-            Ok(WatcherEvent::InitApply(secret)) => {
-                if let Some(listed) = &mut self.secrets_relisted {
-                    listed.insert(secret.name_any());
-                }
-                self.peer_secret(secret)
-            }
-            Ok(WatcherEvent::Delete(secret)) => {
-                if let Some(peer) = self.peers.get_mut(&secret.name_any()) {
-                    peer.removing_at = Some(Instant::now() + SECRET_DELETE_DEBOUNCE);
-                }
-            }
-            Ok(WatcherEvent::Init) => self.secrets_relisted = Some(BTreeSet::new()),
-            Ok(WatcherEvent::InitDone) => {
-                self.secrets_listed = true;
-                // A Secret deleted while the watch was down sends no
-                // Delete: the list is the truth.
-                let listed = self.secrets_relisted.take().unwrap_or_default();
-                for peer in self.peers.values_mut() {
-                    if !listed.contains(&peer.secret) && peer.removing_at.is_none() {
-                        peer.removing_at = Some(Instant::now() + SECRET_DELETE_DEBOUNCE);
-                    }
-                }
-            }
+        let kubeconfig = |secret: &Secret| {
+            secret
+                .data
+                .as_ref()
+                .and_then(|data| data.get(KUBECONFIG_KEY))
+                .map(|bytes| bytes.0.clone())
+                .unwrap_or_default()
+        };
+        let input = match event {
+            Ok(WatcherEvent::Apply(secret)) => Input::SecretApplied {
+                kubeconfig: kubeconfig(&secret),
+                name: secret.name_any(),
+                listed: false,
+            },
+            Ok(WatcherEvent::InitApply(secret)) => Input::SecretApplied {
+                kubeconfig: kubeconfig(&secret),
+                name: secret.name_any(),
+                listed: true,
+            },
+            Ok(WatcherEvent::Delete(secret)) => Input::SecretDeleted(secret.name_any()),
+            Ok(WatcherEvent::Init) => Input::SecretsListing,
+            Ok(WatcherEvent::InitDone) => Input::SecretsListed,
             Err(error) => {
                 tracing::warn!(error = %crate::error::Chain(&error), "watch of peer Secrets failing");
-            }
-        }
-    }
-
-    fn peer_secret(&mut self, secret: Secret) {
-        let name = secret.name_any();
-        let kubeconfig = secret
-            .data
-            .as_ref()
-            .and_then(|data| data.get(KUBECONFIG_KEY))
-            .map(|bytes| bytes.0.clone())
-            .unwrap_or_default();
-        if let Some(peer) = self.peers.get_mut(&name) {
-            peer.removing_at = None;
-            if peer.kubeconfig == kubeconfig {
                 return;
             }
-        }
-        self.connect_peer(name, kubeconfig);
+        };
+        self.step(input);
     }
 
-    /// Connects (again) to the peer of Secret `name` with `kubeconfig`.
-    fn connect_peer(&mut self, name: String, kubeconfig: Vec<u8>) {
-        self.generation += 1;
-        let mut conn = PeerConn::new(self.generation, self.settings.peer_limits);
-        conn.identity_task = Some(self.spawn_identity(&name, self.generation, kubeconfig.clone()));
-        let peer = self.peers.entry(name.clone()).or_insert_with(|| Peer {
-            secret: name.clone(),
-            kubeconfig: Vec::new(),
-            current: None,
-            next: None,
-            refused: None,
-            removing_at: None,
-            last_seen: None,
-            lease_renewed: None,
-            lease_id: None,
-            reconnects: RestartSchedule::default(),
-        });
-        if peer.last_seen.is_none()
-            && let Some((id, seen)) = self.leases.get(&name)
-        {
-            peer.lease_id = Some(id.clone());
-            peer.last_seen = Some(*seen);
+    /// Feeds one input to the peers' state and carries out its effects;
+    /// then drops the I/O of connections the peers no longer have.
+    fn step(&mut self, input: Input) {
+        for effect in self.peers.handle(input, Now::current()) {
+            self.carry_out(effect);
         }
-        peer.kubeconfig = kubeconfig;
-        peer.refused = None;
-        if peer.current.as_ref().is_some_and(PeerConn::synced) {
-            tracing::info!(secret = %name, "connecting to the peer beside its current connection (new credentials, or a relist)");
-            peer.next = Some(conn);
-        } else {
-            peer.current = Some(conn);
+        let peers = &self.peers;
+        self.tasks
+            .retain(|(secret, generation), _| peers.is_live(secret, *generation));
+    }
+
+    fn carry_out(&mut self, effect: Effect) {
+        match effect {
+            Effect::Connect {
+                secret,
+                generation,
+                kubeconfig,
+            } => {
+                let identity = self.spawn_identity(&secret, generation, kubeconfig);
+                let tasks = ConnTasks {
+                    identity: Some(identity),
+                    client: None,
+                    connection: None,
+                };
+                self.tasks.insert((secret, generation), tasks);
+            }
+            Effect::StartWatches {
+                secret,
+                generation,
+                id,
+            } => {
+                let scope = Scope::Peer {
+                    id,
+                    probe_interval: self.settings.probe_interval,
+                    probe_timeout: self.settings.probe_timeout,
+                };
+                let reports = self.reports_tx.clone();
+                let key = (secret, generation);
+                if let Some(tasks) = self.tasks.get_mut(&key)
+                    && let Some(client) = tasks.client.clone()
+                {
+                    let (secret, generation) = key;
+                    let cluster = ClusterKey::Peer { secret, generation };
+                    tasks.connection = Some(connect(client, cluster, scope, reports));
+                }
+            }
+            Effect::Refused {
+                secret,
+                reason,
+                message,
+            } => self.record_refusal(&secret, reason, &message),
+            Effect::Touched(touched) => self.mark(touched),
+            Effect::ReplanAll => self.dirty.all = true,
+            Effect::SyncError { peer, kind } => self
+                .metrics
+                .peer_sync_errors
+                .with_label_values(&[&peer, kind])
+                .inc(),
+            Effect::OverLimit { peer, count } => self
+                .metrics
+                .rejected
+                .with_label_values(&[&peer, "peer-limit"])
+                .inc_by(count),
+            Effect::RenewLease { id, secret, seen } => {
+                tokio::spawn(renew_lease(
+                    self.client.clone(),
+                    self.settings.namespace.clone(),
+                    self.local_id.clone(),
+                    self.settings.grace,
+                    (id, secret, seen),
+                ));
+            }
+            Effect::Gauges { id, up, last_seen } => {
+                self.metrics
+                    .peer_up
+                    .with_label_values(&[&id])
+                    .set(up as i64);
+                if let Some(since) =
+                    last_seen.and_then(|seen| seen.duration_since(SystemTime::UNIX_EPOCH).ok())
+                {
+                    self.metrics
+                        .peer_last_seen
+                        .with_label_values(&[&id])
+                        .set(since.as_secs() as i64);
+                }
+            }
+            Effect::Forget { id } => {
+                self.metrics.peer_up.remove_label_values(&[&id]).ok();
+            }
         }
     }
 
@@ -718,7 +529,9 @@ impl Controller {
             let client = match client_from(&kubeconfig).await {
                 Ok(client) => client,
                 Err(error) => {
-                    let _ = tx.send((secret, generation, Contact::Invalid(error))).await;
+                    let _ = tx
+                        .send((secret, generation, Contact::Invalid(error), None))
+                        .await;
                     return;
                 }
             };
@@ -727,13 +540,13 @@ impl Controller {
                 let result = tokio::time::timeout(Duration::from_secs(10), identity(&client))
                     .await
                     .unwrap_or_else(|_| Err("no answer within 10s".into()));
-                let contact = match result {
-                    Ok(identity) => Contact::Identified(client.clone(), identity),
-                    Err(error) => Contact::Unreachable(error),
+                let (contact, answered) = match result {
+                    Ok(identity) => (Contact::Identified(identity), Some(client.clone())),
+                    Err(error) => (Contact::Unreachable(error), None),
                 };
-                let done = matches!(contact, Contact::Identified(..));
+                let done = answered.is_some();
                 if tx
-                    .send((secret.clone(), generation, contact))
+                    .send((secret.clone(), generation, contact, answered))
                     .await
                     .is_err()
                     || done
@@ -748,103 +561,12 @@ impl Controller {
         })
     }
 
-    async fn identified(&mut self, secret: &str, generation: u64, contact: Contact) {
-        let (client, identity) = match contact {
-            Contact::Identified(client, identity) => (client, identity),
-            Contact::Invalid(error) => {
-                self.refuse(
-                    secret,
-                    "InvalidKubeconfig",
-                    &format!("Secret {secret}: {error}"),
-                );
-                return;
-            }
-            Contact::Unreachable(error) => {
-                if let Some(peer) = self.peers.get(secret)
-                    && peer
-                        .current
-                        .as_ref()
-                        .is_some_and(|c| c.generation == generation && !c.synced())
-                {
-                    tracing::warn!(secret, %error, "cannot read the peer's identity yet; retrying");
-                }
-                return;
-            }
-        };
-        let refusal = peer_refusal(
-            &self.local_id,
-            &self.local_clusterset,
-            secret,
-            &identity.cluster_id,
-            &identity.clusterset,
-            self.peers
-                .values()
-                .filter_map(|p| Some((p.secret.as_str(), p.id()?))),
-        );
-        if let Some(refusal) = refusal {
-            self.refuse(secret, refusal.reason, &refusal.message);
-            return;
-        }
-        let scope = Scope::Peer {
-            id: identity.cluster_id.clone(),
-            probe_interval: self.settings.probe_interval,
-            probe_timeout: self.settings.probe_timeout,
-        };
-        let reports = self.reports_tx.clone();
-        let Some(peer) = self.peers.get_mut(secret) else {
-            return;
-        };
-        if let Some(previous) = peer.current.as_ref().and_then(|c| c.identity.as_ref())
-            && previous.cluster_id != identity.cluster_id
-            && peer
-                .current
-                .as_ref()
-                .is_some_and(|c| c.generation != generation)
-        {
-            tracing::warn!(secret, old = %previous.cluster_id, new = %identity.cluster_id, "the Secret now names another cluster");
-        }
-        let Some(conn) = peer.conn_mut(generation) else {
-            return;
-        };
-        let key = ClusterKey::Peer {
-            secret: secret.to_owned(),
-            generation,
-        };
-        conn.connection = Some(connect(client.clone(), key, scope, reports));
-        conn.client = Some(client);
-        tracing::info!(secret, peer = %identity.cluster_id, "peer accepted");
-        conn.identity = Some(identity);
-        self.dirty.all = true;
-    }
-
-    fn refuse(&mut self, secret: &str, reason: &'static str, message: &str) {
-        tracing::error!(secret, reason, "peer refused: {message}");
+    /// Counts a refused peer Secret and records a Warning Event on it.
+    fn record_refusal(&self, secret: &str, reason: &'static str, message: &str) {
         self.metrics
             .peers_refused
             .with_label_values(&[reason])
             .inc();
-        if let Some(peer) = self.peers.get_mut(secret) {
-            peer.refused = Some(message.to_owned());
-            peer.current = None;
-            peer.next = None;
-        } else {
-            self.peers.insert(
-                secret.to_owned(),
-                Peer {
-                    secret: secret.to_owned(),
-                    kubeconfig: Vec::new(),
-                    current: None,
-                    next: None,
-                    refused: Some(message.to_owned()),
-                    removing_at: None,
-                    last_seen: None,
-                    lease_renewed: None,
-                    lease_id: None,
-                    reconnects: RestartSchedule::default(),
-                },
-            );
-        }
-        self.dirty.all = true;
         let recorder = self.recorder.clone();
         let reference = ObjectReference {
             api_version: Some("v1".into()),
@@ -867,116 +589,13 @@ impl Controller {
         });
     }
 
-    /// Once a second: drop peers whose Secret is gone, keep Leases and
-    /// metrics current, and retry failed writes.
-    async fn tick(&mut self) {
-        let now = Instant::now();
-        let removed: Vec<String> = self
-            .peers
-            .values()
-            .filter(|p| p.removing_at.is_some_and(|at| at <= now))
-            .map(|p| p.secret.clone())
-            .collect();
-        for secret in removed {
-            let peer = self.peers.remove(&secret);
-            let id = peer.as_ref().and_then(|p| p.id().map(str::to_owned));
-            tracing::info!(secret, peer = ?id, "peer Secret deleted: its services are no longer imported");
-            if let Some(id) = id {
-                self.metrics.peer_up.remove_label_values(&[&id]).ok();
-            }
-            self.dirty.all = true;
-            // A peer refused as a duplicate of this one may be valid now.
-            let refused: Vec<(String, Vec<u8>)> = self
-                .peers
-                .values()
-                .filter(|p| p.refused.is_some() && !p.kubeconfig.is_empty())
-                .map(|p| (p.secret.clone(), p.kubeconfig.clone()))
-                .collect();
-            for (name, kubeconfig) in refused {
-                self.connect_peer(name, kubeconfig);
-            }
-        }
-        let grace = self.settings.grace;
-        let renew_every = (grace / 4).clamp(Duration::from_secs(5), Duration::from_secs(60));
-        let mut leases: Vec<(String, String, SystemTime)> = Vec::new();
-        for peer in self.peers.values_mut() {
-            let Some(id) = peer.id().map(str::to_owned) else {
-                continue;
-            };
-            let healthy = peer.current.as_ref().is_some_and(PeerConn::healthy);
-            self.metrics
-                .peer_up
-                .with_label_values(&[&id])
-                .set(healthy as i64);
-            if healthy {
-                peer.last_seen = Some(SystemTime::now());
-                if peer
-                    .lease_renewed
-                    .is_none_or(|at| now.duration_since(at) >= renew_every)
-                {
-                    peer.lease_renewed = Some(now);
-                    leases.push((id.clone(), peer.secret.clone(), SystemTime::now()));
-                }
-            }
-            if let Some(seen) = peer.last_seen
-                && let Ok(since) = seen.duration_since(SystemTime::UNIX_EPOCH)
-            {
-                self.metrics
-                    .peer_last_seen
-                    .with_label_values(&[&id])
-                    .set(since.as_secs() as i64);
-            }
-        }
-        for (id, secret, seen) in leases {
-            self.renew_lease(&id, &secret, seen).await;
-        }
+    /// Once a second: the peers' timers (Secrets gone, Leases, gauges,
+    /// grace periods), and failed writes retried.
+    fn tick(&mut self) {
+        self.step(Input::Tick);
         if !self.retry.is_empty() {
             let retry = std::mem::take(&mut self.retry);
             self.dirty.services.extend(retry);
-        }
-    }
-
-    fn lease_name(id: &str) -> String {
-        format!("clusterset-dns-peer-{id}")
-    }
-
-    async fn renew_lease(&self, id: &str, secret: &str, seen: SystemTime) {
-        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.settings.namespace);
-        let renew = k8s_openapi::jiff::Timestamp::try_from(seen)
-            .ok()
-            .map(MicroTime);
-        let lease = Lease {
-            metadata: ObjectMeta {
-                name: Some(Self::lease_name(id)),
-                namespace: Some(self.settings.namespace.clone()),
-                labels: Some(BTreeMap::from([(
-                    PEER_LEASE_LABEL.to_owned(),
-                    "true".to_owned(),
-                )])),
-                annotations: Some(BTreeMap::from([(
-                    PEER_SECRET_ANNOTATION.to_owned(),
-                    secret.to_owned(),
-                )])),
-                ..ObjectMeta::default()
-            },
-            spec: Some(LeaseSpec {
-                holder_identity: Some(self.local_id.clone()),
-                lease_duration_seconds: Some(
-                    self.settings.grace.as_secs().min(i32::MAX as u64) as i32
-                ),
-                renew_time: renew,
-                ..LeaseSpec::default()
-            }),
-        };
-        let mut body = serde_json::to_value(&lease).unwrap_or_default();
-        body["apiVersion"] = "coordination.k8s.io/v1".into();
-        body["kind"] = "Lease".into();
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        if let Err(error) = api
-            .patch(&Self::lease_name(id), &params, &Patch::Apply(body))
-            .await
-        {
-            tracing::warn!(peer = id, error = %crate::error::Chain(&error), "cannot renew the peer Lease");
         }
     }
 
@@ -986,15 +605,11 @@ impl Controller {
         if self.started {
             return;
         }
-        let peers_synced = self
-            .peers
-            .values()
-            .filter(|p| p.refused.is_none())
-            .all(|p| p.current.as_ref().is_some_and(PeerConn::synced));
+        let peers_synced = self.peers.synced();
         let timed_out = self.started_at.elapsed() >= self.settings.startup_sync_timeout;
         if may_start(
             self.local_watches.synced(),
-            self.secrets_listed,
+            self.peers.listed(),
             peers_synced,
             timed_out,
         ) {
@@ -1013,19 +628,13 @@ impl Controller {
         if !self.local_watches.synced() {
             return Err("the local cluster is not listed yet".into());
         }
-        if !self.secrets_listed {
+        if !self.peers.listed() {
             return Err("the peer Secrets are not listed yet".into());
         }
         if !self.started {
             return Err("waiting for peers' first sync".into());
         }
-        let grace = self.settings.grace;
-        let waiting: Vec<String> = self
-            .peers
-            .values()
-            .filter(|p| p.refused.is_none() && !ready_peer(p, grace))
-            .map(|p| p.id().unwrap_or(&p.secret).to_owned())
-            .collect();
+        let waiting = self.peers.not_ready(Now::current());
         if waiting.is_empty() {
             Ok(())
         } else {
@@ -1045,36 +654,6 @@ impl Controller {
                 let _ = reply.send(self.explain(&service));
             }
         }
-    }
-
-    fn peer_views(&self) -> (Vec<PeerView<'_>>, BTreeSet<String>) {
-        let grace = self.settings.grace;
-        let mut views = Vec::new();
-        let mut unknown = BTreeSet::new();
-        for peer in self.peers.values() {
-            let Some(conn) = &peer.current else { continue };
-            let Some(identity) = &conn.identity else {
-                if peer.within_grace(grace)
-                    && let Some(id) = &peer.lease_id
-                {
-                    unknown.insert(id.clone());
-                }
-                continue;
-            };
-            let id = identity.cluster_id.as_str();
-            if !conn.synced() {
-                if peer.within_grace(grace) {
-                    unknown.insert(id.to_owned());
-                }
-                continue;
-            }
-            views.push(PeerView {
-                id,
-                data: &conn.data,
-                usable: usable(peer, grace),
-            });
-        }
-        (views, unknown)
     }
 
     fn explain(&self, service: &ServiceRef) -> serde_json::Value {
@@ -1103,7 +682,7 @@ impl Controller {
 
     /// Runs `f` with everything a plan reads, as of now.
     fn with_inputs<R>(&self, f: impl FnOnce(&Inputs<'_>) -> R) -> R {
-        let (views, unknown) = self.peer_views();
+        let (views, unknown) = self.peers.views(Now::current());
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         f(&Inputs {
             local_id: &self.local_id,
@@ -1340,11 +919,7 @@ impl Controller {
                 })
                 .cloned(),
         );
-        for peer in self.peers.values() {
-            if let Some(conn) = &peer.current {
-                all.extend(conn.data.exports.services().cloned());
-            }
-        }
+        all.extend(self.peers.exported_services().cloned());
         all
     }
 }
@@ -1400,66 +975,56 @@ async fn peer_leases(client: &Client, namespace: &str) -> BTreeMap<String, (Stri
         .collect()
 }
 
-/// Whether a reconnect may happen now; if so, records it.
-fn peer_reconnect_due(reconnects: &mut RestartSchedule) -> bool {
-    let now = tokio::time::Instant::now();
-    let due = reconnects.due(now);
-    if due {
-        reconnects.record(now);
-    }
-    due
+/// The name of the Lease recording when peer `id` was last healthy.
+fn lease_name(id: &str) -> String {
+    format!("clusterset-dns-peer-{id}")
 }
 
-/// Whether a peer's data counts: synced and healthy, or within grace.
-fn usable(peer: &Peer, grace: Duration) -> bool {
-    let Some(conn) = &peer.current else {
-        return false;
+/// Records in peer `id`'s Lease (held by this cluster) that the peer was
+/// healthy at `seen`: a restarted controller keeps honouring the grace
+/// period from there.
+async fn renew_lease(
+    client: Client,
+    namespace: String,
+    local_id: String,
+    grace: Duration,
+    (id, secret, seen): (String, String, SystemTime),
+) {
+    let api: Api<Lease> = Api::namespaced(client, &namespace);
+    let renew = k8s_openapi::jiff::Timestamp::try_from(seen)
+        .ok()
+        .map(MicroTime);
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(lease_name(&id)),
+            namespace: Some(namespace.clone()),
+            labels: Some(BTreeMap::from([(
+                PEER_LEASE_LABEL.to_owned(),
+                "true".to_owned(),
+            )])),
+            annotations: Some(BTreeMap::from([(
+                PEER_SECRET_ANNOTATION.to_owned(),
+                secret,
+            )])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(local_id),
+            lease_duration_seconds: Some(grace.as_secs().min(i32::MAX as u64) as i32),
+            renew_time: renew,
+            ..LeaseSpec::default()
+        }),
     };
-    conn.identity.is_some() && conn.synced() && (conn.healthy() || peer.within_grace(grace))
-}
-
-/// The start-up gate: this cluster listed, the peer Secrets listed, and
-/// every peer synced or the start-up timeout passed. Without the Secrets
-/// listed the peers are not known at all, so starting would delete
-/// everything imported from them: the timeout is for peers that do not
-/// answer, not for Secrets not read yet.
-fn may_start(
-    local_listed: bool,
-    secrets_listed: bool,
-    peers_synced: bool,
-    timed_out: bool,
-) -> bool {
-    local_listed && secrets_listed && (peers_synced || timed_out)
-}
-
-/// What makes [`Controller::notice_usability`] replan: whether the peer's
-/// data counts, whether it is within grace (a peer not read since start-up
-/// is left alone only until its Lease's grace ends), and its connection's
-/// generation.
-type Usability = (bool, bool, Option<u64>);
-
-fn usability(peer: &Peer, grace: Duration) -> Usability {
-    (
-        usable(peer, grace),
-        peer.within_grace(grace),
-        peer.current.as_ref().map(|c| c.generation),
-    )
-}
-
-/// Whether a peer lets `/ready` answer 200: synced (and up or within
-/// grace), or not read yet but within the grace its Lease recorded.
-fn ready_peer(peer: &Peer, grace: Duration) -> bool {
-    usable(peer, grace) || peer.within_grace(grace)
-}
-
-/// What reading a peer's identity gave.
-enum Contact {
-    /// The kubeconfig cannot be used.
-    Invalid(String),
-    /// The peer did not answer (retrying).
-    Unreachable(String),
-    /// The peer's client and identity.
-    Identified(Client, Identity),
+    let mut body = serde_json::to_value(&lease).unwrap_or_default();
+    body["apiVersion"] = "coordination.k8s.io/v1".into();
+    body["kind"] = "Lease".into();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    if let Err(error) = api
+        .patch(&lease_name(&id), &params, &Patch::Apply(body))
+        .await
+    {
+        tracing::warn!(peer = id, error = %crate::error::Chain(&error), "cannot renew the peer Lease");
+    }
 }
 
 async fn client_from(kubeconfig: &[u8]) -> Result<Client, String> {
@@ -1474,70 +1039,4 @@ async fn client_from(kubeconfig: &[u8]) -> Result<Client, String> {
         .await
         .map_err(|e| format!("data.{KUBECONFIG_KEY}: {}", crate::error::Chain(&e)))?;
     Client::try_from(config).map_err(|e| format!("building a client: {}", crate::error::Chain(&e)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const GRACE: Duration = Duration::from_secs(10);
-
-    /// A peer whose Secret names an unreachable cluster: connecting, never
-    /// identified, last seen (from its Lease) `ago`.
-    fn unread_peer(ago: Option<Duration>) -> Peer {
-        Peer {
-            secret: "peer-a".into(),
-            kubeconfig: Vec::new(),
-            current: Some(PeerConn::new(
-                1,
-                PeerLimits {
-                    exports: 10,
-                    services: 10,
-                    slices: 10,
-                    endpoints: 100,
-                },
-            )),
-            next: None,
-            refused: None,
-            removing_at: None,
-            last_seen: ago.map(|ago| SystemTime::now() - ago),
-            lease_renewed: None,
-            lease_id: Some("a".into()),
-            reconnects: RestartSchedule::default(),
-        }
-    }
-
-    #[test]
-    fn nothing_starts_before_the_peer_secrets_are_listed() {
-        // No Secret seen yet looks like "every peer synced": it is not.
-        assert!(!may_start(true, false, true, true));
-        assert!(!may_start(false, true, true, true));
-        assert!(may_start(true, true, true, false));
-        assert!(may_start(true, true, false, true));
-        assert!(!may_start(true, true, false, false));
-    }
-
-    #[test]
-    fn an_unread_peer_within_its_lease_grace_keeps_the_controller_ready() {
-        let fresh = unread_peer(Some(Duration::from_secs(2)));
-        assert!(
-            !usable(&fresh, GRACE),
-            "never read: its data does not count"
-        );
-        assert!(ready_peer(&fresh, GRACE), "but it is within grace");
-        let stale = unread_peer(Some(Duration::from_secs(20)));
-        assert!(!ready_peer(&stale, GRACE));
-        assert!(!ready_peer(&unread_peer(None), GRACE), "never seen at all");
-    }
-
-    #[test]
-    fn an_unread_peer_leaving_grace_changes_its_usability() {
-        // Neither is usable, so only the grace flag tells them apart: the
-        // loop must replan when it flips, or the services left alone for
-        // the unread peer keep its data forever.
-        let fresh = usability(&unread_peer(Some(Duration::from_secs(2))), GRACE);
-        let stale = usability(&unread_peer(Some(Duration::from_secs(20))), GRACE);
-        assert_eq!((fresh.0, stale.0), (false, false));
-        assert_ne!(fresh, stale);
-    }
 }

@@ -1,0 +1,913 @@
+//! The controller's peers as a pure state machine: [`Peers::handle`] takes
+//! one [`Input`] (a peer Secret event, a peer's identity, a watch event or
+//! probe result of one of its connections, a timer tick) and returns the
+//! [`Effect`]s the shell carries out (connect, start watches, refuse with
+//! an Event, replan, renew a peer Lease, metrics). No client, no task, no
+//! runtime: the tests drive it with synthetic sequences.
+//!
+//! Each peer (one per Secret) has a current connection, whose data counts,
+//! and while its Secret rotates a next one, which replaces it once synced.
+//! A connection is named by a generation, so events of a connection that
+//! has since been replaced are ignored. A peer's data counts while it is
+//! synced and healthy, or within the grace period after it was last seen
+//! healthy (recorded in its Lease across restarts).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use super::cluster::{ClusterData, Objects, PeerLimits, Touched};
+use super::connection::{Identity, WatchEvent};
+use super::lean::Lean;
+use super::membership::peer_refusal;
+use super::reconcile::PeerView;
+use crate::api::ServiceExport;
+use crate::model::ServiceRef;
+use crate::watch::backoff::RestartSchedule;
+use crate::watch::{Outcome, Watch};
+
+/// How long a deleted peer Secret may take to come back (a replace is a
+/// delete and a create) before the peer's data is dropped.
+pub const SECRET_DELETE_DEBOUNCE: Duration = Duration::from_secs(3);
+
+/// The time an input happens at: the monotonic clock for local deadlines,
+/// the wall clock for when a peer was last seen (it outlives the process
+/// in the peer's Lease).
+#[derive(Debug, Clone, Copy)]
+pub struct Now {
+    /// Monotonic.
+    pub at: Instant,
+    /// Wall clock.
+    pub wall: SystemTime,
+}
+
+impl Now {
+    /// The current time.
+    pub fn current() -> Self {
+        Self {
+            at: Instant::now(),
+            wall: SystemTime::now(),
+        }
+    }
+
+    /// `duration` later on both clocks.
+    pub fn after(self, duration: Duration) -> Self {
+        Self {
+            at: self.at + duration,
+            wall: self.wall + duration,
+        }
+    }
+}
+
+/// What reading a connection's identity gave.
+#[derive(Debug, Clone)]
+pub enum Contact {
+    /// The kubeconfig cannot be used.
+    Invalid(String),
+    /// The peer did not answer (the shell retries).
+    Unreachable(String),
+    /// The peer's identity.
+    Identified(Identity),
+}
+
+/// What the state machine is told.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // as for WatchEvent: moved once, not stored
+pub enum Input {
+    /// Peer Secret `name` was applied with `kubeconfig` (empty when it has
+    /// none); `listed` when it came as part of a (re)list.
+    SecretApplied {
+        /// The Secret's name.
+        name: String,
+        /// Its `data.kubeconfig`.
+        kubeconfig: Vec<u8>,
+        /// Part of a list.
+        listed: bool,
+    },
+    /// Peer Secret `name` was deleted.
+    SecretDeleted(String),
+    /// A (re)list of the peer Secrets begins.
+    SecretsListing,
+    /// The (re)list is complete: Secrets it did not name are gone.
+    SecretsListed,
+    /// Reading the identity of connection `generation` gave `contact`.
+    Identity {
+        /// The peer's Secret.
+        secret: String,
+        /// The connection.
+        generation: u64,
+        /// What was read.
+        contact: Contact,
+    },
+    /// An item of one of connection `generation`'s watches.
+    Watch {
+        /// The peer's Secret.
+        secret: String,
+        /// The connection.
+        generation: u64,
+        /// The item.
+        event: WatchEvent,
+    },
+    /// A probe of connection `generation` answered (or not).
+    Probe {
+        /// The peer's Secret.
+        secret: String,
+        /// The connection.
+        generation: u64,
+        /// `Err` with why it failed.
+        result: Result<(), String>,
+    },
+    /// Once a second: drop peers whose Secret is gone, keep Leases and
+    /// gauges current, notice grace periods ending.
+    Tick,
+}
+
+/// What the shell does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Build a client from `kubeconfig` and read the peer's identity,
+    /// answering with [`Input::Identity`] for `generation`.
+    Connect {
+        /// The peer's Secret.
+        secret: String,
+        /// The new connection.
+        generation: u64,
+        /// The credentials.
+        kubeconfig: Vec<u8>,
+    },
+    /// The peer was accepted as `id`: start connection `generation`'s
+    /// watches and probe with the client the identity was read with.
+    StartWatches {
+        /// The peer's Secret.
+        secret: String,
+        /// The connection.
+        generation: u64,
+        /// The peer's cluster id.
+        id: String,
+    },
+    /// The Secret is refused: count it and record a Warning Event on it.
+    Refused {
+        /// The Secret.
+        secret: String,
+        /// The Event's reason (`InvalidKubeconfig`, `SelfReference`…).
+        reason: &'static str,
+        /// Why, for a person.
+        message: String,
+    },
+    /// These services changed in a peer's data: replan them.
+    Touched(Touched),
+    /// Which peers count changed: replan everything.
+    ReplanAll,
+    /// Count a peer sync error (`peer_sync_errors_total{peer, kind}`).
+    SyncError {
+        /// The peer's id, or its Secret before it is known.
+        peer: String,
+        /// `watch` or `probe`.
+        kind: &'static str,
+    },
+    /// Count peer objects refused by the limits
+    /// (`peer_objects_rejected_total{peer, reason="peer-limit"}`).
+    OverLimit {
+        /// The peer.
+        peer: String,
+        /// How many.
+        count: u64,
+    },
+    /// Record in the peer's Lease that it was healthy at `seen`.
+    RenewLease {
+        /// The peer's cluster id.
+        id: String,
+        /// Its Secret.
+        secret: String,
+        /// When it was last healthy.
+        seen: SystemTime,
+    },
+    /// The peer's gauges: up or not, and when it was last seen healthy.
+    Gauges {
+        /// The peer's cluster id.
+        id: String,
+        /// Synced and answering.
+        up: bool,
+        /// Last healthy.
+        last_seen: Option<SystemTime>,
+    },
+    /// The peer is gone: remove its gauges.
+    Forget {
+        /// The peer's cluster id.
+        id: String,
+    },
+}
+
+/// One connection to a peer and what it read.
+#[derive(Debug)]
+pub struct PeerConn {
+    generation: u64,
+    identity: Option<Identity>,
+    data: ClusterData,
+    exports: Watch<Lean<ServiceExport>, Objects<ServiceExport>>,
+    services: Watch<Lean<Service>, Objects<Service>>,
+    slices: Watch<Lean<EndpointSlice>, Objects<EndpointSlice>>,
+    probe: Result<(), String>,
+    /// Kinds whose limit this connection has hit (warned once each).
+    over_limit: BTreeSet<&'static str>,
+}
+
+impl PeerConn {
+    fn new(generation: u64, limits: PeerLimits) -> Self {
+        Self {
+            generation,
+            identity: None,
+            data: ClusterData::for_peer(limits),
+            exports: Watch::new("serviceexports"),
+            services: Watch::new("services"),
+            slices: Watch::new("endpointslices"),
+            probe: Err("not probed yet".into()),
+            over_limit: BTreeSet::new(),
+        }
+    }
+
+    /// Every watch has listed.
+    pub fn synced(&self) -> bool {
+        self.exports.health().synced()
+            && self.services.health().synced()
+            && self.slices.health().synced()
+    }
+
+    /// Synced, answering its probe, and no watch failing.
+    pub fn healthy(&self) -> bool {
+        self.synced() && self.probe.is_ok() && !self.failing()
+    }
+
+    /// Whether a watch is failing (a failed list or watch, not yet
+    /// followed by a relist or a change).
+    fn failing(&self) -> bool {
+        self.exports.health().failing()
+            || self.services.health().failing()
+            || self.slices.health().failing()
+    }
+
+    /// What is wrong with it, for logs.
+    pub fn problem(&self) -> Option<String> {
+        if let Err(error) = &self.probe {
+            return Some(format!("probe: {error}"));
+        }
+        [
+            self.exports.health(),
+            self.services.health(),
+            self.slices.health(),
+        ]
+        .into_iter()
+        .find_map(|h| {
+            h.last_error()
+                .map(|e| format!("watch of {}: {e}", h.resource()))
+        })
+    }
+}
+
+/// A peer named by a Secret.
+#[derive(Debug)]
+pub struct Peer {
+    secret: String,
+    kubeconfig: Vec<u8>,
+    /// The connection whose data counts.
+    current: Option<PeerConn>,
+    /// A replacement (rotated Secret, or a relist) being synced; swapped in
+    /// once synced.
+    next: Option<PeerConn>,
+    refused: Option<String>,
+    removing_at: Option<Instant>,
+    /// Last time the peer was healthy (from its Lease across restarts).
+    last_seen: Option<SystemTime>,
+    lease_renewed: Option<Instant>,
+    /// The peer's id as its Lease recorded it, before the peer answers.
+    lease_id: Option<String>,
+    /// Spacing of reconnects to relist failing watches.
+    reconnects: RestartSchedule,
+}
+
+impl Peer {
+    fn new(secret: &str) -> Self {
+        Self {
+            secret: secret.to_owned(),
+            kubeconfig: Vec::new(),
+            current: None,
+            next: None,
+            refused: None,
+            removing_at: None,
+            last_seen: None,
+            lease_renewed: None,
+            lease_id: None,
+            reconnects: RestartSchedule::default(),
+        }
+    }
+
+    /// Its cluster id once its current connection read it.
+    pub fn id(&self) -> Option<&str> {
+        self.current
+            .as_ref()
+            .and_then(|c| c.identity.as_ref())
+            .map(|i| i.cluster_id.as_str())
+    }
+
+    /// Its id, else its Secret's name: how logs and metrics name it.
+    fn name(&self) -> String {
+        self.id().unwrap_or(&self.secret).to_owned()
+    }
+
+    fn within_grace(&self, grace: Duration, now: SystemTime) -> bool {
+        self.last_seen
+            .and_then(|seen| now.duration_since(seen).ok())
+            .is_some_and(|age| age < grace)
+    }
+
+    fn conn_mut(&mut self, generation: u64) -> Option<&mut PeerConn> {
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|c| c.generation == generation)
+        {
+            self.current.as_mut()
+        } else if self
+            .next
+            .as_ref()
+            .is_some_and(|c| c.generation == generation)
+        {
+            self.next.as_mut()
+        } else {
+            None
+        }
+    }
+
+    /// Whether its data counts: synced and healthy, or within grace.
+    fn usable(&self, grace: Duration, now: SystemTime) -> bool {
+        let Some(conn) = &self.current else {
+            return false;
+        };
+        conn.identity.is_some()
+            && conn.synced()
+            && (conn.healthy() || self.within_grace(grace, now))
+    }
+
+    /// Whether it lets `/ready` answer 200: usable, or not read yet but
+    /// within the grace its Lease recorded.
+    fn ready(&self, grace: Duration, now: SystemTime) -> bool {
+        self.usable(grace, now) || self.within_grace(grace, now)
+    }
+
+    /// What makes the controller replan: whether its data counts, whether
+    /// it is within grace (a peer not read since start-up is left alone
+    /// only until its Lease's grace ends), and its connection.
+    fn usability(&self, grace: Duration, now: SystemTime) -> Usability {
+        (
+            self.usable(grace, now),
+            self.within_grace(grace, now),
+            self.current.as_ref().map(|c| c.generation),
+        )
+    }
+}
+
+type Usability = (bool, bool, Option<u64>);
+
+/// The start-up gate: this cluster listed, the peer Secrets listed, and
+/// every peer synced or the start-up timeout passed. Without the Secrets
+/// listed the peers are not known at all, so starting would delete
+/// everything imported from them: the timeout is for peers that do not
+/// answer, not for Secrets not read yet.
+pub fn may_start(
+    local_listed: bool,
+    secrets_listed: bool,
+    peers_synced: bool,
+    timed_out: bool,
+) -> bool {
+    local_listed && secrets_listed && (peers_synced || timed_out)
+}
+
+/// Settings of the peers.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// This cluster's id.
+    pub local_id: String,
+    /// This cluster's clusterset.
+    pub local_clusterset: String,
+    /// How long an unreachable peer's data stays.
+    pub grace: Duration,
+    /// How much of each peer's data is held at most.
+    pub limits: PeerLimits,
+}
+
+/// Every peer named by a Secret.
+#[derive(Debug)]
+pub struct Peers {
+    settings: Settings,
+    peers: BTreeMap<String, Peer>,
+    generation: u64,
+    /// Whether the peer Secrets have been listed once: until then the
+    /// peers are not known, and nothing may start.
+    secrets_listed: bool,
+    /// The Secrets of a list in progress.
+    secrets_relisted: Option<BTreeSet<String>>,
+    /// Per Secret, as of the last input.
+    usability: BTreeMap<String, Usability>,
+    /// Peer Leases found at start-up: Secret name → (peer id, last seen).
+    leases: BTreeMap<String, (String, SystemTime)>,
+}
+
+impl Peers {
+    /// No peer yet; `leases` are the peer Leases of an earlier run.
+    pub fn new(settings: Settings, leases: BTreeMap<String, (String, SystemTime)>) -> Self {
+        Self {
+            settings,
+            peers: BTreeMap::new(),
+            generation: 0,
+            secrets_listed: false,
+            secrets_relisted: None,
+            usability: BTreeMap::new(),
+            leases,
+        }
+    }
+
+    /// Takes one input; returns what the shell must do, in order.
+    pub fn handle(&mut self, input: Input, now: Now) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        match input {
+            Input::SecretApplied {
+                name,
+                kubeconfig,
+                listed,
+            } => {
+                if listed && let Some(relisted) = &mut self.secrets_relisted {
+                    relisted.insert(name.clone());
+                }
+                self.secret_applied(name, kubeconfig, &mut effects);
+            }
+            Input::SecretDeleted(name) => {
+                if let Some(peer) = self.peers.get_mut(&name) {
+                    peer.removing_at = Some(now.at + SECRET_DELETE_DEBOUNCE);
+                }
+            }
+            Input::SecretsListing => self.secrets_relisted = Some(BTreeSet::new()),
+            Input::SecretsListed => {
+                self.secrets_listed = true;
+                // A Secret deleted while the watch was down sends no
+                // Delete: the list is the truth.
+                let listed = self.secrets_relisted.take().unwrap_or_default();
+                for peer in self.peers.values_mut() {
+                    if !listed.contains(&peer.secret) && peer.removing_at.is_none() {
+                        peer.removing_at = Some(now.at + SECRET_DELETE_DEBOUNCE);
+                    }
+                }
+            }
+            Input::Identity {
+                secret,
+                generation,
+                contact,
+            } => self.identified(&secret, generation, contact, &mut effects),
+            Input::Watch {
+                secret,
+                generation,
+                event,
+            } => self.watch_event(&secret, generation, event, now, &mut effects),
+            Input::Probe {
+                secret,
+                generation,
+                result,
+            } => self.probed(&secret, generation, result, now, &mut effects),
+            Input::Tick => self.tick(now, &mut effects),
+        }
+        self.notice_usability(now, &mut effects);
+        effects
+    }
+
+    fn secret_applied(&mut self, name: String, kubeconfig: Vec<u8>, effects: &mut Vec<Effect>) {
+        if let Some(peer) = self.peers.get_mut(&name) {
+            peer.removing_at = None;
+            if peer.kubeconfig == kubeconfig {
+                return;
+            }
+        }
+        self.connect(name, kubeconfig, effects);
+    }
+
+    /// Connects (again) to the peer of Secret `name` with `kubeconfig`:
+    /// beside its current connection when that one is synced, so the
+    /// peer's data keeps counting until the new one has synced.
+    fn connect(&mut self, name: String, kubeconfig: Vec<u8>, effects: &mut Vec<Effect>) {
+        self.generation += 1;
+        let generation = self.generation;
+        let conn = PeerConn::new(generation, self.settings.limits);
+        let peer = self
+            .peers
+            .entry(name.clone())
+            .or_insert_with(|| Peer::new(&name));
+        if peer.last_seen.is_none()
+            && let Some((id, seen)) = self.leases.get(&name)
+        {
+            peer.lease_id = Some(id.clone());
+            peer.last_seen = Some(*seen);
+        }
+        peer.kubeconfig = kubeconfig.clone();
+        peer.refused = None;
+        if peer.current.as_ref().is_some_and(PeerConn::synced) {
+            tracing::info!(secret = %name, "connecting to the peer beside its current connection (new credentials, or a relist)");
+            peer.next = Some(conn);
+        } else {
+            peer.current = Some(conn);
+        }
+        effects.push(Effect::Connect {
+            secret: name,
+            generation,
+            kubeconfig,
+        });
+    }
+
+    fn identified(
+        &mut self,
+        secret: &str,
+        generation: u64,
+        contact: Contact,
+        effects: &mut Vec<Effect>,
+    ) {
+        let identity = match contact {
+            Contact::Identified(identity) => identity,
+            Contact::Invalid(error) => {
+                let message = format!("Secret {secret}: {error}");
+                self.refuse(secret, "InvalidKubeconfig", message, effects);
+                return;
+            }
+            Contact::Unreachable(error) => {
+                if let Some(peer) = self.peers.get(secret)
+                    && peer
+                        .current
+                        .as_ref()
+                        .is_some_and(|c| c.generation == generation && !c.synced())
+                {
+                    tracing::warn!(secret, %error, "cannot read the peer's identity yet; retrying");
+                }
+                return;
+            }
+        };
+        let refusal = peer_refusal(
+            &self.settings.local_id,
+            &self.settings.local_clusterset,
+            secret,
+            &identity.cluster_id,
+            &identity.clusterset,
+            self.peers
+                .values()
+                .filter_map(|p| Some((p.secret.as_str(), p.id()?))),
+        );
+        if let Some(refusal) = refusal {
+            self.refuse(secret, refusal.reason, refusal.message, effects);
+            return;
+        }
+        let Some(peer) = self.peers.get_mut(secret) else {
+            return;
+        };
+        if let Some(current) = &peer.current
+            && let Some(previous) = &current.identity
+            && previous.cluster_id != identity.cluster_id
+            && current.generation != generation
+        {
+            tracing::warn!(secret, old = %previous.cluster_id, new = %identity.cluster_id, "the Secret now names another cluster");
+        }
+        let Some(conn) = peer.conn_mut(generation) else {
+            return;
+        };
+        tracing::info!(secret, peer = %identity.cluster_id, "peer accepted");
+        effects.push(Effect::StartWatches {
+            secret: secret.to_owned(),
+            generation,
+            id: identity.cluster_id.clone(),
+        });
+        conn.identity = Some(identity);
+        effects.push(Effect::ReplanAll);
+    }
+
+    fn refuse(
+        &mut self,
+        secret: &str,
+        reason: &'static str,
+        message: String,
+        effects: &mut Vec<Effect>,
+    ) {
+        tracing::error!(secret, reason, "peer refused: {message}");
+        let peer = self
+            .peers
+            .entry(secret.to_owned())
+            .or_insert_with(|| Peer::new(secret));
+        peer.refused = Some(message.clone());
+        peer.current = None;
+        peer.next = None;
+        effects.push(Effect::ReplanAll);
+        effects.push(Effect::Refused {
+            secret: secret.to_owned(),
+            reason,
+            message,
+        });
+    }
+
+    fn watch_event(
+        &mut self,
+        secret: &str,
+        generation: u64,
+        event: WatchEvent,
+        now: Now,
+        effects: &mut Vec<Effect>,
+    ) {
+        let limits = self.settings.limits;
+        let Some(peer) = self.peers.get_mut(secret) else {
+            return;
+        };
+        let peer_name = peer.name();
+        let Some(conn) = peer.conn_mut(generation) else {
+            return;
+        };
+        let outcome = match event {
+            WatchEvent::Exports(e) => conn.exports.handle(&mut conn.data.exports, e, now.at),
+            WatchEvent::Services(e) => conn.services.handle(&mut conn.data.services, e, now.at),
+            WatchEvent::McsSlices(e) => conn.slices.handle(&mut conn.data.mcs_slices, e, now.at),
+            // A peer connection watches only those three.
+            _ => return,
+        };
+        if let Outcome::Failed { started, error, .. } = &outcome {
+            effects.push(Effect::SyncError {
+                peer: peer_name.clone(),
+                kind: "watch",
+            });
+            if *started {
+                tracing::warn!(peer = %peer_name, %error, "peer watch failing; its services stay imported within the grace period");
+            }
+        }
+        for (kind, count) in conn.data.take_refused() {
+            if count == 0 {
+                continue;
+            }
+            effects.push(Effect::OverLimit {
+                peer: peer_name.clone(),
+                count,
+            });
+            // Once per connection and kind, not per object.
+            if conn.over_limit.insert(kind) {
+                tracing::warn!(
+                    peer = %peer_name, kind, ?limits,
+                    "peer exceeds the limits of what is read from one peer: objects beyond them are not imported (--peer-max-exports, --peer-max-services, --peer-max-slices, --peer-max-endpoints)"
+                );
+            }
+        }
+        let mut touched = conn.data.exports.take_touched();
+        touched.merge(conn.data.services.take_touched());
+        touched.merge(conn.data.mcs_slices.take_touched());
+        let is_current = peer
+            .current
+            .as_ref()
+            .is_some_and(|c| c.generation == generation);
+        if is_current {
+            if !touched.is_empty() {
+                effects.push(Effect::Touched(touched));
+            }
+        } else if peer.next.as_ref().is_some_and(PeerConn::synced) {
+            // The new connection has synced: it replaces the old one
+            // without a gap.
+            tracing::info!(peer = %peer_name, "peer connection replaced");
+            peer.current = peer.next.take();
+            effects.push(Effect::ReplanAll);
+        }
+    }
+
+    fn probed(
+        &mut self,
+        secret: &str,
+        generation: u64,
+        result: Result<(), String>,
+        now: Now,
+        effects: &mut Vec<Effect>,
+    ) {
+        let Some(peer) = self.peers.get_mut(secret) else {
+            return;
+        };
+        let peer_name = peer.name();
+        let current = peer.current.as_ref().map(|c| c.generation) == Some(generation);
+        let replacing = peer.next.is_some();
+        let Some(conn) = peer.conn_mut(generation) else {
+            return;
+        };
+        let mut reconnect = false;
+        match &result {
+            Err(error) => {
+                effects.push(Effect::SyncError {
+                    peer: peer_name.clone(),
+                    kind: "probe",
+                });
+                if conn.probe.is_ok() {
+                    tracing::warn!(peer = %peer_name, %error, "peer probe failing");
+                }
+            }
+            Ok(()) => {
+                // The peer answers, but a watch that failed and then
+                // resumed delivers nothing until an object changes: on a
+                // quiet peer it would stay failing, the peer unhealthy,
+                // and its services dropped after grace. Connect again
+                // beside it, relisting (spaced 1 s doubling to 60 s, for a
+                // watch that keeps failing).
+                reconnect = current && !replacing && conn.synced() && conn.failing();
+                if conn.probe.is_err() && conn.synced() {
+                    tracing::info!(peer = %peer_name, "peer answers again");
+                }
+            }
+        }
+        conn.probe = result;
+        if reconnect && reconnect_due(&mut peer.reconnects, now) {
+            tracing::info!(peer = %peer_name, "peer answers but a watch is failing; reconnecting to relist");
+            let kubeconfig = peer.kubeconfig.clone();
+            self.connect(secret.to_owned(), kubeconfig, effects);
+        }
+    }
+
+    fn tick(&mut self, now: Now, effects: &mut Vec<Effect>) {
+        let removed: Vec<String> = self
+            .peers
+            .values()
+            .filter(|p| p.removing_at.is_some_and(|at| at <= now.at))
+            .map(|p| p.secret.clone())
+            .collect();
+        for secret in removed {
+            let id = self
+                .peers
+                .remove(&secret)
+                .and_then(|p| p.id().map(str::to_owned));
+            tracing::info!(secret, peer = ?id, "peer Secret deleted: its services are no longer imported");
+            if let Some(id) = id {
+                effects.push(Effect::Forget { id });
+            }
+            effects.push(Effect::ReplanAll);
+            // A peer refused as a duplicate of this one may be valid now.
+            let refused: Vec<(String, Vec<u8>)> = self
+                .peers
+                .values()
+                .filter(|p| p.refused.is_some() && !p.kubeconfig.is_empty())
+                .map(|p| (p.secret.clone(), p.kubeconfig.clone()))
+                .collect();
+            for (name, kubeconfig) in refused {
+                self.connect(name, kubeconfig, effects);
+            }
+        }
+        let grace = self.settings.grace;
+        let renew_every = (grace / 4).clamp(Duration::from_secs(5), Duration::from_secs(60));
+        for peer in self.peers.values_mut() {
+            let Some(id) = peer.id().map(str::to_owned) else {
+                continue;
+            };
+            let up = peer.current.as_ref().is_some_and(PeerConn::healthy);
+            if up {
+                peer.last_seen = Some(now.wall);
+                if peer
+                    .lease_renewed
+                    .is_none_or(|at| now.at.duration_since(at) >= renew_every)
+                {
+                    peer.lease_renewed = Some(now.at);
+                    effects.push(Effect::RenewLease {
+                        id: id.clone(),
+                        secret: peer.secret.clone(),
+                        seen: now.wall,
+                    });
+                }
+            }
+            effects.push(Effect::Gauges {
+                id,
+                up,
+                last_seen: peer.last_seen,
+            });
+        }
+    }
+
+    /// Replans everything when a peer starts or stops counting (synced and
+    /// probed, lost beyond grace, replaced), or leaves its grace period
+    /// without having been read since start-up (services naming it were
+    /// left alone until then): whichever input caused it.
+    fn notice_usability(&mut self, now: Now, effects: &mut Vec<Effect>) {
+        let grace = self.settings.grace;
+        let usability: BTreeMap<String, Usability> = self
+            .peers
+            .values()
+            .map(|p| (p.secret.clone(), p.usability(grace, now.wall)))
+            .collect();
+        if usability == self.usability {
+            return;
+        }
+        for peer in self.peers.values() {
+            let was_usable = self.usability.get(&peer.secret).is_some_and(|u| u.0);
+            if was_usable && !usability.get(&peer.secret).is_some_and(|u| u.0) {
+                tracing::warn!(
+                    peer = %peer.name(),
+                    problem = ?peer.current.as_ref().and_then(PeerConn::problem),
+                    "peer no longer counts (unreachable beyond the grace period, or replaced): its services are no longer imported from it"
+                );
+            }
+        }
+        self.usability = usability;
+        if effects.last() != Some(&Effect::ReplanAll) {
+            effects.push(Effect::ReplanAll);
+        }
+    }
+
+    /// Whether the peer Secrets have been listed once.
+    pub fn listed(&self) -> bool {
+        self.secrets_listed
+    }
+
+    /// Whether every peer not refused has synced.
+    pub fn synced(&self) -> bool {
+        self.peers
+            .values()
+            .filter(|p| p.refused.is_none())
+            .all(|p| p.current.as_ref().is_some_and(PeerConn::synced))
+    }
+
+    /// How many peers there are (refused ones too).
+    pub fn len(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// Whether there is no peer.
+    pub fn is_empty(&self) -> bool {
+        self.peers.is_empty()
+    }
+
+    /// Whether connection `generation` of Secret `secret` is one of the
+    /// peer's (current or next): the shell drops the tasks and clients of
+    /// the others.
+    pub fn is_live(&self, secret: &str, generation: u64) -> bool {
+        self.peers.get(secret).is_some_and(|peer| {
+            [&peer.current, &peer.next]
+                .into_iter()
+                .flatten()
+                .any(|c| c.generation == generation)
+        })
+    }
+
+    /// The peers neither usable nor within grace (refused ones aside), by
+    /// name: `/ready` waits for them.
+    pub fn not_ready(&self, now: Now) -> Vec<String> {
+        let grace = self.settings.grace;
+        self.peers
+            .values()
+            .filter(|p| p.refused.is_none() && !p.ready(grace, now.wall))
+            .map(Peer::name)
+            .collect()
+    }
+
+    /// What a plan reads of the peers: a view of each identified and
+    /// synced one, and the ids of peers not read yet but within grace
+    /// (their services are left alone).
+    pub fn views(&self, now: Now) -> (Vec<PeerView<'_>>, BTreeSet<String>) {
+        let grace = self.settings.grace;
+        let mut views = Vec::new();
+        let mut unknown = BTreeSet::new();
+        for peer in self.peers.values() {
+            let Some(conn) = &peer.current else { continue };
+            let within_grace = peer.within_grace(grace, now.wall);
+            let Some(identity) = &conn.identity else {
+                if within_grace && let Some(id) = &peer.lease_id {
+                    unknown.insert(id.clone());
+                }
+                continue;
+            };
+            let id = identity.cluster_id.as_str();
+            if !conn.synced() {
+                if within_grace {
+                    unknown.insert(id.to_owned());
+                }
+                continue;
+            }
+            views.push(PeerView {
+                id,
+                data: &conn.data,
+                usable: peer.usable(grace, now.wall),
+            });
+        }
+        (views, unknown)
+    }
+
+    /// Every service some peer's current connection exports.
+    pub fn exported_services(&self) -> impl Iterator<Item = &ServiceRef> {
+        self.peers
+            .values()
+            .filter_map(|p| p.current.as_ref())
+            .flat_map(|c| c.data.exports.services())
+    }
+}
+
+/// Whether a reconnect may happen now; if so, records it.
+fn reconnect_due(reconnects: &mut RestartSchedule, now: Now) -> bool {
+    let now = tokio::time::Instant::from_std(now.at);
+    let due = reconnects.due(now);
+    if due {
+        reconnects.record(now);
+    }
+    due
+}
+
+#[cfg(test)]
+mod tests;

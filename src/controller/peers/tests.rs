@@ -1,0 +1,443 @@
+//! [`Peers`] driven by synthetic sequences: the start-up gate, a peer
+//! flapping inside its grace period, grace expiry, a Secret rotated beside
+//! the old connection, refusal and reconsideration, a watch failing and
+//! resuming, and Secrets deleted while the watch was down.
+
+use kube::runtime::watcher::{self, Event};
+
+use super::*;
+use crate::api::ServiceExport;
+
+const GRACE: Duration = Duration::from_secs(10);
+
+fn peers() -> Peers {
+    Peers::new(
+        Settings {
+            local_id: "local".into(),
+            local_clusterset: "set".into(),
+            grace: GRACE,
+            limits: PeerLimits {
+                exports: 10,
+                services: 10,
+                slices: 10,
+                endpoints: 100,
+            },
+        },
+        BTreeMap::new(),
+    )
+}
+
+fn identity(id: &str) -> Contact {
+    Contact::Identified(Identity {
+        cluster_id: id.into(),
+        clusterset: "set".into(),
+    })
+}
+
+fn export(name: &str) -> Lean<ServiceExport> {
+    let mut export = ServiceExport::new(name, Default::default());
+    export.metadata.namespace = Some("demo".into());
+    Lean(export)
+}
+
+/// The three watches of a connection listing, `exports` among its exports.
+fn listed(exports: &[&str]) -> Vec<WatchEvent> {
+    let mut events = vec![WatchEvent::Exports(Ok(Event::Init))];
+    events.extend(
+        exports
+            .iter()
+            .map(|name| WatchEvent::Exports(Ok(Event::InitApply(export(name))))),
+    );
+    events.extend([
+        WatchEvent::Exports(Ok(Event::InitDone)),
+        WatchEvent::Services(Ok(Event::Init)),
+        WatchEvent::Services(Ok(Event::InitDone)),
+        WatchEvent::McsSlices(Ok(Event::Init)),
+        WatchEvent::McsSlices(Ok(Event::InitDone)),
+    ]);
+    events
+}
+
+/// Drives `peers` and remembers every effect.
+struct Run {
+    peers: Peers,
+    now: Now,
+    effects: Vec<Effect>,
+}
+
+impl Run {
+    fn new() -> Self {
+        Self {
+            peers: peers(),
+            now: Now::current(),
+            effects: Vec::new(),
+        }
+    }
+
+    fn input(&mut self, input: Input) -> Vec<Effect> {
+        let effects = self.peers.handle(input, self.now);
+        self.effects.extend(effects.clone());
+        effects
+    }
+
+    fn wait(&mut self, duration: Duration) -> Vec<Effect> {
+        self.now = self.now.after(duration);
+        self.input(Input::Tick)
+    }
+
+    fn apply_secret(&mut self, name: &str, kubeconfig: &str) -> Vec<Effect> {
+        self.input(Input::SecretApplied {
+            name: name.into(),
+            kubeconfig: kubeconfig.into(),
+            listed: false,
+        })
+    }
+
+    fn identify(&mut self, secret: &str, generation: u64, contact: Contact) -> Vec<Effect> {
+        self.input(Input::Identity {
+            secret: secret.into(),
+            generation,
+            contact,
+        })
+    }
+
+    fn watch(&mut self, secret: &str, generation: u64, events: Vec<WatchEvent>) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        for event in events {
+            effects.extend(self.input(Input::Watch {
+                secret: secret.into(),
+                generation,
+                event,
+            }));
+        }
+        effects
+    }
+
+    fn probe(&mut self, secret: &str, generation: u64, result: Result<(), &str>) -> Vec<Effect> {
+        self.input(Input::Probe {
+            secret: secret.into(),
+            generation,
+            result: result.map_err(str::to_owned),
+        })
+    }
+
+    /// Secret `secret` listed, naming cluster `id`, synced and probed:
+    /// returns its connection's generation.
+    fn healthy_peer(&mut self, secret: &str, id: &str, exports: &[&str]) -> u64 {
+        let generation = self.connect(secret, "kubeconfig-1");
+        self.identify(secret, generation, identity(id));
+        self.watch(secret, generation, listed(exports));
+        self.probe(secret, generation, Ok(()));
+        self.wait(Duration::from_secs(1));
+        generation
+    }
+
+    /// Applies the Secret; returns the generation of the Connect it asks for.
+    fn connect(&mut self, secret: &str, kubeconfig: &str) -> u64 {
+        let effects = self.apply_secret(secret, kubeconfig);
+        connected(&effects).unwrap_or_else(|| panic!("no Connect in {effects:?}"))
+    }
+
+    fn usable(&self, id: &str) -> Option<bool> {
+        let (views, _) = self.peers.views(self.now);
+        views.iter().find(|v| v.id == id).map(|v| v.usable)
+    }
+
+    fn exported(&self) -> Vec<String> {
+        self.peers
+            .exported_services()
+            .map(|s| s.name.clone())
+            .collect()
+    }
+}
+
+fn connected(effects: &[Effect]) -> Option<u64> {
+    effects.iter().find_map(|e| match e {
+        Effect::Connect { generation, .. } => Some(*generation),
+        _ => None,
+    })
+}
+
+fn replans(effects: &[Effect]) -> bool {
+    effects.contains(&Effect::ReplanAll)
+}
+
+#[test]
+fn nothing_starts_before_the_peer_secrets_are_listed() {
+    // No Secret seen yet looks like "every peer synced": it is not.
+    assert!(!may_start(true, false, true, true));
+    assert!(!may_start(false, true, true, true));
+    assert!(may_start(true, true, true, false));
+    assert!(may_start(true, true, false, true));
+    assert!(!may_start(true, true, false, false));
+
+    let mut run = Run::new();
+    run.input(Input::SecretsListing);
+    let generation = run.connect("peer-b", "kubeconfig-1");
+    assert!(!run.peers.listed());
+    run.input(Input::SecretsListed);
+    assert!(run.peers.listed());
+    assert!(!run.peers.synced(), "listed, but the peer has not synced");
+    run.identify("peer-b", generation, identity("b"));
+    run.watch("peer-b", generation, listed(&[]));
+    assert!(run.peers.synced());
+}
+
+#[test]
+fn a_peer_flapping_inside_its_grace_period_keeps_counting_without_a_replan() {
+    let mut run = Run::new();
+    let generation = run.healthy_peer("peer-b", "b", &["web"]);
+    assert_eq!(run.usable("b"), Some(true));
+    assert!(
+        run.effects
+            .iter()
+            .any(|e| matches!(e, Effect::RenewLease { id, .. } if id == "b")),
+        "a healthy peer's Lease is renewed: {:?}",
+        run.effects
+    );
+    for _ in 0..3 {
+        let down = run.probe("peer-b", generation, Err("timeout"));
+        assert!(down.contains(&Effect::SyncError {
+            peer: "b".into(),
+            kind: "probe"
+        }));
+        let ticks = [
+            run.wait(Duration::from_secs(2)),
+            run.wait(Duration::from_secs(2)),
+        ];
+        let up = run.probe("peer-b", generation, Ok(()));
+        assert!(!replans(&down) && !ticks.iter().any(|t| replans(t)) && !replans(&up));
+        assert_eq!(run.usable("b"), Some(true));
+        run.wait(Duration::from_secs(1));
+    }
+    assert!(run.peers.not_ready(run.now).is_empty());
+}
+
+#[test]
+fn a_peer_down_beyond_its_grace_period_stops_counting_and_everything_is_replanned() {
+    let mut run = Run::new();
+    let generation = run.healthy_peer("peer-b", "b", &["web"]);
+    run.probe("peer-b", generation, Err("timeout"));
+    let within = run.wait(GRACE - Duration::from_secs(2));
+    assert!(!replans(&within));
+    assert_eq!(run.usable("b"), Some(true));
+    let beyond = run.wait(Duration::from_secs(3));
+    assert!(replans(&beyond), "{beyond:?}");
+    assert_eq!(run.usable("b"), Some(false));
+    assert!(beyond.contains(&Effect::Gauges {
+        id: "b".into(),
+        up: false,
+        last_seen: run.peers.peers["peer-b"].last_seen,
+    }));
+    assert_eq!(run.peers.not_ready(run.now), vec!["b".to_owned()]);
+}
+
+#[test]
+fn a_rotated_secret_connects_beside_the_old_connection_which_counts_until_the_new_one_synced() {
+    let mut run = Run::new();
+    let old = run.healthy_peer("peer-b", "b", &["web"]);
+    let new = run.connect("peer-b", "kubeconfig-2");
+    assert!(new > old);
+    assert!(run.peers.is_live("peer-b", old) && run.peers.is_live("peer-b", new));
+    // The same Secret again changes nothing.
+    assert_eq!(connected(&run.apply_secret("peer-b", "kubeconfig-2")), None);
+
+    let accepted = run.identify("peer-b", new, identity("b"));
+    assert!(accepted.contains(&Effect::StartWatches {
+        secret: "peer-b".into(),
+        generation: new,
+        id: "b".into()
+    }));
+    // The new connection's partial list does not replace the old data.
+    let mut events = listed(&["api"]);
+    let rest_of_list = events.split_off(4);
+    let partial = run.watch("peer-b", new, events);
+    assert!(!replans(&partial));
+    assert_eq!(run.exported(), ["web"]);
+    assert_eq!(run.usable("b"), Some(true));
+
+    let rest = run.watch("peer-b", new, rest_of_list);
+    assert!(replans(&rest), "{rest:?}");
+    assert_eq!(run.exported(), ["api"]);
+    assert!(
+        !run.peers.is_live("peer-b", old),
+        "the old connection is dropped"
+    );
+    // Late events of the old connection are ignored.
+    let late = run.watch(
+        "peer-b",
+        old,
+        vec![WatchEvent::Exports(Ok(Event::Apply(export("stale"))))],
+    );
+    assert!(late.is_empty(), "{late:?}");
+    assert_eq!(run.exported(), ["api"]);
+}
+
+#[test]
+fn a_refused_duplicate_is_reconsidered_once_the_secret_it_duplicates_is_deleted() {
+    let mut run = Run::new();
+    run.healthy_peer("peer-b", "b", &["web"]);
+    let twin = run.connect("peer-b-again", "kubeconfig-twin");
+    let refused = run.identify("peer-b-again", twin, identity("b"));
+    assert!(
+        refused
+            .iter()
+            .any(|e| matches!(e, Effect::Refused { secret, reason: "DuplicateClusterId", .. } if secret == "peer-b-again")),
+        "{refused:?}"
+    );
+    assert!(!run.peers.is_live("peer-b-again", twin));
+    assert!(
+        run.peers.not_ready(run.now).is_empty(),
+        "a refused peer does not hold /ready"
+    );
+
+    run.input(Input::SecretDeleted("peer-b".into()));
+    // A replace is a delete and a create: nothing happens within the debounce.
+    let debounced = run.wait(SECRET_DELETE_DEBOUNCE - Duration::from_secs(1));
+    assert!(!debounced.iter().any(|e| matches!(e, Effect::Forget { .. })));
+    let removed = run.wait(Duration::from_secs(1));
+    assert!(
+        removed.contains(&Effect::Forget { id: "b".into() }),
+        "{removed:?}"
+    );
+    let again = connected(&removed).expect("the refused Secret is connected again");
+    run.identify("peer-b-again", again, identity("b"));
+    run.watch("peer-b-again", again, listed(&["web"]));
+    assert_eq!(run.usable("b"), Some(false), "not probed yet, never seen");
+    run.probe("peer-b-again", again, Ok(()));
+    assert_eq!(run.usable("b"), Some(true));
+}
+
+#[test]
+fn a_secret_that_is_not_a_kubeconfig_or_names_this_cluster_is_refused_with_a_reason() {
+    let mut run = Run::new();
+    let broken = run.connect("peer-x", "not yaml");
+    let invalid = run.identify(
+        "peer-x",
+        broken,
+        Contact::Invalid("data.kubeconfig: bad".into()),
+    );
+    assert!(invalid.iter().any(|e| matches!(
+        e,
+        Effect::Refused { reason: "InvalidKubeconfig", message, .. } if message.contains("peer-x") && message.contains("bad")
+    )));
+    let me = run.connect("peer-self", "kubeconfig-self");
+    let itself = run.identify("peer-self", me, identity("local"));
+    assert!(itself.iter().any(|e| matches!(
+        e,
+        Effect::Refused {
+            reason: "SelfReference",
+            ..
+        }
+    )));
+    // A fixed Secret is accepted.
+    let fixed = run.connect("peer-x", "kubeconfig-fixed");
+    let accepted = run.identify("peer-x", fixed, identity("x"));
+    assert!(
+        accepted
+            .iter()
+            .any(|e| matches!(e, Effect::StartWatches { .. }))
+    );
+}
+
+#[test]
+fn a_failing_watch_on_a_peer_that_answers_reconnects_to_relist_and_resumes() {
+    let mut run = Run::new();
+    let generation = run.healthy_peer("peer-b", "b", &["web"]);
+    let failed = run.watch(
+        "peer-b",
+        generation,
+        vec![WatchEvent::Services(Err(watcher::Error::NoResourceVersion))],
+    );
+    assert!(failed.contains(&Effect::SyncError {
+        peer: "b".into(),
+        kind: "watch"
+    }));
+    let tick = run.wait(Duration::from_secs(1));
+    assert!(
+        tick.contains(&Effect::Gauges {
+            id: "b".into(),
+            up: false,
+            last_seen: run.peers.peers["peer-b"].last_seen,
+        }),
+        "a failing watch makes the peer down: {tick:?}"
+    );
+    // It answers its probe, but the failed watch may never deliver again.
+    let relist = connected(&run.probe("peer-b", generation, Ok(())))
+        .expect("a peer that answers with a failing watch is reconnected");
+    assert!(
+        run.peers.is_live("peer-b", generation),
+        "the old connection counts meanwhile"
+    );
+    // A second probe right after does not reconnect again (spaced).
+    assert_eq!(connected(&run.probe("peer-b", generation, Ok(()))), None);
+    run.identify("peer-b", relist, identity("b"));
+    run.watch("peer-b", relist, listed(&["web", "api"]));
+    run.probe("peer-b", relist, Ok(()));
+    let healthy = run.wait(Duration::from_secs(1));
+    assert!(
+        healthy
+            .iter()
+            .any(|e| matches!(e, Effect::Gauges { up: true, .. })),
+        "{healthy:?}"
+    );
+    assert_eq!(run.exported(), ["api", "web"]);
+}
+
+#[test]
+fn a_secret_deleted_while_the_watch_was_down_is_dropped_by_the_next_list() {
+    let mut run = Run::new();
+    run.healthy_peer("peer-b", "b", &["web"]);
+    run.healthy_peer("peer-c", "c", &["db"]);
+    run.input(Input::SecretsListing);
+    run.input(Input::SecretApplied {
+        name: "peer-c".into(),
+        kubeconfig: b"kubeconfig-1".to_vec(),
+        listed: true,
+    });
+    run.input(Input::SecretsListed);
+    let removed = run.wait(SECRET_DELETE_DEBOUNCE);
+    assert!(
+        removed.contains(&Effect::Forget { id: "b".into() }),
+        "{removed:?}"
+    );
+    assert!(!removed.contains(&Effect::Forget { id: "c".into() }));
+    assert_eq!(run.exported(), ["db"]);
+}
+
+#[test]
+fn a_peer_from_an_earlier_run_is_left_alone_within_the_grace_its_lease_recorded() {
+    let now = Now::current();
+    let mut leases = BTreeMap::new();
+    leases.insert(
+        "peer-b".to_owned(),
+        ("b".to_owned(), now.wall - Duration::from_secs(2)),
+    );
+    let mut peers = Peers::new(peers().settings, leases);
+    let effects = peers.handle(
+        Input::SecretApplied {
+            name: "peer-b".into(),
+            kubeconfig: b"kubeconfig-1".to_vec(),
+            listed: false,
+        },
+        now,
+    );
+    assert_eq!(connected(&effects), Some(1));
+    let (views, unknown) = peers.views(now);
+    assert!(views.is_empty(), "never read: nothing of it counts");
+    assert_eq!(
+        unknown,
+        BTreeSet::from(["b".to_owned()]),
+        "but its services are left alone"
+    );
+    assert!(
+        peers.not_ready(now).is_empty(),
+        "and /ready does not wait for it"
+    );
+    // Once its Lease's grace has passed, it no longer holds anything.
+    let later = now.after(GRACE);
+    let replanned = peers.handle(Input::Tick, later);
+    assert!(replanned.contains(&Effect::ReplanAll), "{replanned:?}");
+    assert!(peers.views(later).1.is_empty());
+    assert_eq!(peers.not_ready(later), vec!["peer-b".to_owned()]);
+}
