@@ -706,7 +706,10 @@ async fn every_subcommand_speaks_one_dialect() {
         help_options(help)
     };
     let (serve, controller) = (options_of("serve"), options_of("controller"));
-    assert!(serve.len() > 25 && controller.len() > 15, "{serve:?} {controller:?}");
+    assert!(
+        serve.len() > 25 && controller.len() > 15,
+        "{serve:?} {controller:?}"
+    );
     for option in serve.iter().chain(&controller) {
         if ["help", "version"].contains(&option.name.as_str()) {
             continue;
@@ -906,4 +909,110 @@ async fn controller_logs_by_clusterset_dns_log_and_still_by_rust_log() {
             lines.join("\n")
         );
     }
+}
+
+/// The markdown files whose commands users copy.
+fn user_docs() -> Vec<std::path::PathBuf> {
+    let mut files = vec![repo_path("README.md"), repo_path("tests/testenv/README.md")];
+    let mut dirs = vec![repo_path("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read docs") {
+            let path = entry.expect("a docs entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+/// The long flags on `line` after `clusterset-dns <command>` (up to the end
+/// of the inline code, a comment or a pipe), for the longest `command` of
+/// `commands` that follows it.
+fn flags_given(line: &str, commands: &[String]) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for (at, _) in line.match_indices("clusterset-dns ") {
+        let rest = &line[at + "clusterset-dns ".len()..];
+        let rest = rest.split(['`', '#', '|', ';']).next().unwrap_or_default();
+        let Some(command) = commands
+            .iter()
+            .filter(|c| rest.starts_with(&format!("{c} ")) || rest.trim_end() == c.as_str())
+            .max_by_key(|c| c.len())
+        else {
+            continue;
+        };
+        for word in rest[command.len()..].split_whitespace() {
+            let word = word.trim_start_matches('[');
+            if let Some(flag) = word.strip_prefix("--") {
+                let flag = flag.split('=').next().unwrap_or_default();
+                let flag = flag.trim_end_matches([']', ')', ',', '.']);
+                found.push((command.clone(), flag.to_string()));
+            }
+        }
+    }
+    found
+}
+
+/// Every flag the docs give a subcommand (`clusterset-dns controller
+/// --admin-listen …`) and every flag the shipped manifests pass is one that
+/// subcommand's `--help` shows: no old spelling, hidden or not, is taught.
+#[tokio::test(flavor = "multi_thread")]
+async fn docs_and_manifests_give_each_subcommand_only_flags_it_shows() {
+    let all = every_subcommand_help().await;
+    let commands: Vec<String> = all
+        .iter()
+        .map(|(path, _)| path.join(" "))
+        .filter(|c| !c.is_empty())
+        .collect();
+    let shown = |command: &str, flag: &str| {
+        all.iter()
+            .find(|(path, _)| path.join(" ") == command)
+            .is_some_and(|(_, help)| help_options(help).iter().any(|o| o.name == flag))
+    };
+    let mut given = Vec::new();
+    for file in user_docs() {
+        let text = std::fs::read_to_string(&file).expect("read a doc");
+        for (n, line) in text.lines().enumerate() {
+            for (command, flag) in flags_given(line, &commands) {
+                given.push((format!("{}:{}", file.display(), n + 1), command, flag));
+            }
+        }
+    }
+    for manifest in [
+        "deploy/clusterset-dns.yaml",
+        "deploy/controller.yaml",
+        "deploy/helm/clusterset-dns/templates/clusterset-dns.yaml",
+        "deploy/helm/clusterset-dns/templates/controller.yaml",
+    ] {
+        let text = std::fs::read_to_string(repo_path(manifest)).expect("read a manifest");
+        // `args:` lists the subcommand, then its flags.
+        let mut command = None;
+        for (n, line) in text.lines().enumerate() {
+            let item = line.trim().strip_prefix("- ").unwrap_or_default();
+            if commands.iter().any(|c| c == item) {
+                command = Some(item.to_string());
+            } else if let (Some(command), Some(flag)) = (&command, item.strip_prefix("--")) {
+                let flag = flag.split('=').next().unwrap_or_default().to_string();
+                given.push((format!("{manifest}:{}", n + 1), command.clone(), flag));
+            }
+        }
+    }
+    for (command, flag) in [("serve", "lame-duck"), ("controller", "admin-listen")] {
+        assert!(
+            given.iter().any(|(_, c, f)| c == command && f == flag),
+            "no doc or manifest gives {command} --{flag}: {given:?}"
+        );
+    }
+    let unknown: Vec<String> = given
+        .iter()
+        .filter(|(_, command, flag)| !shown(command, flag))
+        .map(|(place, command, flag)| format!("{place}: {command} --{flag}"))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "flags that --help does not show:\n{}",
+        unknown.join("\n")
+    );
 }
