@@ -89,7 +89,8 @@ pub struct ServeArgs {
     /// Answer common UDP queries from precompiled wire data.
     #[arg(long, env = "CLUSTERSET_DNS_FAST_PATH")]
     pub fast_path: Option<bool>,
-    /// Close a TCP connection idle this long (`10s`; plain seconds too).
+    /// Close a TCP connection idle this long (`500ms`, `30s`, `5m`, `1h`; a
+    /// plain number is seconds).
     #[arg(long, env = "CLUSTERSET_DNS_TCP_IDLE_TIMEOUT")]
     pub tcp_idle_timeout: Option<HumanDuration>,
     /// Most DNS TCP connections open at once; at the limit the one idle the
@@ -116,7 +117,8 @@ pub struct ServeArgs {
     #[arg(long, env = "CLUSTERSET_DNS_RRL_TABLE_SIZE")]
     pub rrl_table_size: Option<usize>,
     /// How long DNS keeps answering after SIGTERM, with /ready at 503,
-    /// before the server exits (`5s`; plain seconds too).
+    /// before the server exits (`500ms`, `30s`, `5m`, `1h`; a plain number
+    /// is seconds).
     #[arg(long, env = "CLUSTERSET_DNS_LAME_DUCK")]
     pub lame_duck: Option<HumanDuration>,
     /// tracing filter, e.g. `clusterset_dns=debug`.
@@ -141,8 +143,8 @@ pub struct ServeArgs {
     pub import_kind: Option<String>,
     /// How long the apiserver may leave requests unanswered (hung, or a
     /// network path that drops packets) before the Kubernetes source counts
-    /// as stale (`30s`; plain seconds too); its watches restart once it
-    /// answers again.
+    /// as stale (`500ms`, `30s`, `5m`, `1h`; a plain number is seconds); its
+    /// watches restart once it answers again.
     #[arg(long, env = "CLUSTERSET_DNS_APISERVER_TIMEOUT")]
     pub apiserver_timeout: Option<HumanDuration>,
     /// Receive the initial objects of each watch as a stream where the

@@ -27,12 +27,13 @@ pub struct ControllerArgs {
         default_value = "clusterset-dns.io/peer=true"
     )]
     pub peer_selector: String,
-    /// How long an unreachable peer's services stay imported (`300s`, `5m`;
-    /// plain seconds too).
+    /// How long an unreachable peer's services stay imported (`500ms`,
+    /// `30s`, `5m`, `1h`; a plain number is seconds).
     #[arg(long, env = "CLUSTERSET_DNS_PEER_GRACE_PERIOD", default_value = "5m", value_parser = duration::parse)]
     pub peer_grace_period: Duration,
     /// How long to wait at start-up for every peer's first sync before
-    /// reconciling without the peers that have not answered.
+    /// reconciling without the peers that have not answered (a duration,
+    /// as for --peer-grace-period).
     #[arg(long, env = "CLUSTERSET_DNS_STARTUP_SYNC_TIMEOUT", default_value = "30s", value_parser = duration::parse)]
     pub startup_sync_timeout: Duration,
     /// Namespaces never imported into or exported from: names, or
