@@ -29,7 +29,7 @@
 #   BENCH_SAMPLES=50 BENCH_CONCURRENCY=32 BENCH_IDLE=60 BENCH_POLL_MS=2
 #   BENCH_CONVERGE_TIMEOUT=600 BENCH_CONTROLLER_CPU=0 BENCH_DNS_CPU=1
 #   BENCH_MAX_BUSY=35 BENCH_QUIET_WAIT=90 BENCH_FLOOR_UNITS=1000
-#   RUST_LOG                   passed to the controllers (e.g. clusterset_dns=debug)
+#   CLUSTERSET_DNS_LOG         passed to the controllers (e.g. clusterset_dns=debug)
 #   BENCH_HEAPTRACK=DIR        run each controller under heaptrack (Debian
 #                              package heaptrack, installed if missing), traces
 #                              in DIR, and print each trace's peak and

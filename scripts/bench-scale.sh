@@ -197,7 +197,7 @@ start_server() {
 	t0=$(date +%s%N)
 	taskset -c "$SERVER_CPU" "$BIN" serve --file "$manifest" --file-max-bytes "$max" \
 		--dns-listen "127.0.0.1:$DNS_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
-		--udp-workers 1 --lame-duck 0 >"$logf" 2>&1 &
+		--udp-workers 1 --lame-duck 0s >"$logf" 2>&1 &
 	SERVER_PID=$!
 	PIDS+=("$SERVER_PID")
 	READY_MS=$(python3 - "$ADMIN_PORT" "$t0" "$READY_TIMEOUT" "$SERVER_PID" <<-'EOF'

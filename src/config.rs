@@ -12,6 +12,9 @@ use hickory_proto::rr::Name;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub mod duration;
+
+pub use self::duration::HumanDuration;
 use crate::dns::DnsServerConfig;
 use crate::dns::rrl::{MAX_SLIP, MAX_TABLE_SIZE, RrlConfig};
 use crate::source::kubernetes::ImportApi;
@@ -29,6 +32,10 @@ pub const DEFAULT_LOG_FILTER: &str = "clusterset_dns=info,hickory_server=warn,hi
 
 /// How long DNS keeps answering after SIGTERM (CoreDNS `health { lameduck }`).
 pub const DEFAULT_LAME_DUCK: Duration = Duration::from_secs(5);
+
+/// The shortest `apiserver_timeout` accepted (the liveness probe runs every
+/// half of it and may wait the other half).
+const MIN_APISERVER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The options of `serve` (and, a subset, of `check` and `dump-zone`),
 /// defined once: each field is a flag, an environment variable
@@ -82,9 +89,10 @@ pub struct ServeArgs {
     /// Answer common UDP queries from precompiled wire data.
     #[arg(long, env = "CLUSTERSET_DNS_FAST_PATH")]
     pub fast_path: Option<bool>,
-    /// Close idle TCP connections after this many seconds.
+    /// Close a TCP connection idle this long (`500ms`, `30s`, `5m`, `1h`; a
+    /// plain number is seconds).
     #[arg(long, env = "CLUSTERSET_DNS_TCP_IDLE_TIMEOUT")]
-    pub tcp_idle_timeout: Option<u64>,
+    pub tcp_idle_timeout: Option<HumanDuration>,
     /// Most DNS TCP connections open at once; at the limit the one idle the
     /// longest is closed (lowered to fit the open-file limit).
     #[arg(long, env = "CLUSTERSET_DNS_MAX_TCP_CONNECTIONS")]
@@ -108,10 +116,11 @@ pub struct ServeArgs {
     /// to a power of two); client prefixes that hash to one bucket share it.
     #[arg(long, env = "CLUSTERSET_DNS_RRL_TABLE_SIZE")]
     pub rrl_table_size: Option<usize>,
-    /// Seconds DNS keeps answering after SIGTERM, with /ready at 503, before
-    /// the server exits.
+    /// How long DNS keeps answering after SIGTERM, with /ready at 503,
+    /// before the server exits (`500ms`, `30s`, `5m`, `1h`; a plain number
+    /// is seconds).
     #[arg(long, env = "CLUSTERSET_DNS_LAME_DUCK")]
-    pub lame_duck: Option<u64>,
+    pub lame_duck: Option<HumanDuration>,
     /// tracing filter, e.g. `clusterset_dns=debug`.
     #[arg(long, env = "CLUSTERSET_DNS_LOG")]
     pub log: Option<String>,
@@ -119,7 +128,8 @@ pub struct ServeArgs {
     /// `NO_COLOR`) or `json` (one object per line, for log collectors).
     #[arg(long, env = "CLUSTERSET_DNS_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
-    /// kubeconfig for the Kubernetes source (default: in-cluster, then $KUBECONFIG, then ~/.kube/config).
+    /// kubeconfig for the Kubernetes source (default: $KUBECONFIG, else
+    /// ~/.kube/config, else in-cluster credentials).
     #[arg(long, env = "CLUSTERSET_DNS_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// API group of ServiceImports (a vendor's mirror API may differ).
@@ -131,11 +141,12 @@ pub struct ServeArgs {
     /// Kind of ServiceImports.
     #[arg(long, env = "CLUSTERSET_DNS_IMPORT_KIND")]
     pub import_kind: Option<String>,
-    /// Seconds the apiserver may leave requests unanswered (hung, or a
+    /// How long the apiserver may leave requests unanswered (hung, or a
     /// network path that drops packets) before the Kubernetes source counts
-    /// as stale; its watches restart once it answers again.
+    /// as stale (`500ms`, `30s`, `5m`, `1h`; a plain number is seconds); its
+    /// watches restart once it answers again.
     #[arg(long, env = "CLUSTERSET_DNS_APISERVER_TIMEOUT")]
-    pub apiserver_timeout: Option<u64>,
+    pub apiserver_timeout: Option<HumanDuration>,
     /// Receive the initial objects of each watch as a stream where the
     /// apiserver serves that (Kubernetes 1.27+ with the WatchList feature);
     /// false always lists in pages.
@@ -189,21 +200,21 @@ impl ServeArgs {
             nameserver_addresses: None,
             udp_workers: Some(dns.udp_workers),
             fast_path: Some(dns.fast_path),
-            tcp_idle_timeout: Some(dns.tcp_idle_timeout.as_secs()),
+            tcp_idle_timeout: Some(dns.tcp_idle_timeout.into()),
             max_tcp_connections: Some(dns.max_tcp_connections),
             rrl_responses_per_second: Some(dns.rrl.responses_per_second),
             rrl_slip: Some(dns.rrl.slip),
             rrl_ipv4_prefix: Some(dns.rrl.ipv4_prefix),
             rrl_ipv6_prefix: Some(dns.rrl.ipv6_prefix),
             rrl_table_size: Some(dns.rrl.table_size),
-            lame_duck: Some(DEFAULT_LAME_DUCK.as_secs()),
+            lame_duck: Some(DEFAULT_LAME_DUCK.into()),
             log: Some(DEFAULT_LOG_FILTER.into()),
             log_format: Some(LogFormat::default()),
             kubeconfig: None,
             import_group: Some(import.group),
             import_version: import.version,
             import_kind: Some(import.kind),
-            apiserver_timeout: Some(crate::source::kubernetes::DEFAULT_APISERVER_TIMEOUT.as_secs()),
+            apiserver_timeout: Some(crate::source::kubernetes::DEFAULT_APISERVER_TIMEOUT.into()),
             streaming_lists: Some(true),
         }
     }
@@ -386,7 +397,7 @@ impl Config {
             listen: set(options.dns_listen),
             udp_workers: set(options.udp_workers),
             fast_path: set(options.fast_path),
-            tcp_idle_timeout: Duration::from_secs(set(options.tcp_idle_timeout)),
+            tcp_idle_timeout: set(options.tcp_idle_timeout).0,
             max_tcp_connections: set(options.max_tcp_connections),
             rrl: RrlConfig {
                 responses_per_second: set(options.rrl_responses_per_second),
@@ -401,11 +412,12 @@ impl Config {
                 "max_tcp_connections must be at least 1".into(),
             ));
         }
-        let apiserver_timeout = set(options.apiserver_timeout);
-        if apiserver_timeout < 2 {
-            return Err(ConfigError::Invalid(
-                "apiserver_timeout must be at least 2 (seconds): a probe every half of it, each waiting the other half".into(),
-            ));
+        let apiserver_timeout = set(options.apiserver_timeout).0;
+        if apiserver_timeout < MIN_APISERVER_TIMEOUT {
+            return Err(ConfigError::Invalid(format!(
+                "apiserver_timeout must be at least {}: a probe every half of it, each waiting the other half",
+                duration::format(MIN_APISERVER_TIMEOUT)
+            )));
         }
         let rrl = &dns.rrl;
         if rrl.slip > MAX_SLIP {
@@ -429,7 +441,7 @@ impl Config {
             zone,
             dns,
             admin_listen: set(options.admin_listen),
-            lame_duck: Duration::from_secs(set(options.lame_duck)),
+            lame_duck: set(options.lame_duck).0,
             log: set(options.log),
             log_format: set(options.log_format),
             kubeconfig: options.kubeconfig,
@@ -438,7 +450,7 @@ impl Config {
                 version: options.import_version,
                 kind: set(options.import_kind),
             },
-            apiserver_timeout: Duration::from_secs(apiserver_timeout),
+            apiserver_timeout,
             streaming_lists: set(options.streaming_lists),
         })
     }
@@ -573,12 +585,33 @@ mod tests {
         let config = layered(ServeArgs::default(), file).unwrap();
         assert_eq!(config.apiserver_timeout, Duration::from_secs(6));
         let args = ServeArgs {
-            apiserver_timeout: Some(1),
+            apiserver_timeout: Some(Duration::from_millis(1999).into()),
             ..Default::default()
         };
         let error = layered(args, ServeArgs::default()).unwrap_err().to_string();
         assert!(
-            error.contains("apiserver_timeout must be at least 2"),
+            error.contains("apiserver_timeout must be at least 2s"),
+            "{error}"
+        );
+    }
+
+    /// The file's duration keys take units or plain seconds, and keep their
+    /// milliseconds through the layering.
+    #[test]
+    fn file_durations_take_units_or_plain_seconds() {
+        let file: ServeArgs = toml::from_str(
+            "lame_duck = \"1500ms\"\ntcp_idle_timeout = 20\napiserver_timeout = \"2m\"",
+        )
+        .unwrap();
+        let config = layered(ServeArgs::default(), file).unwrap();
+        assert_eq!(config.lame_duck, Duration::from_millis(1500));
+        assert_eq!(config.dns.tcp_idle_timeout, Duration::from_secs(20));
+        assert_eq!(config.apiserver_timeout, Duration::from_secs(120));
+        let error = toml::from_str::<ServeArgs>("lame_duck = \"5 s\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("lame_duck") && error.contains("unknown unit"),
             "{error}"
         );
     }

@@ -35,6 +35,7 @@ enum Command {
     /// Run the MCS controller: ServiceExports of every member cluster
     /// become this cluster's ServiceImports, EndpointSlices and derived
     /// Services.
+    #[command(defer(clusterset_dns::controller::ControllerArgs::help))]
     Controller(clusterset_dns::controller::ControllerArgs),
     /// Print the CustomResourceDefinitions (ServiceImport, ServiceExport,
     /// ClusterProperty), or install them with `crds install`.
@@ -229,7 +230,14 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
 }
 
 fn controller(args: &clusterset_dns::controller::ControllerArgs) -> anyhow::Result<()> {
-    clusterset_dns::telemetry::init(&args.log, args.log_format);
+    let (log_filter, from_deprecated_env) = args.log_filter();
+    clusterset_dns::telemetry::init(&log_filter, args.log_format);
+    if from_deprecated_env {
+        tracing::warn!(
+            "the log filter came from {}, which the controller stops reading in 0.2.0: set CLUSTERSET_DNS_LOG (or --log), as for serve",
+            clusterset_dns::controller::args::DEPRECATED_LOG_ENV
+        );
+    }
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     runtime.block_on(async {
         let mut shutdown = ShutdownSignal::register().context("installing signal handlers")?;

@@ -1,5 +1,7 @@
 //! The built binary: `serve` answers queries and exits cleanly on SIGTERM;
-//! `check` rejects a broken manifest naming the document and the field.
+//! `check` rejects a broken manifest naming the document and the field;
+//! every subcommand speaks one dialect of flags (one name, environment
+//! variable and duration syntax for one thing), old spellings still accepted.
 
 mod common;
 
@@ -40,9 +42,10 @@ fn free_tcp_port() -> u16 {
         .port()
 }
 
-/// Starts `serve` on free ports and waits until it answers; the ports are
-/// free only when chosen, so a child that lost a race is retried.
-async fn start_serve() -> (Child, SocketAddr) {
+/// Starts `serve` on free ports, with `extra` flags, and waits until it
+/// answers; the ports are free only when chosen, so a child that lost a
+/// race is retried.
+async fn start_serve(extra: &[&str]) -> (Child, SocketAddr) {
     let probe = query("dns-version.clusterset.local.", RecordType::TXT);
     for _ in 0..3 {
         let dns = SocketAddr::from(([127, 0, 0, 1], free_port()));
@@ -55,6 +58,7 @@ async fn start_serve() -> (Child, SocketAddr) {
             .arg(dns.to_string())
             .arg("--admin-listen")
             .arg(admin.to_string())
+            .args(extra)
             .env("CLUSTERSET_DNS_LOG", "clusterset_dns=warn")
             // No lame-duck interval: tests/shutdown.rs is about that one.
             .env("CLUSTERSET_DNS_LAME_DUCK", "0")
@@ -84,6 +88,16 @@ async fn start_serve() -> (Child, SocketAddr) {
     panic!("serve failed to start three times");
 }
 
+/// Sends SIGTERM to `child`.
+fn terminate(child: &Child) {
+    let pid = child.id().expect("child is running") as libc::pid_t;
+    // SAFETY: kill(2) with a pid we spawned and still own (not yet reaped,
+    // so it cannot have been reused) and a valid signal number.
+    #[allow(unsafe_code)]
+    let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(sent, 0, "kill: {}", std::io::Error::last_os_error());
+}
+
 /// Whether `reply` is a DNS response (QR set) to `query` (same ID).
 fn is_response_to(reply: &[u8], query: &Message) -> bool {
     Message::from_vec(reply).is_ok_and(|m| {
@@ -94,7 +108,7 @@ fn is_response_to(reply: &[u8], query: &Message) -> bool {
 /// `serve` answers over UDP and TCP and exits 0 within 5 s of SIGTERM.
 #[tokio::test(flavor = "multi_thread")]
 async fn serve_answers_and_exits_cleanly_on_sigterm() {
-    let (mut child, dns) = start_serve().await;
+    let (mut child, dns) = start_serve(&[]).await;
     for transport in [Transport::Udp, Transport::Tcp] {
         let r = exchange(
             dns,
@@ -111,12 +125,7 @@ async fn serve_answers_and_exits_cleanly_on_sigterm() {
         );
     }
 
-    let pid = child.id().expect("child is running") as libc::pid_t;
-    // SAFETY: kill(2) with a pid we spawned and still own (not yet reaped,
-    // so it cannot have been reused) and a valid signal number.
-    #[allow(unsafe_code)]
-    let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
-    assert_eq!(sent, 0, "kill: {}", std::io::Error::last_os_error());
+    terminate(&child);
     let status = within(STOP_LIMIT, "exit after SIGTERM", child.wait())
         .await
         .expect("wait for child");
@@ -173,17 +182,26 @@ spec: {type: ClusterSetIP, ips: [10.96.0.2, not-an-ip], ports: [{port: 80}]}
     assert!(stderr.contains("spec.ips[1]"), "{stderr}");
 }
 
-/// Runs the binary with `args` and `env` (and no `CLUSTERSET_DNS_*` from
-/// the caller's environment) in `dir`; returns exit success, stdout, stderr.
-async fn run(args: &[&str], env: &[(&str, &str)], dir: &std::path::Path) -> (bool, String, String) {
+/// The binary with `args`, without the options the caller's environment
+/// may hold (`CLUSTERSET_DNS_*`, and `RUST_LOG`, which the controller still
+/// reads) but with `env`.
+fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(BIN);
-    command.args(args).current_dir(dir);
+    command.args(args);
     for (key, _) in std::env::vars() {
-        if key.starts_with("CLUSTERSET_DNS_") {
+        if key.starts_with("CLUSTERSET_DNS_") || key == "RUST_LOG" {
             command.env_remove(key);
         }
     }
     command.envs(env.iter().copied());
+    command
+}
+
+/// Runs the binary with `args` and `env` (see [`command`]) in `dir`;
+/// returns exit success, stdout, stderr.
+async fn run(args: &[&str], env: &[(&str, &str)], dir: &std::path::Path) -> (bool, String, String) {
+    let mut command = command(args, env);
+    command.current_dir(dir);
     let output = within(STOP_LIMIT, "run clusterset-dns", command.output())
         .await
         .expect("run clusterset-dns");
@@ -361,15 +379,11 @@ async fn stderr_until(child: &mut Child, wanted: impl Fn(&str) -> bool) -> Vec<S
     seen
 }
 
-/// An apiserver that refuses connections is logged with its URL and the
-/// cause, in plain text (stderr is a pipe, not a terminal) or as JSON.
-#[tokio::test(flavor = "multi_thread")]
-async fn an_unreachable_apiserver_is_logged_with_its_url_and_cause() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    // A port nothing listens on: bound, then released.
-    let port = free_tcp_port();
-    let url = format!("https://127.0.0.1:{port}");
-    let kubeconfig = dir.path().join("kubeconfig");
+/// Writes `dir/kubeconfig`, naming an apiserver on a loopback port nothing
+/// listens on (bound, then released); returns its path and the URL.
+fn unreachable_kubeconfig(dir: &std::path::Path) -> (std::path::PathBuf, String) {
+    let url = format!("https://127.0.0.1:{}", free_tcp_port());
+    let kubeconfig = dir.join("kubeconfig");
     std::fs::write(
         &kubeconfig,
         format!(
@@ -377,6 +391,15 @@ async fn an_unreachable_apiserver_is_logged_with_its_url_and_cause() {
         ),
     )
     .expect("write kubeconfig");
+    (kubeconfig, url)
+}
+
+/// An apiserver that refuses connections is logged with its URL and the
+/// cause, in plain text (stderr is a pipe, not a terminal) or as JSON.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_apiserver_is_logged_with_its_url_and_cause() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (kubeconfig, url) = unreachable_kubeconfig(dir.path());
     for format in ["text", "json"] {
         let mut child = Command::new(BIN)
             .arg("serve")
@@ -565,4 +588,431 @@ async fn check_and_dump_zone_refuse_a_fifo_and_an_oversize_file_at_once() {
             "{command}: {stderr}"
         );
     }
+}
+
+/// One option as `--help` describes it.
+#[derive(Debug)]
+struct HelpOption {
+    /// The long name, without `--`.
+    name: String,
+    /// The environment variable it is read from, if any.
+    env: Option<String>,
+    /// The default `--help` shows, if any.
+    default: Option<String>,
+}
+
+/// The options `help` (a `--help` text) lists.
+fn help_options(help: &str) -> Vec<HelpOption> {
+    // An option starts on a line like `      --name <NAME>` or
+    // `  -o, --output <OUTPUT>`; its text runs until the next one or the
+    // next section (a line that is neither blank nor indented).
+    let starts_option = |line: &str| {
+        let line = line.trim_start();
+        line.starts_with("--") || (line.starts_with('-') && line.get(2..6) == Some(", --"))
+    };
+    let mut options = Vec::new();
+    let mut lines = help.lines().peekable();
+    while let Some(line) = lines.next() {
+        if !starts_option(line) {
+            continue;
+        }
+        let (_, after) = line.split_once("--").expect("a long option");
+        let name: String = after
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        let mut text = line.to_string();
+        while let Some(next) =
+            lines.next_if(|l| !starts_option(l) && (l.is_empty() || l.starts_with(' ')))
+        {
+            text.push_str(next);
+        }
+        let between = |open: &str, close: char| {
+            let (_, rest) = text.split_once(open)?;
+            rest.split_once(close).map(|(value, _)| value.to_string())
+        };
+        options.push(HelpOption {
+            name,
+            env: between("[env: ", '='),
+            default: between("[default: ", ']'),
+        });
+    }
+    options
+}
+
+/// Every subcommand path (`["peer", "add"]`), found through the `Commands:`
+/// sections of `--help`, so that a new subcommand is surveyed too; each
+/// with its `--help` text.
+async fn every_subcommand_help() -> Vec<(Vec<String>, String)> {
+    let here = std::env::temp_dir();
+    let mut found = Vec::new();
+    let mut pending = vec![Vec::<String>::new()];
+    while let Some(path) = pending.pop() {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let (ok, help, stderr) = run(&args, &[], &here).await;
+        assert!(ok, "{args:?}: {stderr}");
+        let commands = help
+            .split_once("Commands:\n")
+            .map(|(_, rest)| rest.split("\n\n").next().unwrap_or_default());
+        for line in commands.unwrap_or_default().lines() {
+            let name = line.split_whitespace().next().expect("a command name");
+            if name != "help" {
+                pending.push([path.clone(), vec![name.to_string()]].concat());
+            }
+        }
+        found.push((path, help));
+    }
+    found
+}
+
+/// One dialect: no subcommand shows an old spelling; an option two
+/// subcommands share has one environment variable; the long-running
+/// commands read every option from `CLUSTERSET_DNS_<OPTION>` (but the
+/// downward-API namespace and pod name), and log with the same flags and
+/// defaults.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_subcommand_speaks_one_dialect() {
+    let all = every_subcommand_help().await;
+    let names: Vec<String> = all.iter().map(|(path, _)| path.join(" ")).collect();
+    for expected in ["serve", "controller", "check", "peer add", "crds install"] {
+        assert!(names.iter().any(|n| n == expected), "{expected}: {names:?}");
+    }
+    let mut seen: Vec<(String, HelpOption)> = Vec::new();
+    for (path, help) in &all {
+        let command = path.join(" ");
+        for old in ["--admin-addr", "RUST_LOG"] {
+            assert!(!help.contains(old), "{command} --help shows {old}:\n{help}");
+        }
+        for option in help_options(help) {
+            if let Some((other, earlier)) = seen
+                .iter()
+                .find(|(_, o)| o.name == option.name && o.env.is_some() && option.env.is_some())
+            {
+                assert_eq!(
+                    earlier.env, option.env,
+                    "--{} of {other} and of {command}",
+                    option.name
+                );
+            }
+            seen.push((command.clone(), option));
+        }
+    }
+    let options_of = |command: &str| {
+        let (_, help) = all
+            .iter()
+            .find(|(path, _)| path.join(" ") == command)
+            .expect("surveyed");
+        help_options(help)
+    };
+    let (serve, controller) = (options_of("serve"), options_of("controller"));
+    assert!(
+        serve.len() > 25 && controller.len() > 15,
+        "{serve:?} {controller:?}"
+    );
+    for option in serve.iter().chain(&controller) {
+        if ["help", "version"].contains(&option.name.as_str()) {
+            continue;
+        }
+        let scheme = format!(
+            "CLUSTERSET_DNS_{}",
+            option.name.replace('-', "_").to_uppercase()
+        );
+        let downward_api = ["POD_NAMESPACE", "POD_NAME"];
+        let env = option.env.as_deref().unwrap_or("none");
+        assert!(
+            env == scheme || downward_api.contains(&env),
+            "--{}: environment variable {env}, not {scheme}",
+            option.name
+        );
+    }
+    for shared in ["log", "log-format", "admin-listen"] {
+        let find = |options: &[HelpOption]| {
+            options
+                .iter()
+                .find(|o| o.name == shared)
+                .map(|o| (o.env.clone(), o.default.clone()))
+                .unwrap_or_else(|| panic!("no --{shared}"))
+        };
+        let (serve, controller) = (find(&serve), find(&controller));
+        assert_eq!(serve.0, controller.0, "--{shared}");
+        // Each admin endpoint has its own default port.
+        if shared != "admin-listen" {
+            assert_eq!(serve.1, controller.1, "--{shared}");
+        }
+    }
+}
+
+/// A bad duration is refused naming the option, whether from a flag, the
+/// environment or the configuration file; good ones (units or plain
+/// seconds) get past parsing (to the missing manifest, or the unreachable
+/// apiserver).
+#[tokio::test(flavor = "multi_thread")]
+async fn durations_take_units_or_plain_seconds_and_a_bad_one_names_its_option() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let serve_durations = ["tcp-idle-timeout", "lame-duck", "apiserver-timeout"];
+    let controller_durations = ["peer-grace-period", "startup-sync-timeout"];
+    let commands = [
+        ("serve", &serve_durations[..]),
+        ("controller", &controller_durations),
+    ];
+    for (command, durations) in commands {
+        for flag in durations {
+            let env = format!("CLUSTERSET_DNS_{}", flag.replace('-', "_").to_uppercase());
+            let from_flag = run(&[command, &format!("--{flag}"), "5x"], &[], dir.path()).await;
+            let from_env = run(&[command], &[(&env, "5x")], dir.path()).await;
+            for (ok, _, stderr) in [from_flag, from_env] {
+                assert!(!ok, "{command} --{flag} 5x accepted");
+                assert!(
+                    stderr.contains(&format!("invalid value '5x' for '--{flag} "))
+                        && stderr.contains("unknown unit \"x\""),
+                    "{command} --{flag}: {stderr}"
+                );
+            }
+        }
+    }
+    let manifest = "/nonexistent/m.yaml";
+    // Milliseconds count: 2500ms is over apiserver_timeout's least, 2s.
+    for value in ["2500ms", "3", "2m", "1h"] {
+        let flags: Vec<String> = serve_durations.iter().map(|f| format!("--{f}")).collect();
+        let mut args = vec!["serve", "--file", manifest];
+        for flag in &flags {
+            args.extend([flag.as_str(), value]);
+        }
+        let (ok, _, stderr) = run(&args, &[], dir.path()).await;
+        assert!(!ok);
+        assert!(
+            stderr.starts_with("error: reading /nonexistent/m.yaml"),
+            "{value}: {stderr}"
+        );
+    }
+    let config = dir.path().join("c.toml");
+    std::fs::write(&config, "lame_duck = \"5x\"\n").expect("write config");
+    let config = config.to_str().expect("UTF-8 path");
+    let (ok, _, stderr) = run(&["serve", "--config", config], &[], dir.path()).await;
+    assert!(!ok);
+    assert!(
+        stderr.contains("lame_duck") && stderr.contains("unknown unit \"x\""),
+        "{stderr}"
+    );
+}
+
+/// `--lame-duck` means the same written in milliseconds or in plain
+/// seconds: `serve` exits that long after SIGTERM, not sooner.
+#[tokio::test(flavor = "multi_thread")]
+async fn lame_duck_in_milliseconds_or_plain_seconds_is_honoured() {
+    for (value, lame_duck) in [
+        ("1500ms", Duration::from_millis(1500)),
+        ("1", Duration::from_secs(1)),
+    ] {
+        let (mut child, _) = start_serve(&["--lame-duck", value]).await;
+        let sent = Instant::now();
+        terminate(&child);
+        let status = within(lame_duck + STOP_LIMIT, "exit after SIGTERM", child.wait())
+            .await
+            .expect("wait for serve");
+        assert!(status.success(), "{value}: {status}");
+        let exited = sent.elapsed();
+        assert!(exited >= lame_duck, "{value}: exited after {exited:?}");
+    }
+}
+
+/// Starts `controller` against an apiserver that refuses connections (it
+/// keeps trying to take its Lease, serving its admin endpoint), with `args`
+/// and `env`; returns it once `admin` answers `/live` (stderr piped), with
+/// the directory of its kubeconfig.
+async fn start_controller(
+    args: &[&str],
+    env: &[(&str, &str)],
+    admin: SocketAddr,
+) -> (Child, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (kubeconfig, _) = unreachable_kubeconfig(dir.path());
+    let mut child = command(&[&["controller"], args].concat(), env)
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn controller");
+    let deadline = Instant::now() + START_LIMIT;
+    loop {
+        if let Some(status) = child.try_wait().expect("poll controller") {
+            let output = child.wait_with_output().await.expect("controller output");
+            panic!(
+                "controller {args:?} exited ({status}):\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        if let Ok(mut stream) = tokio::net::TcpStream::connect(admin).await {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut reply = String::new();
+            stream
+                .write_all(b"GET /live HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                .await
+                .expect("send GET /live");
+            stream.read_to_string(&mut reply).await.expect("read /live");
+            assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+            return (child, dir);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "controller {args:?}: nothing on {admin} within {START_LIMIT:?}"
+        );
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// The controller's admin address is `--admin-listen`, as for `serve`, or
+/// `CLUSTERSET_DNS_ADMIN_LISTEN`; the old `--admin-addr` still works; its
+/// durations take units or plain seconds there too.
+#[tokio::test(flavor = "multi_thread")]
+async fn controller_takes_admin_listen_and_still_the_old_admin_addr() {
+    for spelling in ["--admin-listen", "--admin-addr", "env"] {
+        let admin = SocketAddr::from(([127, 0, 0, 1], free_tcp_port()));
+        let admin_text = admin.to_string();
+        let (mut args, mut env) = (vec!["--peer-grace-period", "1500ms"], Vec::new());
+        match spelling {
+            "env" => env.push(("CLUSTERSET_DNS_ADMIN_LISTEN", admin_text.as_str())),
+            flag => args.extend([flag, &admin_text, "--startup-sync-timeout", "2"]),
+        }
+        let (mut child, _dir) = start_controller(&args, &env, admin).await;
+        child.kill().await.expect("kill controller");
+    }
+}
+
+/// The controller's log filter is `--log` or `CLUSTERSET_DNS_LOG`, as for
+/// `serve`; `RUST_LOG`, which it used to read, still works when neither is
+/// set, with a warning naming the new variable.
+#[tokio::test(flavor = "multi_thread")]
+async fn controller_logs_by_clusterset_dns_log_and_still_by_rust_log() {
+    let deprecated = |l: &str| l.contains("RUST_LOG") && l.contains("CLUSTERSET_DNS_LOG");
+    let lease = |l: &str| l.contains("cannot take the leader Lease");
+    for (env, says_deprecated) in [
+        (vec![("RUST_LOG", "warn")], true),
+        (
+            vec![("CLUSTERSET_DNS_LOG", "warn"), ("RUST_LOG", "off")],
+            false,
+        ),
+    ] {
+        let admin = SocketAddr::from(([127, 0, 0, 1], free_tcp_port()));
+        let admin_text = admin.to_string();
+        let (mut child, _dir) =
+            start_controller(&["--admin-listen", &admin_text], &env, admin).await;
+        // The Lease warning comes after the deprecation one, if any.
+        let lines = stderr_until(&mut child, lease).await;
+        child.kill().await.expect("kill controller");
+        assert_eq!(
+            lines.iter().any(|l| deprecated(l)),
+            says_deprecated,
+            "{env:?}:\n{}",
+            lines.join("\n")
+        );
+    }
+}
+
+/// The markdown files whose commands users copy.
+fn user_docs() -> Vec<std::path::PathBuf> {
+    let mut files = vec![repo_path("README.md"), repo_path("tests/testenv/README.md")];
+    let mut dirs = vec![repo_path("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read docs") {
+            let path = entry.expect("a docs entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+/// The long flags on `line` after `clusterset-dns <command>` (up to the end
+/// of the inline code, a comment or a pipe), for the longest `command` of
+/// `commands` that follows it.
+fn flags_given(line: &str, commands: &[String]) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for (at, _) in line.match_indices("clusterset-dns ") {
+        let rest = &line[at + "clusterset-dns ".len()..];
+        let rest = rest.split(['`', '#', '|', ';']).next().unwrap_or_default();
+        let Some(command) = commands
+            .iter()
+            .filter(|c| rest.starts_with(&format!("{c} ")) || rest.trim_end() == c.as_str())
+            .max_by_key(|c| c.len())
+        else {
+            continue;
+        };
+        for word in rest[command.len()..].split_whitespace() {
+            let word = word.trim_start_matches('[');
+            if let Some(flag) = word.strip_prefix("--") {
+                let flag = flag.split('=').next().unwrap_or_default();
+                let flag = flag.trim_end_matches([']', ')', ',', '.']);
+                found.push((command.clone(), flag.to_string()));
+            }
+        }
+    }
+    found
+}
+
+/// Every flag the docs give a subcommand (`clusterset-dns controller
+/// --admin-listen …`) and every flag the shipped manifests pass is one that
+/// subcommand's `--help` shows: no old spelling, hidden or not, is taught.
+#[tokio::test(flavor = "multi_thread")]
+async fn docs_and_manifests_give_each_subcommand_only_flags_it_shows() {
+    let all = every_subcommand_help().await;
+    let commands: Vec<String> = all
+        .iter()
+        .map(|(path, _)| path.join(" "))
+        .filter(|c| !c.is_empty())
+        .collect();
+    let shown = |command: &str, flag: &str| {
+        all.iter()
+            .find(|(path, _)| path.join(" ") == command)
+            .is_some_and(|(_, help)| help_options(help).iter().any(|o| o.name == flag))
+    };
+    let mut given = Vec::new();
+    for file in user_docs() {
+        let text = std::fs::read_to_string(&file).expect("read a doc");
+        for (n, line) in text.lines().enumerate() {
+            for (command, flag) in flags_given(line, &commands) {
+                given.push((format!("{}:{}", file.display(), n + 1), command, flag));
+            }
+        }
+    }
+    for manifest in [
+        "deploy/clusterset-dns.yaml",
+        "deploy/controller.yaml",
+        "deploy/helm/clusterset-dns/templates/clusterset-dns.yaml",
+        "deploy/helm/clusterset-dns/templates/controller.yaml",
+    ] {
+        let text = std::fs::read_to_string(repo_path(manifest)).expect("read a manifest");
+        // `args:` lists the subcommand, then its flags.
+        let mut command = None;
+        for (n, line) in text.lines().enumerate() {
+            let item = line.trim().strip_prefix("- ").unwrap_or_default();
+            if commands.iter().any(|c| c == item) {
+                command = Some(item.to_string());
+            } else if let (Some(command), Some(flag)) = (&command, item.strip_prefix("--")) {
+                let flag = flag.split('=').next().unwrap_or_default().to_string();
+                given.push((format!("{manifest}:{}", n + 1), command.clone(), flag));
+            }
+        }
+    }
+    for (command, flag) in [("serve", "lame-duck"), ("controller", "admin-listen")] {
+        assert!(
+            given.iter().any(|(_, c, f)| c == command && f == flag),
+            "no doc or manifest gives {command} --{flag}: {given:?}"
+        );
+    }
+    let unknown: Vec<String> = given
+        .iter()
+        .filter(|(_, command, flag)| !shown(command, flag))
+        .map(|(place, command, flag)| format!("{place}: {command} --{flag}"))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "flags that --help does not show:\n{}",
+        unknown.join("\n")
+    );
 }

@@ -329,7 +329,7 @@ fn controller_install_is_consistent() {
         .container_port;
     assert_eq!(admin_port, 9180);
     assert!(
-        args.iter().any(|a| a == "--admin-addr=0.0.0.0:9180"),
+        args.iter().any(|a| a == "--admin-listen=0.0.0.0:9180"),
         "{args:?}"
     );
     for (probe, path) in [
@@ -565,8 +565,7 @@ fn both_pod_templates_carry_the_prometheus_scrape_annotations() {
             assert_eq!(admin, 9180, "{file}");
             let args = container.args.clone().unwrap_or_default();
             assert!(
-                args.iter()
-                    .any(|a| a == "--admin-listen=0.0.0.0:9180" || a == "--admin-addr=0.0.0.0:9180"),
+                args.iter().any(|a| a == "--admin-listen=0.0.0.0:9180"),
                 "{file}: the admin endpoint listens on 9180: {args:?}"
             );
             seen += 1;

@@ -53,7 +53,7 @@ async fn start_dns(kubeconfig: &Path, apiserver_timeout: u64) -> Running {
         dns_listen: Some("127.0.0.1:0".parse().unwrap()),
         admin_listen: Some("127.0.0.1:0".parse().unwrap()),
         udp_workers: Some(1),
-        apiserver_timeout: Some(apiserver_timeout),
+        apiserver_timeout: Some(Duration::from_secs(apiserver_timeout).into()),
         ..Default::default()
     };
     app::start(&Config::resolve(&args).unwrap()).await.unwrap()

@@ -5,10 +5,15 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::config::LogFormat;
+use crate::config::{DEFAULT_LOG_FILTER, LogFormat, duration};
 
 /// Options of `clusterset-dns controller`. Kubernetes credentials come from
 /// `KUBECONFIG` or the in-cluster service account.
+///
+/// The flags `serve` has too are spelled, defaulted and read from the
+/// environment as `serve` does: `--admin-listen`, `--log`, `--log-format`,
+/// durations with units, `CLUSTERSET_DNS_<FLAG>`; only the namespace and the
+/// identity come from the Kubernetes downward-API variables.
 #[derive(Args, Debug, Clone)]
 pub struct ControllerArgs {
     /// Namespace of the peer Secrets and of the controller's Leases.
@@ -16,87 +21,124 @@ pub struct ControllerArgs {
     pub namespace: String,
     /// Label selector of the Secrets that name peers (each holds a
     /// kubeconfig under `data.kubeconfig`).
-    #[arg(long, default_value = "clusterset-dns.io/peer=true")]
+    #[arg(
+        long,
+        env = "CLUSTERSET_DNS_PEER_SELECTOR",
+        default_value = "clusterset-dns.io/peer=true"
+    )]
     pub peer_selector: String,
-    /// How long an unreachable peer's services stay imported (`300s`, `5m`).
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    /// How long an unreachable peer's services stay imported (`500ms`,
+    /// `30s`, `5m`, `1h`; a plain number is seconds).
+    #[arg(long, env = "CLUSTERSET_DNS_PEER_GRACE_PERIOD", default_value = "5m", value_parser = duration::parse)]
     pub peer_grace_period: Duration,
     /// How long to wait at start-up for every peer's first sync before
-    /// reconciling without the peers that have not answered.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    /// reconciling without the peers that have not answered (a duration,
+    /// as for --peer-grace-period).
+    #[arg(long, env = "CLUSTERSET_DNS_STARTUP_SYNC_TIMEOUT", default_value = "30s", value_parser = duration::parse)]
     pub startup_sync_timeout: Duration,
     /// Namespaces never imported into or exported from: names, or
     /// prefixes ending in `*`, comma-separated.
-    #[arg(long, default_value = "kube-*", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "CLUSTERSET_DNS_DENY_NAMESPACES",
+        default_value = "kube-*",
+        value_delimiter = ','
+    )]
     pub deny_namespaces: Vec<String>,
     /// The most ServiceExports read from one peer; beyond it a peer's
     /// objects are refused and counted
     /// (`peer_objects_rejected_total{reason="peer-limit"}`).
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(
+        long,
+        env = "CLUSTERSET_DNS_PEER_MAX_EXPORTS",
+        default_value_t = 20_000
+    )]
     pub peer_max_exports: usize,
     /// The most Services read from one peer (all its Services but the
     /// derived ones, exported or not).
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(
+        long,
+        env = "CLUSTERSET_DNS_PEER_MAX_SERVICES",
+        default_value_t = 100_000
+    )]
     pub peer_max_services: usize,
     /// The most mirrored EndpointSlices read from one peer.
-    #[arg(long, default_value_t = 50_000)]
+    #[arg(long, env = "CLUSTERSET_DNS_PEER_MAX_SLICES", default_value_t = 50_000)]
     pub peer_max_slices: usize,
     /// The most endpoints, over all its slices, read from one peer.
-    #[arg(long, default_value_t = 500_000)]
+    #[arg(
+        long,
+        env = "CLUSTERSET_DNS_PEER_MAX_ENDPOINTS",
+        default_value_t = 500_000
+    )]
     pub peer_max_endpoints: usize,
-    /// Address of the admin endpoint (`/metrics`, `/ready`, `/live`,
-    /// `/explain?service=<ns>/<name>`).
-    #[arg(long, default_value = "0.0.0.0:9155")]
-    pub admin_addr: SocketAddr,
+    /// HTTP address for /metrics, /ready, /live and
+    /// /explain?service=<ns>/<name>.
+    // `--admin-addr`: the old spelling, accepted (hidden) in 0.1.x only.
+    #[arg(
+        long,
+        alias = "admin-addr",
+        env = "CLUSTERSET_DNS_ADMIN_LISTEN",
+        default_value = "0.0.0.0:9155"
+    )]
+    pub admin_listen: SocketAddr,
     /// Elect one active replica with a Lease (turn off only when a single
     /// replica runs).
-    #[arg(long, default_value = "true", action = clap::ArgAction::Set)]
+    #[arg(
+        long,
+        env = "CLUSTERSET_DNS_LEADER_ELECTION",
+        default_value = "true",
+        action = clap::ArgAction::Set
+    )]
     pub leader_election: bool,
     /// Name of the leader Lease.
-    #[arg(long, default_value = "clusterset-dns-controller")]
+    #[arg(
+        long,
+        env = "CLUSTERSET_DNS_LEASE_NAME",
+        default_value = "clusterset-dns-controller"
+    )]
     pub lease_name: String,
     /// This replica's identity in the leader Lease (the pod name).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
-    /// Log filter (tracing EnvFilter syntax).
-    #[arg(long, env = "RUST_LOG", default_value = "info")]
-    pub log: String,
-    /// Log format.
-    #[arg(long, value_enum, default_value = "text")]
+    /// tracing filter, e.g. `clusterset_dns=debug`.
+    #[arg(long, env = "CLUSTERSET_DNS_LOG")]
+    pub log: Option<String>,
+    /// Log line format: `text` (coloured only on a terminal and without
+    /// `NO_COLOR`) or `json` (one object per line, for log collectors).
+    #[arg(
+        long,
+        env = "CLUSTERSET_DNS_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
     pub log_format: LogFormat,
 }
 
-/// Parses `500ms`, `30s`, `5m`, `1h`, or plain seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
-        Some(at) => text.split_at(at),
-        None => (text, "s"),
-    };
-    let value: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 30s, 5m or 1h"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(value)),
-        "s" => Ok(Duration::from_secs(value)),
-        "m" => Ok(Duration::from_secs(value * 60)),
-        "h" => Ok(Duration::from_secs(value * 3600)),
-        _ => Err(format!("{text:?}: unknown unit {unit:?} (ms, s, m, h)")),
+/// The environment variable the controller used to read its log filter
+/// from; still read in 0.1.x (not in 0.2.0) when neither `--log` nor
+/// `CLUSTERSET_DNS_LOG` is set.
+pub const DEPRECATED_LOG_ENV: &str = "RUST_LOG";
+
+impl ControllerArgs {
+    /// The log filter: `--log` (or `CLUSTERSET_DNS_LOG`), else
+    /// [`DEPRECATED_LOG_ENV`], else `serve`'s default, [`DEFAULT_LOG_FILTER`].
+    /// The flag is true when the deprecated variable was used, so that the
+    /// caller can warn once logging is set up.
+    pub fn log_filter(&self) -> (String, bool) {
+        match (&self.log, std::env::var(DEPRECATED_LOG_ENV)) {
+            (Some(filter), _) => (filter.clone(), false),
+            (None, Ok(filter)) => (filter, true),
+            (None, Err(_)) => (DEFAULT_LOG_FILTER.to_string(), false),
+        }
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("300"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("300s"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert!(parse_duration("5 minutes").is_err());
-        assert!(parse_duration("m").is_err());
+    /// Shows the log filter's default in `--help`, as `serve --help` does
+    /// (the option itself has none, so that [`DEPRECATED_LOG_ENV`] can fill in).
+    pub fn help(command: clap::Command) -> clap::Command {
+        command.mut_arg("log", |arg| {
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            arg.help(format!("{help} [default: {DEFAULT_LOG_FILTER}]"))
+        })
     }
 }

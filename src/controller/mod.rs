@@ -110,10 +110,10 @@ pub async fn run(
     let metrics = Arc::new(ControllerMetrics::new());
     let (queries_tx, queries) = mpsc::channel(16);
     let (leading_tx, leading) = tokio::sync::watch::channel(!args.leader_election);
-    let listener = tokio::net::TcpListener::bind(args.admin_addr)
+    let listener = tokio::net::TcpListener::bind(args.admin_listen)
         .await
         .map_err(|source| ControllerError::Admin {
-            addr: args.admin_addr,
+            addr: args.admin_listen,
             source,
         })?;
     tokio::spawn(admin::serve(

@@ -1686,7 +1686,7 @@ impl Drop for ControllerProcess {
     }
 }
 
-/// Starts `clusterset-dns controller --leader-election=false --admin-addr
+/// Starts `clusterset-dns controller --leader-election=false --admin-listen
 /// 127.0.0.1:<free port> <extra_args>` for `cluster` with `KUBECONFIG` =
 /// `kubeconfig_path` (usually [`install_controller`]'s) and `POD_NAMESPACE`
 /// unset (so `--namespace` defaults to `clusterset-dns` unless `extra_args`
@@ -1709,7 +1709,7 @@ pub fn spawn_controller(
     {
         args.push("--leader-election=false".into());
     }
-    args.extend(["--admin-addr".into(), format!("127.0.0.1:{admin_port}")]);
+    args.extend(["--admin-listen".into(), format!("127.0.0.1:{admin_port}")]);
     args.extend(extra_args.iter().map(|a| a.to_string()));
     let log = cluster.dir.join(format!("controller-{n}.log"));
     let file = std::fs::File::create(&log).unwrap();
