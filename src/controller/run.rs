@@ -11,12 +11,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::watcher::{self, Event as WatcherEvent};
 use kube::{Client, ResourceExt};
@@ -24,9 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::apply::{Written, execute};
 use super::cluster::{ClusterData, LocalData, Objects, PeerLimits, Touched};
-use super::connection::{
-    ClusterKey, Connection, Identity, Report, Scope, WatchEvent, connect, identity,
-};
+use super::connection::{ClusterKey, Connection, Report, Scope, WatchEvent, connect};
 use super::lean::Lean;
 use super::membership::{local_identity_problem, peer_refusal};
 use super::metrics::ControllerMetrics;
@@ -34,16 +31,9 @@ use super::naming::FIELD_MANAGER;
 use super::reconcile::{Inputs, Kind, NamespaceFilter, PeerView, Plan, Write, plan};
 use crate::api::{ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
+use crate::peering::{self, Identity, identity, lease, read_identity, reason};
 use crate::watch::backoff::RestartSchedule;
 use crate::watch::{Outcome, Watch};
-
-/// The key of a peer Secret's kubeconfig.
-pub const KUBECONFIG_KEY: &str = "kubeconfig";
-
-/// Label of the per-peer Leases.
-pub const PEER_LEASE_LABEL: &str = "clusterset-dns.io/peer-lease";
-/// Annotation of a peer Lease naming the peer's Secret.
-pub const PEER_SECRET_ANNOTATION: &str = "clusterset-dns.io/peer-secret";
 
 /// How often this cluster's ClusterProperties are read again.
 const IDENTITY_CHECK: Duration = Duration::from_secs(30);
@@ -656,12 +646,7 @@ impl Controller {
 
     fn peer_secret(&mut self, secret: Secret) {
         let name = secret.name_any();
-        let kubeconfig = secret
-            .data
-            .as_ref()
-            .and_then(|data| data.get(KUBECONFIG_KEY))
-            .map(|bytes| bytes.0.clone())
-            .unwrap_or_default();
+        let kubeconfig = peering::kubeconfig_data(&secret).to_vec();
         if let Some(peer) = self.peers.get_mut(&name) {
             peer.removing_at = None;
             if peer.kubeconfig == kubeconfig {
@@ -715,19 +700,18 @@ impl Controller {
         let tx = self.identities_tx.clone();
         let secret = secret.to_owned();
         tokio::spawn(async move {
-            let client = match client_from(&kubeconfig).await {
-                Ok(client) => client,
+            let client = match peering::kubeconfig::client(&kubeconfig).await {
+                Ok((client, _server)) => client,
                 Err(error) => {
-                    let _ = tx.send((secret, generation, Contact::Invalid(error))).await;
+                    let _ = tx
+                        .send((secret, generation, Contact::Invalid(error.to_string())))
+                        .await;
                     return;
                 }
             };
             let mut delay = Duration::from_millis(500);
             loop {
-                let result = tokio::time::timeout(Duration::from_secs(10), identity(&client))
-                    .await
-                    .unwrap_or_else(|_| Err("no answer within 10s".into()));
-                let contact = match result {
+                let contact = match read_identity(&client).await {
                     Ok(identity) => Contact::Identified(client.clone(), identity),
                     Err(error) => Contact::Unreachable(error),
                 };
@@ -754,7 +738,7 @@ impl Controller {
             Contact::Invalid(error) => {
                 self.refuse(
                     secret,
-                    "InvalidKubeconfig",
+                    reason::INVALID_KUBECONFIG,
                     &format!("Secret {secret}: {error}"),
                 );
                 return;
@@ -855,7 +839,7 @@ impl Controller {
         };
         let event = KubeEvent {
             type_: EventType::Warning,
-            reason: "PeerRefused".into(),
+            reason: reason::PEER_REFUSED.into(),
             note: Some(format!("{reason}: {message}")),
             action: "Connect".into(),
             secondary: None,
@@ -936,44 +920,22 @@ impl Controller {
         }
     }
 
-    fn lease_name(id: &str) -> String {
-        format!("clusterset-dns-peer-{id}")
-    }
-
     async fn renew_lease(&self, id: &str, secret: &str, seen: SystemTime) {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.settings.namespace);
-        let renew = k8s_openapi::jiff::Timestamp::try_from(seen)
-            .ok()
-            .map(MicroTime);
-        let lease = Lease {
-            metadata: ObjectMeta {
-                name: Some(Self::lease_name(id)),
-                namespace: Some(self.settings.namespace.clone()),
-                labels: Some(BTreeMap::from([(
-                    PEER_LEASE_LABEL.to_owned(),
-                    "true".to_owned(),
-                )])),
-                annotations: Some(BTreeMap::from([(
-                    PEER_SECRET_ANNOTATION.to_owned(),
-                    secret.to_owned(),
-                )])),
-                ..ObjectMeta::default()
-            },
-            spec: Some(LeaseSpec {
-                holder_identity: Some(self.local_id.clone()),
-                lease_duration_seconds: Some(
-                    self.settings.grace.as_secs().min(i32::MAX as u64) as i32
-                ),
-                renew_time: renew,
-                ..LeaseSpec::default()
-            }),
-        };
+        let lease = lease::lease(
+            &self.settings.namespace,
+            id,
+            secret,
+            &self.local_id,
+            self.settings.grace,
+            seen,
+        );
         let mut body = serde_json::to_value(&lease).unwrap_or_default();
         body["apiVersion"] = "coordination.k8s.io/v1".into();
         body["kind"] = "Lease".into();
         let params = PatchParams::apply(FIELD_MANAGER).force();
         if let Err(error) = api
-            .patch(&Self::lease_name(id), &params, &Patch::Apply(body))
+            .patch(&lease::lease_name(id), &params, &Patch::Apply(body))
             .await
         {
             tracing::warn!(peer = id, error = %crate::error::Chain(&error), "cannot renew the peer Lease");
@@ -1378,7 +1340,7 @@ async fn vip_released(recorder: &Recorder, service: &ServiceRef, namespace: &str
 /// so a restarted controller keeps honouring the grace period.
 async fn peer_leases(client: &Client, namespace: &str) -> BTreeMap<String, (String, SystemTime)> {
     let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
-    let params = kube::api::ListParams::default().labels(&format!("{PEER_LEASE_LABEL}=true"));
+    let params = kube::api::ListParams::default().labels(lease::LEASE_SELECTOR);
     let leases = match api.list(&params).await {
         Ok(list) => list.items,
         Err(error) => {
@@ -1387,15 +1349,13 @@ async fn peer_leases(client: &Client, namespace: &str) -> BTreeMap<String, (Stri
         }
     };
     leases
-        .into_iter()
-        .filter_map(|lease| {
-            let secret = lease.annotations().get(PEER_SECRET_ANNOTATION)?.clone();
-            let peer = lease
-                .name_any()
-                .strip_prefix("clusterset-dns-peer-")?
-                .to_owned();
-            let seen = lease.spec?.renew_time.map(|t| SystemTime::from(t.0))?;
-            Some((secret, (peer, seen)))
+        .iter()
+        .filter_map(|found| match lease::parse(found) {
+            Ok(peer) => Some((peer.secret, (peer.peer_id, SystemTime::from(peer.renewed)))),
+            Err(error) => {
+                tracing::warn!(%error, "ignoring a peer Lease that records no peer");
+                None
+            }
         })
         .collect()
 }
@@ -1460,20 +1420,6 @@ enum Contact {
     Unreachable(String),
     /// The peer's client and identity.
     Identified(Client, Identity),
-}
-
-async fn client_from(kubeconfig: &[u8]) -> Result<Client, String> {
-    if kubeconfig.is_empty() {
-        return Err(format!("no data.{KUBECONFIG_KEY}"));
-    }
-    let text = std::str::from_utf8(kubeconfig)
-        .map_err(|_| format!("data.{KUBECONFIG_KEY} is not UTF-8"))?;
-    let parsed = Kubeconfig::from_yaml(text)
-        .map_err(|e| format!("data.{KUBECONFIG_KEY}: {}", crate::error::Chain(&e)))?;
-    let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| format!("data.{KUBECONFIG_KEY}: {}", crate::error::Chain(&e)))?;
-    Client::try_from(config).map_err(|e| format!("building a client: {}", crate::error::Chain(&e)))
 }
 
 #[cfg(test)]

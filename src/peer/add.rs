@@ -19,16 +19,13 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 
-use super::cluster::{
-    Endpoint, apply, client_from_text, connect, connect_peer, probe, read_identity,
-    require_namespace,
-};
+use super::cluster::{Endpoint, apply, check_peer, connect, connect_peer, require_namespace};
 use super::rules::{self, Member, PeerKubeconfig, Target};
-use super::{
-    ANNOTATION_CLUSTER_ID, ANNOTATION_TOKEN_SECRET, AddArgs, FIELD_MANAGER, PEER_LABEL, PeerError,
-    list, reader,
+use super::{AddArgs, FIELD_MANAGER, PeerError, list, reader};
+use crate::peering::kubeconfig::CaSource;
+use crate::peering::{
+    self, ANNOTATION_CLUSTER_ID, ANNOTATION_TOKEN_SECRET, KUBECONFIG_KEY, PEER_LABEL, read_identity,
 };
-use crate::controller::run::KUBECONFIG_KEY;
 
 /// How long the peer's kube-controller-manager may take to fill in a new
 /// token Secret.
@@ -96,8 +93,8 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
         None => None,
     };
     let kubeconfig_ca = match &peer.cluster.ca {
-        Some(rules::CaSource::Data(pem)) => Some(pem.clone()),
-        Some(rules::CaSource::File(path)) => Some(std::fs::read(path).map_err(|e| {
+        Some(CaSource::Data(pem)) => Some(pem.clone()),
+        Some(CaSource::File(path)) => Some(std::fs::read(path).map_err(|e| {
             PeerError::Failed(format!(
                 "--peer-kubeconfig: certificate-authority {}: {e}",
                 path.display()
@@ -241,14 +238,12 @@ async fn target(
         )))?;
     Ok(match found {
         None => Target::Absent,
-        Some(secret) if secret.labels().get(PEER_LABEL).map(String::as_str) == Some("true") => {
-            Target::Peer(
-                others
-                    .iter()
-                    .find(|(other, _)| other == name)
-                    .and_then(|(_, id)| id.clone()),
-            )
-        }
+        Some(secret) if peering::is_peer_secret(&secret) => Target::Peer(
+            others
+                .iter()
+                .find(|(other, _)| other == name)
+                .and_then(|(_, id)| id.clone()),
+        ),
         Some(_) => Target::NotAPeer,
     })
 }
@@ -324,16 +319,17 @@ async fn wait_for_token(
     }
 }
 
-/// Checks that the new kubeconfig reads the peer as the controller will:
-/// its identity is `peer_id`, and it may list ServiceExports. A new token
-/// may take a moment to be accepted, so 401s are retried briefly.
+/// Checks that the new kubeconfig reads the peer as the controller will
+/// (the controller's client, identity read and probe): its identity is
+/// `peer_id`, and it may list ServiceExports. A new token may take a moment
+/// to be accepted, so 401s are retried briefly.
 async fn verify(kubeconfig: &[u8], peer_id: &str) -> Result<(), PeerError> {
-    let (client, _) = client_from_text(kubeconfig)
+    let (client, _) = peering::kubeconfig::client(kubeconfig)
         .await
         .map_err(|e| PeerError::Failed(format!("the peer kubeconfig built: {e}")))?;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        match probe(&client).await {
+        match check_peer(&client).await {
             Ok(identity) if identity.cluster_id == peer_id => return Ok(()),
             Ok(identity) => {
                 return Err(PeerError::Failed(format!(

@@ -8,9 +8,9 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 
-use super::cluster::{client_from_text, connect, connect_peer, read_identity};
-use super::{ANNOTATION_CLUSTER_ID, PEER_LABEL, PeerError, RemoveArgs, reader};
-use crate::controller::run::KUBECONFIG_KEY;
+use super::cluster::{connect, connect_peer};
+use super::{PeerError, RemoveArgs, reader};
+use crate::peering::{self, ANNOTATION_CLUSTER_ID, PEER_LABEL, read_identity};
 
 /// Runs `peer remove` and returns what it did.
 pub async fn remove(args: &RemoveArgs) -> Result<String, PeerError> {
@@ -34,7 +34,7 @@ pub async fn remove(args: &RemoveArgs) -> Result<String, PeerError> {
                 "no Secret {namespace}/{name} in this cluster (`peer list` shows the peers)"
             ))
         })?;
-    if secret.labels().get(PEER_LABEL).map(String::as_str) != Some("true") {
+    if !peering::is_peer_secret(&secret) {
         return Err(PeerError::Failed(format!(
             "Secret {namespace}/{name} is not a peer Secret (no label {PEER_LABEL}=true): left alone"
         )));
@@ -136,7 +136,8 @@ async fn revoke(
 /// The cluster id the peer answers with through the Secret's own
 /// kubeconfig, if it answers.
 async fn named_by_kubeconfig(secret: &Secret) -> Option<String> {
-    let kubeconfig = secret.data.as_ref()?.get(KUBECONFIG_KEY)?;
-    let (client, _) = client_from_text(&kubeconfig.0).await.ok()?;
+    let (client, _) = peering::kubeconfig::client(peering::kubeconfig_data(secret))
+        .await
+        .ok()?;
     read_identity(&client).await.ok().map(|i| i.cluster_id)
 }
