@@ -16,10 +16,12 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
 
-use super::cluster::{Endpoint, apply, check_peer, connect, connect_peer, require_namespace};
+use super::cluster::{
+    Endpoint, apply, check_peer, connect_local, connect_peer, delete_tokens, require_namespace,
+};
 use super::rules::{self, Member, PeerKubeconfig, Target};
 use super::{AddArgs, FIELD_MANAGER, PeerError, list, reader};
 use crate::peering::kubeconfig::CaSource;
@@ -35,12 +37,7 @@ const TOKEN_WAIT: Duration = Duration::from_secs(30);
 pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
     let local_ns = args.local.namespace.as_str();
     let peer_ns = args.remote.peer_namespace.as_deref().unwrap_or(local_ns);
-    let local = connect(
-        args.local.kubeconfig.as_deref(),
-        args.local.context.as_deref(),
-        "--kubeconfig",
-    )
-    .await?;
+    let local = connect_local(&args.local).await?;
     let peer = connect_peer(
         &args.local,
         &args.remote,
@@ -196,28 +193,9 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
     out += &format!("this cluster: peer Secret {local_ns}/{name} applied (server {server})\n");
 
     // The rotation: older tokens of this cluster in the peer go.
-    let older = tokens
-        .list(&ListParams::default().labels(&format!(
-            "{}={}",
-            reader::LABEL_READER_FOR,
-            local_id.cluster_id
-        )))
-        .await
-        .map_err(PeerError::kube(format!(
-            "listing older token Secrets in the peer's namespace {peer_ns}"
-        )))?;
-    for old in older.items.iter().filter(|s| s.name_any() != token_name) {
-        tokens
-            .delete(&old.name_any(), &DeleteParams::default())
-            .await
-            .map_err(PeerError::kube(format!(
-                "deleting the older token Secret {peer_ns}/{}",
-                old.name_any()
-            )))?;
-        out += &format!(
-            "peer: older token Secret {peer_ns}/{} deleted (revoked)\n",
-            old.name_any()
-        );
+    let older = delete_tokens(&tokens, peer_ns, &local_id.cluster_id, Some(&token_name)).await?;
+    for old in older {
+        out += &format!("peer: older token Secret {peer_ns}/{old} deleted (revoked)\n");
     }
     Ok(out)
 }

@@ -5,13 +5,13 @@
 
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use super::{FIELD_MANAGER, PeerError};
+use super::{FIELD_MANAGER, PeerError, reader};
 use crate::error::Chain;
 use crate::peering::contact::PROBE_TIMEOUT;
 use crate::peering::kubeconfig::{KubeconfigCluster, kubeconfig_cluster};
@@ -55,6 +55,48 @@ pub async fn connect(
         cluster,
         flag,
     })
+}
+
+/// Connects to this cluster, as `local` names it.
+pub async fn connect_local(local: &super::LocalArgs) -> Result<Endpoint, PeerError> {
+    connect(
+        local.kubeconfig.as_deref(),
+        local.context.as_deref(),
+        "--kubeconfig",
+    )
+    .await
+}
+
+/// Deletes the token Secrets in `tokens` (the peer's namespace
+/// `namespace`) made for the cluster `reader_id`, except `keep` (the token
+/// just made); returns their names. Deleting one revokes its token.
+pub async fn delete_tokens(
+    tokens: &Api<Secret>,
+    namespace: &str,
+    reader_id: &str,
+    keep: Option<&str>,
+) -> Result<Vec<String>, PeerError> {
+    let found = tokens
+        .list(&ListParams::default().labels(&format!("{}={reader_id}", reader::LABEL_READER_FOR)))
+        .await
+        .map_err(PeerError::kube(format!(
+            "listing the token Secrets for {reader_id} in the peer's namespace {namespace}"
+        )))?
+        .items;
+    let mut deleted = Vec::new();
+    for name in found.iter().map(ResourceExt::name_any) {
+        if keep == Some(name.as_str()) {
+            continue;
+        }
+        tokens
+            .delete(&name, &DeleteParams::default())
+            .await
+            .map_err(PeerError::kube(format!(
+                "deleting token Secret {namespace}/{name} in the peer"
+            )))?;
+        deleted.push(name);
+    }
+    Ok(deleted)
 }
 
 /// Connects to the peer named by `remote` (its kubeconfig defaults to this

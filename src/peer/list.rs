@@ -11,19 +11,14 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use super::cluster::{check_peer, connect};
+use super::cluster::{check_peer, connect_local};
 use super::rules::{self, PeerStatus, RefusalEvent, current_refusal};
 use super::{ListArgs, Output, PeerError};
 use crate::peering::{self, ANNOTATION_CLUSTER_ID, PEER_SELECTOR, lease, reason};
 
 /// Runs `peer list`.
 pub async fn list(args: &ListArgs) -> Result<String, PeerError> {
-    let local = connect(
-        args.local.kubeconfig.as_deref(),
-        args.local.context.as_deref(),
-        "--kubeconfig",
-    )
-    .await?;
+    let local = connect_local(&args.local).await?;
     let peers = inspect(&local.client, &args.local.namespace).await?;
     Ok(match args.output {
         Output::Table => rules::render_table(&peers),
