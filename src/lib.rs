@@ -28,6 +28,9 @@
 //!   Services), a pull mesh over the same watch layer.
 //! - [`peer`]: `clusterset-dns peer add|list|remove`, joining member
 //!   clusters from an admin's kubeconfigs (the controller's identity rules).
+//! - [`peering`]: the peer contract both of them keep: the peer Secret and
+//!   its kubeconfig, the per-peer Lease, the identity read and the health
+//!   probe, the refusal reasons.
 //! - [`config`]: command line, environment and TOML configuration.
 //! - [`error`]: how errors and their causes are printed.
 //! - [`metrics`], [`admin`], [`explain`], [`telemetry`], [`log_limit`]:
@@ -56,6 +59,7 @@ pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod peer;
+pub mod peering;
 pub mod publish;
 pub mod source;
 pub mod telemetry;

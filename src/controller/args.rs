@@ -24,7 +24,7 @@ pub struct ControllerArgs {
     #[arg(
         long,
         env = "CLUSTERSET_DNS_PEER_SELECTOR",
-        default_value = "clusterset-dns.io/peer=true"
+        default_value = crate::peering::PEER_SELECTOR
     )]
     pub peer_selector: String,
     /// How long an unreachable peer's services stay imported (`500ms`,

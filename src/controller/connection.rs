@@ -7,7 +7,8 @@
 //! the MCS slices it mirrored itself, selected on the server by `source-cluster=<peer id>` and
 //! our managed-by label: one cheap watch instead of every slice). Peers also
 //! get a liveness probe, because a hung connection does not always end a
-//! watch with an error.
+//! watch with an error: the health probe of the peer contract
+//! ([`crate::peering::probe`]).
 
 use std::time::Duration;
 
@@ -24,11 +25,10 @@ use tokio::task::JoinHandle;
 use super::lean::Lean;
 use super::naming::{LABEL_APP_MANAGED_BY, MANAGED_BY};
 use crate::api::well_known::{
-    CLUSTER_ID_PROPERTY, CLUSTERSET_PROPERTY, LABEL_KUBERNETES_SERVICE_NAME, LABEL_MANAGED_BY,
-    LABEL_SOURCE_CLUSTER,
+    LABEL_KUBERNETES_SERVICE_NAME, LABEL_MANAGED_BY, LABEL_SOURCE_CLUSTER,
 };
-use crate::api::{ClusterProperty, ServiceExport, ServiceImport};
-use crate::watch;
+use crate::api::{ServiceExport, ServiceImport};
+use crate::{peering, watch};
 
 /// Which cluster an event is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -77,37 +77,6 @@ pub enum Report {
     Probe(ClusterKey, Result<(), String>),
     /// A peer Secret changed (local cluster).
     Secrets(Result<WatcherEvent<k8s_openapi::api::core::v1::Secret>, watcher::Error>),
-}
-
-/// What a cluster says about itself (KEP-2149 ClusterProperties).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
-    /// `cluster.clusterset.k8s.io`.
-    pub cluster_id: String,
-    /// `clusterset.k8s.io`.
-    pub clusterset: String,
-}
-
-/// Reads a cluster's identity.
-pub async fn identity(client: &Client) -> Result<Identity, String> {
-    let api: Api<ClusterProperty> = Api::all(client.clone());
-    let read = |name: &'static str| {
-        let api = api.clone();
-        async move {
-            match api.get_opt(name).await {
-                Ok(Some(property)) => Ok(property.spec.value),
-                Ok(None) => Err(format!("ClusterProperty {name} does not exist")),
-                Err(error) => Err(format!(
-                    "reading ClusterProperty {name}: {}",
-                    crate::error::Chain(&error)
-                )),
-            }
-        }
-    };
-    Ok(Identity {
-        cluster_id: read(CLUSTER_ID_PROPERTY).await?,
-        clusterset: read(CLUSTERSET_PROPERTY).await?,
-    })
 }
 
 /// Which watches a cluster gets.
@@ -270,9 +239,8 @@ pub fn connect(
     Connection { tasks }
 }
 
-/// Lists one ServiceExport of the peer, again and again: proof that the
-/// peer answers, authorizes us and serves the API, independent of whether
-/// its watches happen to deliver events.
+/// Runs the peer's health probe ([`peering::probe`]) every `interval`, for
+/// as long as the connection lives.
 async fn probe(
     client: Client,
     key: ClusterKey,
@@ -280,12 +248,11 @@ async fn probe(
     timeout: Duration,
     reports: mpsc::Sender<Report>,
 ) {
-    let api: Api<ServiceExport> = Api::all(client);
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let result = watch::probe(&api, timeout)
+        let result = peering::probe(&client, timeout)
             .await
             .map_err(|error| error.to_string());
         if reports

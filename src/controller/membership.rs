@@ -4,14 +4,16 @@
 //! anything. Pure: the callers read the identities.
 
 use super::naming::is_dns_label;
+use crate::peering::reason;
 
 /// Why a peer is refused: a stable reason (the `reason` label of
 /// `clusterset_dns_controller_peers_refused_total` and the start of the
 /// `PeerRefused` Event's note) and a message for people.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    /// `InvalidClusterId`, `SelfReference`, `OtherClusterSet` or
-    /// `DuplicateClusterId`.
+    /// One of [`crate::peering::reason`]: `InvalidClusterId`,
+    /// `SelfReference`, `OtherClusterSet` or `DuplicateClusterId` (and
+    /// `peer add`'s own `InvalidLocalClusterId` and `NameTaken`).
     pub reason: &'static str,
     /// What is wrong, naming the Secrets and clusters involved.
     pub message: String,
@@ -51,19 +53,19 @@ pub fn peer_refusal<'a>(
 ) -> Option<Refusal> {
     if !is_dns_label(peer_id) {
         return Some(Refusal {
-            reason: "InvalidClusterId",
+            reason: reason::INVALID_CLUSTER_ID,
             message: format!("peer cluster id {peer_id:?} is not a DNS label"),
         });
     }
     if peer_id == local_id {
         return Some(Refusal {
-            reason: "SelfReference",
+            reason: reason::SELF_REFERENCE,
             message: format!("Secret {secret} points at this cluster ({local_id})"),
         });
     }
     if peer_clusterset != local_clusterset {
         return Some(Refusal {
-            reason: "OtherClusterSet",
+            reason: reason::OTHER_CLUSTER_SET,
             message: format!(
                 "peer {peer_id} belongs to clusterset {peer_clusterset:?}, this cluster to {local_clusterset:?}"
             ),
@@ -73,7 +75,7 @@ pub fn peer_refusal<'a>(
         .into_iter()
         .find(|&(other, id)| other != secret && id == peer_id)
         .map(|(other, _)| Refusal {
-            reason: "DuplicateClusterId",
+            reason: reason::DUPLICATE_CLUSTER_ID,
             message: format!("Secrets {other} and {secret} both name cluster {peer_id}"),
         })
 }

@@ -47,7 +47,6 @@ pub mod run;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
@@ -145,8 +144,8 @@ pub async fn run(
         grace: args.peer_grace_period,
         startup_sync_timeout: args.startup_sync_timeout,
         deny: NamespaceFilter::new(args.deny_namespaces.iter().cloned()),
-        probe_interval: Duration::from_secs(2),
-        probe_timeout: Duration::from_secs(3),
+        probe_interval: crate::peering::contact::PROBE_INTERVAL,
+        probe_timeout: crate::peering::contact::PROBE_TIMEOUT,
         instance: identity.clone(),
         peer_limits: PeerLimits {
             exports: args.peer_max_exports,

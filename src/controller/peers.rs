@@ -19,12 +19,14 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::cluster::{ClusterData, Objects, PeerLimits, Touched};
-use super::connection::{Identity, WatchEvent};
+use super::connection::WatchEvent;
 use super::lean::Lean;
 use super::membership::peer_refusal;
 use super::reconcile::PeerView;
 use crate::api::ServiceExport;
 use crate::model::ServiceRef;
+use crate::peering::Identity;
+use crate::peering::reason;
 use crate::watch::backoff::RestartSchedule;
 use crate::watch::{Outcome, Watch};
 
@@ -533,7 +535,7 @@ impl Peers {
             Contact::Identified(identity) => identity,
             Contact::Invalid(error) => {
                 let message = format!("Secret {secret}: {error}");
-                self.refuse(secret, "InvalidKubeconfig", message, effects);
+                self.refuse(secret, reason::INVALID_KUBECONFIG, message, effects);
                 return;
             }
             Contact::Unreachable(error) => {

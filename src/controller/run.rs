@@ -11,12 +11,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::watcher::{self, Event as WatcherEvent};
 use kube::{Client, ResourceExt};
@@ -24,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::apply::{Written, execute};
 use super::cluster::{ClusterData, LocalData, Objects, PeerLimits, Touched};
-use super::connection::{ClusterKey, Connection, Report, Scope, WatchEvent, connect, identity};
+use super::connection::{ClusterKey, Connection, Report, Scope, WatchEvent, connect};
 use super::lean::Lean;
 use super::membership::local_identity_problem;
 use super::metrics::ControllerMetrics;
@@ -33,15 +32,8 @@ use super::peers::{Contact, Effect, Input, Now, Peers, Settings as PeerSettings,
 use super::reconcile::{Inputs, Kind, NamespaceFilter, Plan, Write, plan};
 use crate::api::{ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
+use crate::peering::{self, identity, lease, read_identity, reason};
 use crate::watch::{Outcome, Watch};
-
-/// The key of a peer Secret's kubeconfig.
-pub const KUBECONFIG_KEY: &str = "kubeconfig";
-
-/// Label of the per-peer Leases.
-pub const PEER_LEASE_LABEL: &str = "clusterset-dns.io/peer-lease";
-/// Annotation of a peer Lease naming the peer's Secret.
-pub const PEER_SECRET_ANNOTATION: &str = "clusterset-dns.io/peer-secret";
 
 /// How often this cluster's ClusterProperties are read again.
 const IDENTITY_CHECK: Duration = Duration::from_secs(30);
@@ -393,14 +385,7 @@ impl Controller {
 
     /// The peer Secret watch, as inputs of the peers' state.
     fn secrets(&mut self, event: Result<WatcherEvent<Secret>, watcher::Error>) {
-        let kubeconfig = |secret: &Secret| {
-            secret
-                .data
-                .as_ref()
-                .and_then(|data| data.get(KUBECONFIG_KEY))
-                .map(|bytes| bytes.0.clone())
-                .unwrap_or_default()
-        };
+        let kubeconfig = |secret: &Secret| peering::kubeconfig_data(secret).to_vec();
         let input = match event {
             Ok(WatcherEvent::Apply(secret)) => Input::SecretApplied {
                 kubeconfig: kubeconfig(&secret),
@@ -526,21 +511,17 @@ impl Controller {
         let tx = self.identities_tx.clone();
         let secret = secret.to_owned();
         tokio::spawn(async move {
-            let client = match client_from(&kubeconfig).await {
-                Ok(client) => client,
+            let client = match peering::kubeconfig::client(&kubeconfig).await {
+                Ok((client, _server)) => client,
                 Err(error) => {
-                    let _ = tx
-                        .send((secret, generation, Contact::Invalid(error), None))
-                        .await;
+                    let invalid = Contact::Invalid(error.to_string());
+                    let _ = tx.send((secret, generation, invalid, None)).await;
                     return;
                 }
             };
             let mut delay = Duration::from_millis(500);
             loop {
-                let result = tokio::time::timeout(Duration::from_secs(10), identity(&client))
-                    .await
-                    .unwrap_or_else(|_| Err("no answer within 10s".into()));
-                let (contact, answered) = match result {
+                let (contact, answered) = match read_identity(&client).await {
                     Ok(identity) => (Contact::Identified(identity), Some(client.clone())),
                     Err(error) => (Contact::Unreachable(error), None),
                 };
@@ -577,7 +558,7 @@ impl Controller {
         };
         let event = KubeEvent {
             type_: EventType::Warning,
-            reason: "PeerRefused".into(),
+            reason: reason::PEER_REFUSED.into(),
             note: Some(format!("{reason}: {message}")),
             action: "Connect".into(),
             secondary: None,
@@ -953,7 +934,7 @@ async fn vip_released(recorder: &Recorder, service: &ServiceRef, namespace: &str
 /// so a restarted controller keeps honouring the grace period.
 async fn peer_leases(client: &Client, namespace: &str) -> BTreeMap<String, (String, SystemTime)> {
     let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
-    let params = kube::api::ListParams::default().labels(&format!("{PEER_LEASE_LABEL}=true"));
+    let params = kube::api::ListParams::default().labels(lease::LEASE_SELECTOR);
     let leases = match api.list(&params).await {
         Ok(list) => list.items,
         Err(error) => {
@@ -962,22 +943,15 @@ async fn peer_leases(client: &Client, namespace: &str) -> BTreeMap<String, (Stri
         }
     };
     leases
-        .into_iter()
-        .filter_map(|lease| {
-            let secret = lease.annotations().get(PEER_SECRET_ANNOTATION)?.clone();
-            let peer = lease
-                .name_any()
-                .strip_prefix("clusterset-dns-peer-")?
-                .to_owned();
-            let seen = lease.spec?.renew_time.map(|t| SystemTime::from(t.0))?;
-            Some((secret, (peer, seen)))
+        .iter()
+        .filter_map(|found| match lease::parse(found) {
+            Ok(peer) => Some((peer.secret, (peer.peer_id, SystemTime::from(peer.renewed)))),
+            Err(error) => {
+                tracing::warn!(%error, "ignoring a peer Lease that records no peer");
+                None
+            }
         })
         .collect()
-}
-
-/// The name of the Lease recording when peer `id` was last healthy.
-fn lease_name(id: &str) -> String {
-    format!("clusterset-dns-peer-{id}")
 }
 
 /// Records in peer `id`'s Lease (held by this cluster) that the peer was
@@ -991,52 +965,15 @@ async fn renew_lease(
     (id, secret, seen): (String, String, SystemTime),
 ) {
     let api: Api<Lease> = Api::namespaced(client, &namespace);
-    let renew = k8s_openapi::jiff::Timestamp::try_from(seen)
-        .ok()
-        .map(MicroTime);
-    let lease = Lease {
-        metadata: ObjectMeta {
-            name: Some(lease_name(&id)),
-            namespace: Some(namespace.clone()),
-            labels: Some(BTreeMap::from([(
-                PEER_LEASE_LABEL.to_owned(),
-                "true".to_owned(),
-            )])),
-            annotations: Some(BTreeMap::from([(
-                PEER_SECRET_ANNOTATION.to_owned(),
-                secret,
-            )])),
-            ..ObjectMeta::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some(local_id),
-            lease_duration_seconds: Some(grace.as_secs().min(i32::MAX as u64) as i32),
-            renew_time: renew,
-            ..LeaseSpec::default()
-        }),
-    };
+    let lease = lease::lease(&namespace, &id, &secret, &local_id, grace, seen);
     let mut body = serde_json::to_value(&lease).unwrap_or_default();
     body["apiVersion"] = "coordination.k8s.io/v1".into();
     body["kind"] = "Lease".into();
     let params = PatchParams::apply(FIELD_MANAGER).force();
     if let Err(error) = api
-        .patch(&lease_name(&id), &params, &Patch::Apply(body))
+        .patch(&lease::lease_name(&id), &params, &Patch::Apply(body))
         .await
     {
         tracing::warn!(peer = id, error = %crate::error::Chain(&error), "cannot renew the peer Lease");
     }
-}
-
-async fn client_from(kubeconfig: &[u8]) -> Result<Client, String> {
-    if kubeconfig.is_empty() {
-        return Err(format!("no data.{KUBECONFIG_KEY}"));
-    }
-    let text = std::str::from_utf8(kubeconfig)
-        .map_err(|_| format!("data.{KUBECONFIG_KEY} is not UTF-8"))?;
-    let parsed = Kubeconfig::from_yaml(text)
-        .map_err(|e| format!("data.{KUBECONFIG_KEY}: {}", crate::error::Chain(&e)))?;
-    let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| format!("data.{KUBECONFIG_KEY}: {}", crate::error::Chain(&e)))?;
-    Client::try_from(config).map_err(|e| format!("building a client: {}", crate::error::Chain(&e)))
 }

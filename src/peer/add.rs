@@ -16,19 +16,18 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
 
 use super::cluster::{
-    Endpoint, apply, client_from_text, connect, connect_peer, probe, read_identity,
-    require_namespace,
+    Endpoint, apply, check_peer, connect_local, connect_peer, delete_tokens, require_namespace,
 };
 use super::rules::{self, Member, PeerKubeconfig, Target};
-use super::{
-    ANNOTATION_CLUSTER_ID, ANNOTATION_TOKEN_SECRET, AddArgs, FIELD_MANAGER, PEER_LABEL, PeerError,
-    list, reader,
+use super::{AddArgs, FIELD_MANAGER, PeerError, list, reader};
+use crate::peering::kubeconfig::CaSource;
+use crate::peering::{
+    self, ANNOTATION_CLUSTER_ID, ANNOTATION_TOKEN_SECRET, KUBECONFIG_KEY, PEER_LABEL, read_identity,
 };
-use crate::controller::run::KUBECONFIG_KEY;
 
 /// How long the peer's kube-controller-manager may take to fill in a new
 /// token Secret.
@@ -38,12 +37,7 @@ const TOKEN_WAIT: Duration = Duration::from_secs(30);
 pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
     let local_ns = args.local.namespace.as_str();
     let peer_ns = args.remote.peer_namespace.as_deref().unwrap_or(local_ns);
-    let local = connect(
-        args.local.kubeconfig.as_deref(),
-        args.local.context.as_deref(),
-        "--kubeconfig",
-    )
-    .await?;
+    let local = connect_local(&args.local).await?;
     let peer = connect_peer(
         &args.local,
         &args.remote,
@@ -96,8 +90,8 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
         None => None,
     };
     let kubeconfig_ca = match &peer.cluster.ca {
-        Some(rules::CaSource::Data(pem)) => Some(pem.clone()),
-        Some(rules::CaSource::File(path)) => Some(std::fs::read(path).map_err(|e| {
+        Some(CaSource::Data(pem)) => Some(pem.clone()),
+        Some(CaSource::File(path)) => Some(std::fs::read(path).map_err(|e| {
             PeerError::Failed(format!(
                 "--peer-kubeconfig: certificate-authority {}: {e}",
                 path.display()
@@ -199,28 +193,9 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
     out += &format!("this cluster: peer Secret {local_ns}/{name} applied (server {server})\n");
 
     // The rotation: older tokens of this cluster in the peer go.
-    let older = tokens
-        .list(&ListParams::default().labels(&format!(
-            "{}={}",
-            reader::LABEL_READER_FOR,
-            local_id.cluster_id
-        )))
-        .await
-        .map_err(PeerError::kube(format!(
-            "listing older token Secrets in the peer's namespace {peer_ns}"
-        )))?;
-    for old in older.items.iter().filter(|s| s.name_any() != token_name) {
-        tokens
-            .delete(&old.name_any(), &DeleteParams::default())
-            .await
-            .map_err(PeerError::kube(format!(
-                "deleting the older token Secret {peer_ns}/{}",
-                old.name_any()
-            )))?;
-        out += &format!(
-            "peer: older token Secret {peer_ns}/{} deleted (revoked)\n",
-            old.name_any()
-        );
+    let older = delete_tokens(&tokens, peer_ns, &local_id.cluster_id, Some(&token_name)).await?;
+    for old in older {
+        out += &format!("peer: older token Secret {peer_ns}/{old} deleted (revoked)\n");
     }
     Ok(out)
 }
@@ -241,14 +216,12 @@ async fn target(
         )))?;
     Ok(match found {
         None => Target::Absent,
-        Some(secret) if secret.labels().get(PEER_LABEL).map(String::as_str) == Some("true") => {
-            Target::Peer(
-                others
-                    .iter()
-                    .find(|(other, _)| other == name)
-                    .and_then(|(_, id)| id.clone()),
-            )
-        }
+        Some(secret) if peering::is_peer_secret(&secret) => Target::Peer(
+            others
+                .iter()
+                .find(|(other, _)| other == name)
+                .and_then(|(_, id)| id.clone()),
+        ),
         Some(_) => Target::NotAPeer,
     })
 }
@@ -324,16 +297,17 @@ async fn wait_for_token(
     }
 }
 
-/// Checks that the new kubeconfig reads the peer as the controller will:
-/// its identity is `peer_id`, and it may list ServiceExports. A new token
-/// may take a moment to be accepted, so 401s are retried briefly.
+/// Checks that the new kubeconfig reads the peer as the controller will
+/// (the controller's client, identity read and probe): its identity is
+/// `peer_id`, and it may list ServiceExports. A new token may take a moment
+/// to be accepted, so 401s are retried briefly.
 async fn verify(kubeconfig: &[u8], peer_id: &str) -> Result<(), PeerError> {
-    let (client, _) = client_from_text(kubeconfig)
+    let (client, _) = peering::kubeconfig::client(kubeconfig)
         .await
         .map_err(|e| PeerError::Failed(format!("the peer kubeconfig built: {e}")))?;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        match probe(&client).await {
+        match check_peer(&client).await {
             Ok(identity) if identity.cluster_id == peer_id => return Ok(()),
             Ok(identity) => {
                 return Err(PeerError::Failed(format!(

@@ -1,24 +1,21 @@
 //! Talking to the apiservers for `clusterset-dns peer`: clients from the
-//! admin kubeconfigs and from peer Secrets, identities, and the probe that
-//! tells whether a peer answers with a Secret's credentials.
+//! admin kubeconfigs, and whether a peer answers with a Secret's
+//! credentials as the controller needs it to (through the peer contract,
+//! [`crate::peering`]).
 
 use std::path::Path;
-use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use super::rules::{self, KubeconfigCluster};
-use super::{FIELD_MANAGER, PeerError};
-use crate::api::ServiceExport;
-use crate::controller::connection::{Identity, identity};
+use super::{FIELD_MANAGER, PeerError, reader};
 use crate::error::Chain;
-
-/// How long one read of a cluster may take.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::peering::contact::PROBE_TIMEOUT;
+use crate::peering::kubeconfig::{KubeconfigCluster, kubeconfig_cluster};
+use crate::peering::{self, Identity};
 
 /// A cluster reached with an admin kubeconfig.
 pub struct Endpoint {
@@ -44,7 +41,7 @@ pub async fn connect(
         None => Kubeconfig::read(),
     }
     .map_err(|e| failed(Chain(&e).to_string()))?;
-    let cluster = rules::kubeconfig_cluster(&kubeconfig, context).map_err(failed)?;
+    let cluster = kubeconfig_cluster(&kubeconfig, context).map_err(failed)?;
     let options = KubeConfigOptions {
         context: context.map(str::to_owned),
         ..KubeConfigOptions::default()
@@ -58,6 +55,48 @@ pub async fn connect(
         cluster,
         flag,
     })
+}
+
+/// Connects to this cluster, as `local` names it.
+pub async fn connect_local(local: &super::LocalArgs) -> Result<Endpoint, PeerError> {
+    connect(
+        local.kubeconfig.as_deref(),
+        local.context.as_deref(),
+        "--kubeconfig",
+    )
+    .await
+}
+
+/// Deletes the token Secrets in `tokens` (the peer's namespace
+/// `namespace`) made for the cluster `reader_id`, except `keep` (the token
+/// just made); returns their names. Deleting one revokes its token.
+pub async fn delete_tokens(
+    tokens: &Api<Secret>,
+    namespace: &str,
+    reader_id: &str,
+    keep: Option<&str>,
+) -> Result<Vec<String>, PeerError> {
+    let found = tokens
+        .list(&ListParams::default().labels(&format!("{}={reader_id}", reader::LABEL_READER_FOR)))
+        .await
+        .map_err(PeerError::kube(format!(
+            "listing the token Secrets for {reader_id} in the peer's namespace {namespace}"
+        )))?
+        .items;
+    let mut deleted = Vec::new();
+    for name in found.iter().map(ResourceExt::name_any) {
+        if keep == Some(name.as_str()) {
+            continue;
+        }
+        tokens
+            .delete(&name, &DeleteParams::default())
+            .await
+            .map_err(PeerError::kube(format!(
+                "deleting token Secret {namespace}/{name} in the peer"
+            )))?;
+        deleted.push(name);
+    }
+    Ok(deleted)
 }
 
 /// Connects to the peer named by `remote` (its kubeconfig defaults to this
@@ -82,38 +121,15 @@ pub async fn connect_peer(
     .await
 }
 
-/// A client from kubeconfig text (a peer Secret's `data.kubeconfig`), and
-/// the server it names.
-pub async fn client_from_text(kubeconfig: &[u8]) -> Result<(Client, String), String> {
-    let text = std::str::from_utf8(kubeconfig).map_err(|_| "the kubeconfig is not UTF-8")?;
-    let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| Chain(&e).to_string())?;
-    let server = rules::kubeconfig_cluster(&kubeconfig, None)?.server;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+/// What the controller needs of a peer, checked once: its identity
+/// ([`peering::read_identity`]), then the controller's health probe
+/// ([`peering::probe`], with its timeout). Fails on anything the controller
+/// would fail on: no answer, bad credentials, a role without these reads.
+pub async fn check_peer(client: &Client) -> Result<Identity, String> {
+    let identity = peering::read_identity(client).await?;
+    peering::probe(client, PROBE_TIMEOUT)
         .await
-        .map_err(|e| Chain(&e).to_string())?;
-    let client = Client::try_from(config).map_err(|e| Chain(&e).to_string())?;
-    Ok((client, server))
-}
-
-/// The cluster's identity (its ClusterProperties), within
-/// [`READ_TIMEOUT`].
-pub async fn read_identity(client: &Client) -> Result<Identity, String> {
-    tokio::time::timeout(READ_TIMEOUT, identity(client))
-        .await
-        .unwrap_or_else(|_| Err(format!("no answer within {READ_TIMEOUT:?}")))
-}
-
-/// What the controller does to a peer, once: read its identity, and list
-/// one ServiceExport (the controller's probe). Fails on anything the
-/// controller would fail on: no answer, bad credentials, a role without
-/// these reads.
-pub async fn probe(client: &Client) -> Result<Identity, String> {
-    let identity = read_identity(client).await?;
-    let exports: Api<ServiceExport> = Api::all(client.clone());
-    tokio::time::timeout(READ_TIMEOUT, exports.list(&ListParams::default().limit(1)))
-        .await
-        .map_err(|_| format!("listing ServiceExports: no answer within {READ_TIMEOUT:?}"))?
-        .map_err(|e| format!("listing ServiceExports: {}", Chain(&e)))?;
+        .map_err(|e| format!("listing ServiceExports: {e}"))?;
     Ok(identity)
 }
 

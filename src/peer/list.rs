@@ -11,22 +11,14 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use super::cluster::{client_from_text, connect, probe};
+use super::cluster::{check_peer, connect_local};
 use super::rules::{self, PeerStatus, RefusalEvent, current_refusal};
-use super::{ANNOTATION_CLUSTER_ID, ListArgs, Output, PEER_LABEL, PeerError};
-use crate::controller::run::{KUBECONFIG_KEY, PEER_LEASE_LABEL, PEER_SECRET_ANNOTATION};
-
-/// Prefix of the controller's per-peer Lease names.
-const PEER_LEASE_PREFIX: &str = "clusterset-dns-peer-";
+use super::{ListArgs, Output, PeerError};
+use crate::peering::{self, ANNOTATION_CLUSTER_ID, PEER_SELECTOR, lease, reason};
 
 /// Runs `peer list`.
 pub async fn list(args: &ListArgs) -> Result<String, PeerError> {
-    let local = connect(
-        args.local.kubeconfig.as_deref(),
-        args.local.context.as_deref(),
-        "--kubeconfig",
-    )
-    .await?;
+    let local = connect_local(&args.local).await?;
     let peers = inspect(&local.client, &args.local.namespace).await?;
     Ok(match args.output {
         Output::Table => rules::render_table(&peers),
@@ -43,7 +35,7 @@ pub async fn list(args: &ListArgs) -> Result<String, PeerError> {
 /// kubeconfig (all in parallel, each within the read timeout).
 pub async fn inspect(client: &Client, namespace: &str) -> Result<Vec<PeerStatus>, PeerError> {
     let secrets = Api::<Secret>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default().labels(&format!("{PEER_LABEL}=true")))
+        .list(&ListParams::default().labels(PEER_SELECTOR))
         .await
         .map_err(PeerError::kube(format!(
             "listing peer Secrets in namespace {namespace}"
@@ -53,18 +45,9 @@ pub async fn inspect(client: &Client, namespace: &str) -> Result<Vec<PeerStatus>
     let mut refusals = refusals(client, namespace).await?;
     let now = Timestamp::now();
     let probes = futures::future::join_all(secrets.iter().map(|secret| async move {
-        let kubeconfig = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(KUBECONFIG_KEY))
-            .map(|b| b.0.as_slice())
-            .unwrap_or_default();
-        if kubeconfig.is_empty() {
-            return (None, Err(format!("no data.{KUBECONFIG_KEY}")));
-        }
-        match client_from_text(kubeconfig).await {
-            Ok((client, server)) => (Some(server), probe(&client).await),
-            Err(error) => (None, Err(format!("data.{KUBECONFIG_KEY}: {error}"))),
+        match peering::kubeconfig::client(peering::kubeconfig_data(secret)).await {
+            Ok((client, server)) => (Some(server), check_peer(&client).await),
+            Err(error) => (None, Err(error.to_string())),
         }
     }))
     .await;
@@ -105,20 +88,18 @@ async fn leases(
     namespace: &str,
 ) -> Result<BTreeMap<String, (String, Timestamp)>, PeerError> {
     let leases = Api::<Lease>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default().labels(&format!("{PEER_LEASE_LABEL}=true")))
+        .list(&ListParams::default().labels(lease::LEASE_SELECTOR))
         .await
         .map_err(PeerError::kube(format!(
             "listing the controller's peer Leases in namespace {namespace}"
         )))?
         .items;
+    // A Lease that records no peer (see `lease::parse`) has nothing to
+    // show for any Secret.
     Ok(leases
-        .into_iter()
-        .filter_map(|lease| {
-            let secret = lease.annotations().get(PEER_SECRET_ANNOTATION)?.clone();
-            let id = lease.name_any().strip_prefix(PEER_LEASE_PREFIX)?.to_owned();
-            let renewed = lease.spec?.renew_time?.0;
-            Some((secret, (id, renewed)))
-        })
+        .iter()
+        .filter_map(|found| lease::parse(found).ok())
+        .map(|peer| (peer.secret, (peer.peer_id, peer.renewed)))
         .collect())
 }
 
@@ -136,7 +117,7 @@ async fn refusals(
         .items;
     let mut by_secret: BTreeMap<String, Vec<RefusalEvent>> = BTreeMap::new();
     for event in events {
-        if event.reason.as_deref() != Some("PeerRefused") {
+        if event.reason.as_deref() != Some(reason::PEER_REFUSED) {
             continue;
         }
         let Some(regarding) = &event.regarding else {

@@ -6,14 +6,18 @@
 //!   ServiceAccount, role, binding and a token Secret into the peer, and the
 //!   peer Secret (label `clusterset-dns.io/peer=true`, `data.kubeconfig`)
 //!   here. Run again, it rotates the token.
-//! - `peer list`: each peer Secret, whether the peer answers with it now,
-//!   its id, the controller's Lease and refusals.
+//! - `peer list`: each peer Secret, whether the peer answers with it now
+//!   (the controller's identity read and probe), its id, the controller's
+//!   Lease and refusals.
 //! - `peer remove`: deletes a peer Secret, and with `--revoke` the tokens
 //!   this cluster was given in the peer.
 //!
-//! [`rules`] decides (pure, unit-tested), [`reader`] holds the objects of
-//! `deploy/peer-reader.yaml`, [`cluster`] talks to the apiservers, and
-//! [`add`], [`list`] and [`remove`] are the commands.
+//! What a peer Secret and a peer Lease are, and how a peer is reached and
+//! probed, is the peer contract the controller keeps too
+//! ([`crate::peering`]). Here, [`rules`] decides (pure, unit-tested),
+//! [`reader`] holds the objects of `deploy/peer-reader.yaml`, [`cluster`]
+//! talks to the apiservers, and [`add`], [`list`] and [`remove`] are the
+//! commands.
 
 pub mod add;
 pub mod cluster;
@@ -28,15 +32,6 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use crate::controller::membership::Refusal;
 
-/// Label that makes a Secret a peer (the controller's default
-/// `--peer-selector` is `<this>=true`).
-pub const PEER_LABEL: &str = "clusterset-dns.io/peer";
-/// Annotation on a peer Secret written by `peer add`: the peer's cluster id,
-/// so the id is known while the peer is down.
-pub const ANNOTATION_CLUSTER_ID: &str = "clusterset-dns.io/cluster-id";
-/// Annotation on a peer Secret written by `peer add`: `<namespace>/<name>`
-/// of the token Secret in the peer.
-pub const ANNOTATION_TOKEN_SECRET: &str = "clusterset-dns.io/token-secret";
 /// Field manager of everything `peer` writes.
 pub const FIELD_MANAGER: &str = "clusterset-dns-peer-cli";
 

@@ -6,22 +6,17 @@
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams};
 
-use super::cluster::{client_from_text, connect, connect_peer, read_identity};
-use super::{ANNOTATION_CLUSTER_ID, PEER_LABEL, PeerError, RemoveArgs, reader};
-use crate::controller::run::KUBECONFIG_KEY;
+use super::cluster::{connect_local, connect_peer, delete_tokens};
+use super::{PeerError, RemoveArgs};
+use crate::peering::{self, ANNOTATION_CLUSTER_ID, PEER_LABEL, read_identity};
 
 /// Runs `peer remove` and returns what it did.
 pub async fn remove(args: &RemoveArgs) -> Result<String, PeerError> {
     let namespace = args.local.namespace.as_str();
     let name = args.name.as_str();
-    let local = connect(
-        args.local.kubeconfig.as_deref(),
-        args.local.context.as_deref(),
-        "--kubeconfig",
-    )
-    .await?;
+    let local = connect_local(&args.local).await?;
     let secrets: Api<Secret> = Api::namespaced(local.client.clone(), namespace);
     let secret = secrets
         .get_opt(name)
@@ -34,7 +29,7 @@ pub async fn remove(args: &RemoveArgs) -> Result<String, PeerError> {
                 "no Secret {namespace}/{name} in this cluster (`peer list` shows the peers)"
             ))
         })?;
-    if secret.labels().get(PEER_LABEL).map(String::as_str) != Some("true") {
+    if !peering::is_peer_secret(&secret) {
         return Err(PeerError::Failed(format!(
             "Secret {namespace}/{name} is not a peer Secret (no label {PEER_LABEL}=true): left alone"
         )));
@@ -99,32 +94,12 @@ async fn revoke(
         .as_deref()
         .unwrap_or(&args.local.namespace);
     let tokens: Api<Secret> = Api::namespaced(peer.client.clone(), peer_ns);
-    let mine = tokens
-        .list(&ListParams::default().labels(&format!(
-            "{}={}",
-            reader::LABEL_READER_FOR,
-            local_id.cluster_id
-        )))
-        .await
-        .map_err(PeerError::kube(format!(
-            "listing token Secrets in the peer's namespace {peer_ns}"
-        )))?
-        .items;
+    let revoked = delete_tokens(&tokens, peer_ns, &local_id.cluster_id, None).await?;
     let mut out = String::new();
-    for token in &mine {
-        tokens
-            .delete(&token.name_any(), &DeleteParams::default())
-            .await
-            .map_err(PeerError::kube(format!(
-                "deleting token Secret {peer_ns}/{} in the peer",
-                token.name_any()
-            )))?;
-        out += &format!(
-            "peer: token Secret {peer_ns}/{} deleted (revoked)\n",
-            token.name_any()
-        );
+    for token in &revoked {
+        out += &format!("peer: token Secret {peer_ns}/{token} deleted (revoked)\n");
     }
-    if mine.is_empty() {
+    if revoked.is_empty() {
         out += &format!(
             "peer: no token Secret for {} in {peer_ns} (nothing to revoke)\n",
             local_id.cluster_id
@@ -136,7 +111,8 @@ async fn revoke(
 /// The cluster id the peer answers with through the Secret's own
 /// kubeconfig, if it answers.
 async fn named_by_kubeconfig(secret: &Secret) -> Option<String> {
-    let kubeconfig = secret.data.as_ref()?.get(KUBECONFIG_KEY)?;
-    let (client, _) = client_from_text(&kubeconfig.0).await.ok()?;
+    let (client, _) = peering::kubeconfig::client(peering::kubeconfig_data(secret))
+        .await
+        .ok()?;
     read_identity(&client).await.ok().map(|i| i.cluster_id)
 }

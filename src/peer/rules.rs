@@ -3,95 +3,12 @@
 //! join is allowed, whether the controller's latest refusal still holds,
 //! and how `peer list` prints. No I/O: the commands read, these decide.
 
-use std::path::PathBuf;
-
 use data_encoding::BASE64;
 use k8s_openapi::jiff;
-use kube::config::Kubeconfig;
 use serde::Serialize;
 
 use crate::controller::membership::{Refusal, local_identity_problem, peer_refusal};
-
-/// The cluster a kubeconfig context points at, as far as a peer
-/// kubeconfig needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubeconfigCluster {
-    /// The context used (the chosen one, else `current-context`).
-    pub context: String,
-    /// `server`.
-    pub server: String,
-    /// `certificate-authority-data` (decoded PEM) or `certificate-authority`.
-    pub ca: Option<CaSource>,
-    /// `insecure-skip-tls-verify`.
-    pub insecure: bool,
-    /// `tls-server-name`, carried into the peer kubeconfig.
-    pub tls_server_name: Option<String>,
-}
-
-/// Where a kubeconfig keeps its CA.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CaSource {
-    /// Inline PEM (`certificate-authority-data`, decoded).
-    Data(Vec<u8>),
-    /// A PEM file (`certificate-authority`, made absolute by kube).
-    File(PathBuf),
-}
-
-/// The cluster of `context` (or the current context) in `kubeconfig`.
-pub fn kubeconfig_cluster(
-    kubeconfig: &Kubeconfig,
-    context: Option<&str>,
-) -> Result<KubeconfigCluster, String> {
-    let context = match context {
-        Some(context) => context.to_owned(),
-        None => kubeconfig
-            .current_context
-            .clone()
-            .filter(|c| !c.is_empty())
-            .ok_or("no current-context (pass a context)")?,
-    };
-    let cluster_name = kubeconfig
-        .contexts
-        .iter()
-        .find(|c| c.name == context)
-        .and_then(|c| c.context.as_ref())
-        .map(|c| c.cluster.clone())
-        .ok_or_else(|| format!("no context {context:?}"))?;
-    let cluster = kubeconfig
-        .clusters
-        .iter()
-        .find(|c| c.name == cluster_name)
-        .and_then(|c| c.cluster.as_ref())
-        .ok_or_else(|| {
-            format!("context {context:?} names cluster {cluster_name:?}, which is not there")
-        })?;
-    let server = cluster
-        .server
-        .clone()
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| format!("cluster {cluster_name:?} has no server"))?;
-    let ca = match (
-        &cluster.certificate_authority_data,
-        &cluster.certificate_authority,
-    ) {
-        (Some(data), _) if !data.trim().is_empty() => {
-            let compact: String = data.split_whitespace().collect();
-            let pem = BASE64.decode(compact.as_bytes()).map_err(|e| {
-                format!("cluster {cluster_name:?}: certificate-authority-data is not base64: {e}")
-            })?;
-            Some(CaSource::Data(pem))
-        }
-        (_, Some(file)) if !file.is_empty() => Some(CaSource::File(file.into())),
-        _ => None,
-    };
-    Ok(KubeconfigCluster {
-        context,
-        server,
-        ca,
-        insecure: cluster.insecure_skip_tls_verify == Some(true),
-        tls_server_name: cluster.tls_server_name.clone(),
-    })
-}
+use crate::peering::reason;
 
 /// True when `pem` holds at least one PEM certificate.
 pub fn is_pem_certificate(pem: &[u8]) -> bool {
@@ -264,14 +181,14 @@ pub fn check_join(
 /// What to do about a refusal, by its reason.
 pub fn hint(reason: &str) -> &'static str {
     match reason {
-        "SelfReference" => "the two kubeconfigs reach the same cluster",
-        "OtherClusterSet" => {
+        reason::SELF_REFERENCE => "the two kubeconfigs reach the same cluster",
+        reason::OTHER_CLUSTER_SET => {
             "members of one clusterset share the ClusterProperty clusterset.k8s.io"
         }
-        "DuplicateClusterId" => {
+        reason::DUPLICATE_CLUSTER_ID => {
             "that cluster is a peer already (re-run with --name <its Secret> to rotate its token), or two clusters share one ClusterProperty cluster.clusterset.k8s.io"
         }
-        "InvalidClusterId" | "InvalidLocalClusterId" => {
+        reason::INVALID_CLUSTER_ID | "InvalidLocalClusterId" => {
             "set the ClusterProperty cluster.clusterset.k8s.io to a DNS label"
         }
         "NameTaken" => "pass another --name, or remove that Secret first",

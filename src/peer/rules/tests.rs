@@ -1,87 +1,9 @@
 //! The pure rules of `clusterset-dns peer`, without a server.
 
 use super::*;
+use crate::peering::kubeconfig::{self, CaSource};
 
 const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
-
-fn kubeconfig(yaml: &str) -> Kubeconfig {
-    Kubeconfig::from_yaml(yaml).unwrap()
-}
-
-const TWO_CONTEXTS: &str = r#"
-apiVersion: v1
-kind: Config
-clusters:
-- name: a
-  cluster:
-    server: https://a.example:6443
-    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUIKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=
-- name: b
-  cluster:
-    server: https://127.0.0.1:4443
-    insecure-skip-tls-verify: true
-    tls-server-name: b.internal
-users:
-- name: admin
-  user: {token: t}
-contexts:
-- name: ctx-a
-  context: {cluster: a, user: admin}
-- name: ctx-b
-  context: {cluster: b, user: admin}
-current-context: ctx-a
-"#;
-
-#[test]
-fn the_current_context_names_the_cluster_and_its_inline_ca() {
-    let cluster = kubeconfig_cluster(&kubeconfig(TWO_CONTEXTS), None).unwrap();
-    assert_eq!(cluster.context, "ctx-a");
-    assert_eq!(cluster.server, "https://a.example:6443");
-    assert_eq!(cluster.ca, Some(CaSource::Data(CA.as_bytes().to_vec())));
-    assert!(!cluster.insecure);
-}
-
-#[test]
-fn a_chosen_context_wins_and_keeps_insecure_and_server_name() {
-    let cluster = kubeconfig_cluster(&kubeconfig(TWO_CONTEXTS), Some("ctx-b")).unwrap();
-    assert_eq!(cluster.server, "https://127.0.0.1:4443");
-    assert_eq!(cluster.ca, None);
-    assert!(cluster.insecure);
-    assert_eq!(cluster.tls_server_name.as_deref(), Some("b.internal"));
-}
-
-#[test]
-fn missing_contexts_and_clusters_are_named() {
-    let config = kubeconfig(TWO_CONTEXTS);
-    assert_eq!(
-        kubeconfig_cluster(&config, Some("nope")).unwrap_err(),
-        "no context \"nope\""
-    );
-    let mut config = config;
-    config.clusters.retain(|c| c.name != "a");
-    assert!(
-        kubeconfig_cluster(&config, None)
-            .unwrap_err()
-            .contains("names cluster \"a\", which is not there")
-    );
-    config.current_context = None;
-    assert!(
-        kubeconfig_cluster(&config, None)
-            .unwrap_err()
-            .contains("no current-context")
-    );
-}
-
-#[test]
-fn a_ca_file_is_kept_as_a_path() {
-    let config = kubeconfig(
-        "clusters:\n- name: a\n  cluster: {server: 'https://a:1', certificate-authority: /etc/ca.pem}\ncontexts:\n- name: a\n  context: {cluster: a, user: u}\ncurrent-context: a\n",
-    );
-    assert_eq!(
-        kubeconfig_cluster(&config, None).unwrap().ca,
-        Some(CaSource::File("/etc/ca.pem".into()))
-    );
-}
 
 #[test]
 fn the_ca_comes_from_the_flag_then_the_kubeconfig_then_the_token_secret() {
@@ -117,8 +39,8 @@ fn a_rendered_kubeconfig_reads_back_as_the_controller_reads_it() {
         tls_server_name: Some("b.example"),
         user: "clusterset-dns-peer-reader",
     });
-    let config = kubeconfig(&text);
-    let cluster = kubeconfig_cluster(&config, None).unwrap();
+    let stored = kubeconfig::read(text.as_bytes()).unwrap();
+    let (config, cluster) = (stored.kubeconfig, stored.cluster);
     assert_eq!(cluster.context, "cluster-b");
     assert_eq!(cluster.server, "https://b.internal:6443");
     assert_eq!(cluster.ca, Some(CaSource::Data(CA.as_bytes().to_vec())));

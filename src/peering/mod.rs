@@ -1,0 +1,115 @@
+//! The peer contract: what the controller ([`crate::controller`]) and
+//! `clusterset-dns peer` ([`crate::peer`]) must agree on about a peer, in
+//! one place. It imports neither of them.
+//!
+//! - A **peer Secret** lives in the controller's namespace, carries the
+//!   label [`PEER_LABEL`]`=true` ([`PEER_SELECTOR`]) and holds a kubeconfig
+//!   under `data.`[`KUBECONFIG_KEY`]; `peer add` annotates it with the
+//!   peer's id ([`ANNOTATION_CLUSTER_ID`]) and its token
+//!   ([`ANNOTATION_TOKEN_SECRET`]). [`kubeconfig`] turns it into a client.
+//! - A **peer Lease** (`clusterset-dns-peer-<id>`, [`lease`]) records when
+//!   the controller last saw the peer healthy.
+//! - **Contact** ([`contact`]): a peer's identity (its ClusterProperties),
+//!   read within [`contact::IDENTITY_TIMEOUT`], and the health probe the
+//!   controller repeats and `peer list` runs once.
+//! - A refused peer gets a Warning Event [`reason::PEER_REFUSED`], its note
+//!   starting with one of the [`reason`]s.
+
+pub mod contact;
+pub mod kubeconfig;
+pub mod lease;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+
+pub use contact::{Identity, identity, probe, read_identity};
+
+/// Label that makes a Secret a peer (with the value `true`).
+pub const PEER_LABEL: &str = "clusterset-dns.io/peer";
+/// The label selector of peer Secrets: [`PEER_LABEL`]`=true` (the
+/// controller's default `--peer-selector`).
+pub const PEER_SELECTOR: &str = "clusterset-dns.io/peer=true";
+/// The key of a peer Secret's kubeconfig.
+pub const KUBECONFIG_KEY: &str = "kubeconfig";
+/// Annotation on a peer Secret written by `peer add`: the peer's cluster
+/// id, so the id is known while the peer is down.
+pub const ANNOTATION_CLUSTER_ID: &str = "clusterset-dns.io/cluster-id";
+/// Annotation on a peer Secret written by `peer add`: `<namespace>/<name>`
+/// of the token Secret in the peer.
+pub const ANNOTATION_TOKEN_SECRET: &str = "clusterset-dns.io/token-secret";
+
+/// Whether `secret` carries [`PEER_LABEL`]`=true`.
+pub fn is_peer_secret(secret: &Secret) -> bool {
+    secret.labels().get(PEER_LABEL).map(String::as_str) == Some("true")
+}
+
+/// The kubeconfig a peer Secret holds (`data.kubeconfig`); empty when the
+/// key is missing, which [`kubeconfig::read`] reports.
+pub fn kubeconfig_data(secret: &Secret) -> &[u8] {
+    secret
+        .data
+        .as_ref()
+        .and_then(|data| data.get(KUBECONFIG_KEY))
+        .map(|bytes| bytes.0.as_slice())
+        .unwrap_or_default()
+}
+
+/// Why a peer is refused: the reason of the Event, and the reasons its note
+/// starts with (also the `reason` label of
+/// `clusterset_dns_controller_peers_refused_total`).
+pub mod reason {
+    /// The reason of the Warning Event on a refused peer's Secret.
+    pub const PEER_REFUSED: &str = "PeerRefused";
+    /// The Secret's kubeconfig cannot be used.
+    pub const INVALID_KUBECONFIG: &str = "InvalidKubeconfig";
+    /// The peer's id is not a DNS label.
+    pub const INVALID_CLUSTER_ID: &str = "InvalidClusterId";
+    /// The Secret points at this cluster.
+    pub const SELF_REFERENCE: &str = "SelfReference";
+    /// The peer belongs to another clusterset.
+    pub const OTHER_CLUSTER_SET: &str = "OtherClusterSet";
+    /// Another Secret names the same cluster.
+    pub const DUPLICATE_CLUSTER_ID: &str = "DuplicateClusterId";
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::ByteString;
+
+    use super::*;
+
+    fn secret(labels: &[(&str, &str)], data: &[(&str, &[u8])]) -> Secret {
+        let mut secret = Secret::default();
+        secret.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        secret.data = Some(
+            data.iter()
+                .map(|(k, v)| ((*k).to_owned(), ByteString(v.to_vec())))
+                .collect::<BTreeMap<_, _>>(),
+        );
+        secret
+    }
+
+    #[test]
+    fn the_selector_is_the_label_set_to_true() {
+        assert_eq!(PEER_SELECTOR, format!("{PEER_LABEL}=true"));
+        assert!(is_peer_secret(&secret(&[(PEER_LABEL, "true")], &[])));
+        assert!(!is_peer_secret(&secret(&[(PEER_LABEL, "false")], &[])));
+        assert!(!is_peer_secret(&secret(&[], &[])));
+    }
+
+    #[test]
+    fn the_kubeconfig_is_read_from_its_key_only() {
+        let s = secret(&[], &[(KUBECONFIG_KEY, b"yaml"), ("other", b"x")]);
+        assert_eq!(kubeconfig_data(&s), b"yaml");
+        let s = secret(&[], &[("config", b"yaml")]);
+        assert!(kubeconfig_data(&s).is_empty());
+        assert!(kubeconfig_data(&Secret::default()).is_empty());
+    }
+}
