@@ -12,6 +12,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::ResourceExt;
 
 use super::*;
+use crate::api::ServiceExport;
+use crate::api::well_known::{
+    LABEL_KUBERNETES_SERVICE_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_SOURCE_CLUSTER,
+};
+use crate::controller::naming::{MANAGED_BY, mirrored_slice_name};
 use crate::watch::IndexResource;
 
 const NS: &str = "demo";

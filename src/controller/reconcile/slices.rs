@@ -1,0 +1,237 @@
+//! The MCS EndpointSlices of one service: this cluster's own Kubernetes
+//! slices mirrored, and usable peers' mirrored slices copied, each checked
+//! as untrusted input (routable addresses of the slice's family, the API's
+//! endpoint limit).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use kube::ResourceExt;
+
+use super::{Inputs, MAX_SLICE_ENDPOINTS};
+use crate::api::well_known::{
+    LABEL_KUBERNETES_SERVICE_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_SOURCE_CLUSTER,
+};
+use crate::controller::merge::Merged;
+use crate::controller::naming::{ANNOTATION_SOURCE_SLICE, MANAGED_BY, mirrored_slice_name};
+use crate::model::ServiceRef;
+
+/// What every slice of one service shares.
+pub(super) struct SliceContext<'a> {
+    pub(super) service: &'a ServiceRef,
+    pub(super) merged: &'a Merged,
+    pub(super) families: &'a [String],
+    pub(super) derived_name: &'a str,
+    pub(super) owner: &'a OwnerReference,
+}
+
+impl SliceContext<'_> {
+    /// The slices of every exporting cluster, by name: this cluster's
+    /// mirrored, usable peers' copied; untrusted peer input dropped is
+    /// recorded in `rejected` as (peer, why).
+    pub(super) fn desired(
+        &self,
+        inputs: &Inputs<'_>,
+        rejected: &mut Vec<(String, &'static str)>,
+    ) -> BTreeMap<String, EndpointSlice> {
+        let mut desired = BTreeMap::new();
+        for cluster in &self.merged.clusters {
+            if cluster == inputs.local_id {
+                for source in inputs.local_only.kubernetes_slices.of(self.service) {
+                    if let Some(slice) = self.mirror(inputs.local_id, source) {
+                        desired.insert(slice.name_any(), slice);
+                    }
+                }
+            } else if let Some(peer) = inputs
+                .peers
+                .iter()
+                .find(|peer| peer.usable && peer.id == cluster)
+            {
+                for source in peer.data.mcs_slices.of(self.service) {
+                    match self.copy(peer.id, source) {
+                        Ok(Some(slice)) => {
+                            desired.insert(slice.name_any(), slice);
+                        }
+                        Ok(None) => {}
+                        Err(why) => rejected.push((peer.id.to_owned(), why)),
+                    }
+                }
+            }
+        }
+        desired
+    }
+
+    fn family_of(address_type: &str) -> Option<&'static str> {
+        match address_type {
+            "IPv4" => Some("IPv4"),
+            "IPv6" => Some("IPv6"),
+            _ => None,
+        }
+    }
+
+    fn labels(&self, cluster: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (LABEL_SERVICE_NAME.to_owned(), self.service.name.clone()),
+            (LABEL_SOURCE_CLUSTER.to_owned(), cluster.to_owned()),
+            (LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned()),
+            (
+                LABEL_KUBERNETES_SERVICE_NAME.to_owned(),
+                self.derived_name.to_owned(),
+            ),
+        ])
+    }
+
+    fn ports(&self, cluster: &str, ports: &Option<Vec<EndpointPort>>) -> Option<Vec<EndpointPort>> {
+        let mut kept: Vec<EndpointPort> = ports
+            .iter()
+            .flatten()
+            .filter(|port| self.merged.keeps_port(cluster, port.name.as_deref()))
+            .cloned()
+            .collect();
+        kept.sort_by(|a, b| a.name.cmp(&b.name).then(a.port.cmp(&b.port)));
+        Some(kept)
+    }
+
+    fn build(
+        &self,
+        cluster: &str,
+        name: String,
+        source_name: String,
+        address_type: &str,
+        endpoints: Vec<Endpoint>,
+        ports: &Option<Vec<EndpointPort>>,
+    ) -> EndpointSlice {
+        EndpointSlice {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some(self.service.namespace.clone()),
+                labels: Some(self.labels(cluster)),
+                annotations: Some(BTreeMap::from([(
+                    ANNOTATION_SOURCE_SLICE.to_owned(),
+                    source_name,
+                )])),
+                owner_references: Some(vec![self.owner.clone()]),
+                ..ObjectMeta::default()
+            },
+            address_type: address_type.to_owned(),
+            endpoints,
+            ports: self.ports(cluster, ports),
+        }
+    }
+
+    /// This cluster's Kubernetes slice of an exported Service as an MCS
+    /// slice: endpoints without the references to local objects (peers copy
+    /// it verbatim, and there those would name foreign objects).
+    fn mirror(&self, local_id: &str, source: &EndpointSlice) -> Option<EndpointSlice> {
+        let family = Self::family_of(&source.address_type)?;
+        if !self.families.iter().any(|f| f == family) {
+            return None;
+        }
+        let source_name = source.metadata.name.clone()?;
+        let endpoints = source
+            .endpoints
+            .iter()
+            .map(|endpoint| Endpoint {
+                addresses: endpoint.addresses.clone(),
+                conditions: endpoint.conditions.clone(),
+                hostname: endpoint.hostname.clone(),
+                zone: endpoint.zone.clone(),
+                ..Endpoint::default()
+            })
+            .collect();
+        let name = mirrored_slice_name(
+            &self.service.namespace,
+            &self.service.name,
+            local_id,
+            &source_name,
+        );
+        Some(self.build(
+            local_id,
+            name,
+            format!("{}/{source_name}", self.service.namespace),
+            family,
+            endpoints,
+            &source.ports,
+        ))
+    }
+
+    /// A peer's mirrored slice, checked as untrusted input.
+    fn copy(
+        &self,
+        peer: &str,
+        source: &EndpointSlice,
+    ) -> Result<Option<EndpointSlice>, &'static str> {
+        let labels = source.labels();
+        if labels.get(LABEL_SOURCE_CLUSTER).map(String::as_str) != Some(peer)
+            || labels.get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY)
+        {
+            return Err("slice not mirrored by the peer itself");
+        }
+        let Some(family) = Self::family_of(&source.address_type) else {
+            return Err("slice address type is not IPv4 or IPv6");
+        };
+        if !self.families.iter().any(|f| f == family) {
+            return Ok(None);
+        }
+        if source.endpoints.len() > MAX_SLICE_ENDPOINTS {
+            return Err("slice has more endpoints than the API allows");
+        }
+        let name = source.metadata.name.clone().ok_or("slice has no name")?;
+        let mut endpoints = Vec::with_capacity(source.endpoints.len());
+        for endpoint in &source.endpoints {
+            let valid = !endpoint.addresses.is_empty()
+                && endpoint
+                    .addresses
+                    .iter()
+                    .all(|address| routable(address, family));
+            if !valid {
+                return Err("slice has an address that is not a routable unicast IP");
+            }
+            endpoints.push(Endpoint {
+                addresses: endpoint.addresses.clone(),
+                conditions: endpoint.conditions.clone(),
+                hostname: endpoint.hostname.clone(),
+                zone: endpoint.zone.clone(),
+                ..Endpoint::default()
+            });
+        }
+        let source_name = source
+            .annotations()
+            .get(ANNOTATION_SOURCE_SLICE)
+            .cloned()
+            .unwrap_or_else(|| format!("{}/{name}", self.service.namespace));
+        Ok(Some(self.build(
+            peer,
+            name,
+            source_name,
+            family,
+            endpoints,
+            &source.ports,
+        )))
+    }
+}
+
+/// Whether `address` is an IP of `family` that traffic can be sent to.
+pub(super) fn routable(address: &str, family: &str) -> bool {
+    match address.parse::<IpAddr>() {
+        Ok(IpAddr::V4(ip)) => {
+            family == "IPv4"
+                && !(ip.is_loopback()
+                    || ip.is_link_local()
+                    || ip.is_unspecified()
+                    || ip.is_multicast()
+                    || ip.is_broadcast())
+        }
+        Ok(IpAddr::V6(ip)) => {
+            family == "IPv6"
+                && !(ip.is_loopback()
+                    || ip.is_unicast_link_local()
+                    || ip.is_unspecified()
+                    || ip.is_multicast())
+        }
+        Err(_) => false,
+    }
+}
