@@ -10,23 +10,36 @@
 //! conditions without talking to each other.
 //!
 //! ```text
-//!  peer Secrets ─▶ connection (watches, probe) ─┐
-//!  local cluster ─▶ connection (watches) ───────┼─▶ run: one loop owning every
-//!                                               │   cluster's state (cluster)
+//!  peer Secrets ─▶ peers (pure state machine: generations, health, grace)
+//!        ▲                 │ effects: connect, watch, refuse, replan, Leases
+//!        │                 ▼
+//!  connection (watches, probe) ─▶ run: the shell owning every cluster's
+//!  local cluster ─▶ connection ─▶      indexed state (cluster) and its I/O
+//!                                               │
 //!                                               ▼
 //!            reconcile::plan (merge, conditions, naming; pure) ─▶ apply (SSA)
+//!                                                 writes held to the fence
 //! ```
 //!
 //! - [`naming`], [`merge`], [`conditions`], [`membership`]: the pure rules
 //!   (names, the export merge and its conflicts, status conditions, which
 //!   peers are accepted).
+//! - [`peers`]: every peer as a pure state machine (inputs → effects):
+//!   Secrets, connection generations, health, grace, refusals.
 //! - [`cluster`]: what the watches indexed, per cluster.
-//! - [`reconcile`]: desired state and the writes that reach it.
+//! - [`reconcile`]: desired state and the writes that reach it, one pure
+//!   function per derived object.
 //! - [`connection`]: the watch and probe tasks of one cluster.
-//! - [`run`]: the loop: membership, grace periods, peer Leases, start-up.
+//! - [`run`]: the shell: the event loop, the local watches and start-up
+//!   gate, the peers' effects carried out (`run/peer_io.rs`) and the write
+//!   cycle (`run/cycle.rs`).
 //! - [`apply`]: server-side apply and deletes.
-//! - [`leader`]: leader election on a Lease.
+//! - [`leader`], [`fence`]: leader election on a Lease, and the deadline
+//!   every write of the leader is held to.
 //! - [`admin`], [`metrics`], [`args`]: operations.
+//!
+//! The peer Secret and Lease contract the controller shares with
+//! `clusterset-dns peer` is [`crate::peering`].
 
 pub mod admin;
 pub mod apply;

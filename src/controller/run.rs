@@ -4,35 +4,36 @@
 //! they touched.
 //!
 //! One owner, no locks: connection tasks only forward events; decisions
-//! ([`super::reconcile::plan`]) are pure functions of the state here.
+//! are pure functions of the state here: the peers'
+//! ([`super::peers::Peers::handle`]) and the plans
+//! ([`super::reconcile::plan`]). This shell carries them out: the peers'
+//! effects in `peer_io`, the write cycle in `cycle`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ObjectReference, Secret, Service};
+use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
-use kube::runtime::watcher::{self, Event as WatcherEvent};
-use kube::{Client, ResourceExt};
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::watcher;
 use tokio::sync::{mpsc, oneshot};
 
-use super::apply::{Written, execute};
 use super::cluster::{ClusterData, LocalData, Objects, PeerLimits, Touched};
 use super::connection::{ClusterKey, Connection, Report, Scope, WatchEvent, connect};
 use super::lean::Lean;
 use super::membership::local_identity_problem;
 use super::metrics::ControllerMetrics;
 use super::naming::FIELD_MANAGER;
-use super::peers::{Contact, Effect, Input, Now, Peers, Settings as PeerSettings, may_start};
-use super::reconcile::{Inputs, Kind, NamespaceFilter, Plan, Write, plan};
+use super::peers::{Contact, Input, Now, Peers, Settings as PeerSettings, may_start};
+use super::reconcile::{Inputs, NamespaceFilter, plan};
 use crate::api::{ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
-use crate::peering::{self, identity, lease, read_identity, reason};
+use crate::peering::identity;
 use crate::watch::{Outcome, Watch};
 
 /// How often this cluster's ClusterProperties are read again.
@@ -186,7 +187,7 @@ impl Controller {
             return Err(StartError::Identity(problem));
         }
         tracing::info!(cluster = %identity.cluster_id, clusterset = %identity.clusterset, "cluster identity");
-        let leases = peer_leases(&client, &settings.namespace).await;
+        let leases = peer_io::peer_leases(&client, &settings.namespace).await;
         let peer_settings = PeerSettings {
             local_id: identity.cluster_id.clone(),
             local_clusterset: identity.clusterset.clone(),
@@ -383,193 +384,6 @@ impl Controller {
         touched
     }
 
-    /// The peer Secret watch, as inputs of the peers' state.
-    fn secrets(&mut self, event: Result<WatcherEvent<Secret>, watcher::Error>) {
-        let kubeconfig = |secret: &Secret| peering::kubeconfig_data(secret).to_vec();
-        let input = match event {
-            Ok(WatcherEvent::Apply(secret)) => Input::SecretApplied {
-                kubeconfig: kubeconfig(&secret),
-                name: secret.name_any(),
-                listed: false,
-            },
-            Ok(WatcherEvent::InitApply(secret)) => Input::SecretApplied {
-                kubeconfig: kubeconfig(&secret),
-                name: secret.name_any(),
-                listed: true,
-            },
-            Ok(WatcherEvent::Delete(secret)) => Input::SecretDeleted(secret.name_any()),
-            Ok(WatcherEvent::Init) => Input::SecretsListing,
-            Ok(WatcherEvent::InitDone) => Input::SecretsListed,
-            Err(error) => {
-                tracing::warn!(error = %crate::error::Chain(&error), "watch of peer Secrets failing");
-                return;
-            }
-        };
-        self.step(input);
-    }
-
-    /// Feeds one input to the peers' state and carries out its effects;
-    /// then drops the I/O of connections the peers no longer have.
-    fn step(&mut self, input: Input) {
-        for effect in self.peers.handle(input, Now::current()) {
-            self.carry_out(effect);
-        }
-        let peers = &self.peers;
-        self.tasks
-            .retain(|(secret, generation), _| peers.is_live(secret, *generation));
-    }
-
-    fn carry_out(&mut self, effect: Effect) {
-        match effect {
-            Effect::Connect {
-                secret,
-                generation,
-                kubeconfig,
-            } => {
-                let identity = self.spawn_identity(&secret, generation, kubeconfig);
-                let tasks = ConnTasks {
-                    identity: Some(identity),
-                    client: None,
-                    connection: None,
-                };
-                self.tasks.insert((secret, generation), tasks);
-            }
-            Effect::StartWatches {
-                secret,
-                generation,
-                id,
-            } => {
-                let scope = Scope::Peer {
-                    id,
-                    probe_interval: self.settings.probe_interval,
-                    probe_timeout: self.settings.probe_timeout,
-                };
-                let reports = self.reports_tx.clone();
-                let key = (secret, generation);
-                if let Some(tasks) = self.tasks.get_mut(&key)
-                    && let Some(client) = tasks.client.clone()
-                {
-                    let (secret, generation) = key;
-                    let cluster = ClusterKey::Peer { secret, generation };
-                    tasks.connection = Some(connect(client, cluster, scope, reports));
-                }
-            }
-            Effect::Refused {
-                secret,
-                reason,
-                message,
-            } => self.record_refusal(&secret, reason, &message),
-            Effect::Touched(touched) => self.mark(touched),
-            Effect::ReplanAll => self.dirty.all = true,
-            Effect::SyncError { peer, kind } => self
-                .metrics
-                .peer_sync_errors
-                .with_label_values(&[&peer, kind])
-                .inc(),
-            Effect::OverLimit { peer, count } => self
-                .metrics
-                .rejected
-                .with_label_values(&[&peer, "peer-limit"])
-                .inc_by(count),
-            Effect::RenewLease { id, secret, seen } => {
-                tokio::spawn(renew_lease(
-                    self.client.clone(),
-                    self.settings.namespace.clone(),
-                    self.local_id.clone(),
-                    self.settings.grace,
-                    (id, secret, seen),
-                ));
-            }
-            Effect::Gauges { id, up, last_seen } => {
-                self.metrics
-                    .peer_up
-                    .with_label_values(&[&id])
-                    .set(up as i64);
-                if let Some(since) =
-                    last_seen.and_then(|seen| seen.duration_since(SystemTime::UNIX_EPOCH).ok())
-                {
-                    self.metrics
-                        .peer_last_seen
-                        .with_label_values(&[&id])
-                        .set(since.as_secs() as i64);
-                }
-            }
-            Effect::Forget { id } => {
-                self.metrics.peer_up.remove_label_values(&[&id]).ok();
-            }
-        }
-    }
-
-    /// Builds the peer's client and reads its identity, retrying while the
-    /// peer does not answer.
-    fn spawn_identity(
-        &self,
-        secret: &str,
-        generation: u64,
-        kubeconfig: Vec<u8>,
-    ) -> tokio::task::JoinHandle<()> {
-        let tx = self.identities_tx.clone();
-        let secret = secret.to_owned();
-        tokio::spawn(async move {
-            let client = match peering::kubeconfig::client(&kubeconfig).await {
-                Ok((client, _server)) => client,
-                Err(error) => {
-                    let invalid = Contact::Invalid(error.to_string());
-                    let _ = tx.send((secret, generation, invalid, None)).await;
-                    return;
-                }
-            };
-            let mut delay = Duration::from_millis(500);
-            loop {
-                let (contact, answered) = match read_identity(&client).await {
-                    Ok(identity) => (Contact::Identified(identity), Some(client.clone())),
-                    Err(error) => (Contact::Unreachable(error), None),
-                };
-                let done = answered.is_some();
-                if tx
-                    .send((secret.clone(), generation, contact, answered))
-                    .await
-                    .is_err()
-                    || done
-                {
-                    return;
-                }
-                tokio::time::sleep(delay).await;
-                // Capped low: a peer back from a long outage is imported
-                // again within seconds.
-                delay = (delay * 2).min(Duration::from_secs(5));
-            }
-        })
-    }
-
-    /// Counts a refused peer Secret and records a Warning Event on it.
-    fn record_refusal(&self, secret: &str, reason: &'static str, message: &str) {
-        self.metrics
-            .peers_refused
-            .with_label_values(&[reason])
-            .inc();
-        let recorder = self.recorder.clone();
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Secret".into()),
-            name: Some(secret.to_owned()),
-            namespace: Some(self.settings.namespace.clone()),
-            ..ObjectReference::default()
-        };
-        let event = KubeEvent {
-            type_: EventType::Warning,
-            reason: reason::PEER_REFUSED.into(),
-            note: Some(format!("{reason}: {message}")),
-            action: "Connect".into(),
-            secondary: None,
-        };
-        tokio::spawn(async move {
-            if let Err(error) = recorder.publish(&event, &reference).await {
-                tracing::debug!(error = %crate::error::Chain(&error), "could not record an Event");
-            }
-        });
-    }
-
     /// Once a second: the peers' timers (Secrets gone, Leases, gauges,
     /// grace periods), and failed writes retried.
     fn tick(&mut self) {
@@ -677,303 +491,7 @@ impl Controller {
             now: &now,
         })
     }
-
-    async fn reconcile(&mut self) {
-        let touched = std::mem::take(&mut self.dirty);
-        let mut keys: BTreeSet<ServiceRef> = if touched.all {
-            self.all_services()
-        } else {
-            touched.services
-        };
-        // A bounded batch per cycle: events are read between batches, so
-        // fresh changes and /ready do not wait behind a cold start's
-        // thousands of writes; the rest stays dirty for the next cycle.
-        if keys.len() > SERVICES_PER_CYCLE
-            && let Some(first_left) = keys.iter().nth(SERVICES_PER_CYCLE).cloned()
-        {
-            let left = keys.split_off(&first_left);
-            self.dirty.services.extend(left);
-        }
-        // A new ClusterSetIP service takes three rounds (the import; then
-        // what it owns, which needs the import's uid; then the VIP into the
-        // import): run them back to back for the services that wrote, so a
-        // service is finished within its cycle rather than queued again
-        // behind the rest of a cold start.
-        let mut wrote = false;
-        for round in 0..ROUNDS_PER_CYCLE {
-            let plans = self.plan_round(keys, round == 0);
-            if plans.is_empty() {
-                break;
-            }
-            let written = self.write_round(plans).await;
-            wrote |= !written.is_empty();
-            keys = written;
-        }
-        // Our own writes come back as touched services; their plans are
-        // empty, which ends the cycle.
-        let touched = self.take_local_touched();
-        self.dirty.merge(touched);
-        if let Some(first) = self.first_change.take()
-            && wrote
-        {
-            self.metrics
-                .change_to_write
-                .observe(first.elapsed().as_secs_f64());
-        }
-        self.metrics
-            .imports
-            .set(self.local_only.imports.services().count() as i64);
-    }
-
-    /// Plans `keys`, keeps the status summaries current, and returns the
-    /// plans with something to do. Rejected peer input is counted once per
-    /// cycle (`count_rejected` on its first round).
-    fn plan_round(
-        &mut self,
-        keys: BTreeSet<ServiceRef>,
-        count_rejected: bool,
-    ) -> Vec<(ServiceRef, Plan)> {
-        let (plans, summaries) = self.with_inputs(|inputs| {
-            let mut summaries = Vec::new();
-            let plans: Vec<(ServiceRef, Plan)> = keys
-                .into_iter()
-                .map(|key| {
-                    let plan = plan(inputs, &key);
-                    let conflict = plan
-                        .merged
-                        .as_ref()
-                        .and_then(|m| m.conflict.as_ref())
-                        .map(|c| c.reason.clone());
-                    summaries.push((key.clone(), (plan.export_reason, conflict)));
-                    (key, plan)
-                })
-                .filter(|(_, plan)| !plan.writes.is_empty() || !plan.rejected.is_empty())
-                .collect();
-            (plans, summaries)
-        });
-        for (key, summary) in summaries {
-            if summary == (None, None) {
-                self.summaries.remove(&key);
-            } else {
-                self.summaries.insert(key, summary);
-            }
-        }
-        self.update_gauges();
-        if count_rejected {
-            for (_, plan) in &plans {
-                for (peer, why) in &plan.rejected {
-                    self.metrics
-                        .rejected
-                        .with_label_values(&[peer.as_str(), why])
-                        .inc();
-                }
-            }
-        }
-        plans
-            .into_iter()
-            .filter(|(_, plan)| !plan.writes.is_empty())
-            .collect()
-    }
-
-    /// Carries out the plans, `WRITE_CONCURRENCY` writes at a time (each
-    /// service's writes in order, stopping at its first failure, which
-    /// queues it for a retry), and records what was written. Returns the
-    /// services whose writes all succeeded.
-    async fn write_round(&mut self, plans: Vec<(ServiceRef, Plan)>) -> BTreeSet<ServiceRef> {
-        let client = self.client.clone();
-        let metrics = self.metrics.clone();
-        let recorder = &self.recorder;
-        let results: Vec<(ServiceRef, Vec<Result<Written, ()>>)> = futures::stream::iter(plans)
-            .map(|(key, plan)| {
-                let client = client.clone();
-                let metrics = metrics.clone();
-                async move {
-                    let mut results = Vec::new();
-                    for write in &plan.writes {
-                        let op = if matches!(write, Write::Delete { .. }) { "delete" } else { "apply" };
-                        metrics.writes.with_label_values(&[write.kind().as_str(), op]).inc();
-                        match execute(&client, write).await {
-                            Ok(written) => {
-                                if let Write::Delete { kind: Kind::Service, namespace, name, .. } = write {
-                                    vip_released(recorder, &key, namespace, name).await;
-                                }
-                                results.push(Ok(written));
-                            }
-                            Err(error) if error.namespace_terminating() => {}
-                            Err(error) => {
-                                metrics.write_errors.with_label_values(&[write.kind().as_str()]).inc();
-                                tracing::warn!(service = %key, error = %crate::error::Chain(&error), "write failed; retrying");
-                                results.push(Err(()));
-                                // Later writes of this service may depend on it.
-                                break;
-                            }
-                        }
-                    }
-                    (key, results)
-                }
-            })
-            .buffer_unordered(WRITE_CONCURRENCY)
-            .collect()
-            .await;
-        let mut succeeded = BTreeSet::new();
-        for (key, results) in results {
-            let mut failed = false;
-            let mut any = false;
-            for result in results {
-                match result {
-                    Ok(written) => {
-                        any = true;
-                        self.write_through(written);
-                    }
-                    Err(()) => failed = true,
-                }
-            }
-            if failed {
-                self.retry.insert(key);
-            } else if any {
-                succeeded.insert(key);
-            }
-        }
-        succeeded
-    }
-
-    fn update_gauges(&self) {
-        let mut exports: BTreeMap<&str, i64> = BTreeMap::new();
-        let mut conflicts: BTreeMap<&str, i64> = BTreeMap::new();
-        for (reason, conflict) in self.summaries.values() {
-            if let Some(reason) = reason {
-                *exports.entry(reason).or_default() += 1;
-            }
-            for reason in conflict.iter().flat_map(|c| c.split(',')) {
-                *conflicts.entry(reason).or_default() += 1;
-            }
-        }
-        self.metrics.exports.reset();
-        for (reason, count) in exports {
-            self.metrics.exports.with_label_values(&[reason]).set(count);
-        }
-        self.metrics.conflicts.reset();
-        for (reason, count) in conflicts {
-            self.metrics
-                .conflicts
-                .with_label_values(&[reason])
-                .set(count);
-        }
-    }
-
-    fn write_through(&mut self, written: Written) {
-        use crate::watch::IndexResource;
-        match written {
-            Written::Import(import) => self.local_only.imports.apply(import),
-            Written::Service(service) => self.local.services.apply(service),
-            Written::Slice(slice) => self.local.mcs_slices.apply(slice),
-            Written::Export(export) => self.local.exports.apply(export),
-            Written::Deleted {
-                kind,
-                namespace,
-                name,
-            } => match kind {
-                Kind::ServiceImport | Kind::ServiceImportStatus => {
-                    self.local_only.imports.forget(&namespace, &name)
-                }
-                Kind::Service => self.local.services.forget(&namespace, &name),
-                Kind::EndpointSlice => self.local.mcs_slices.forget(&namespace, &name),
-                Kind::ServiceExportStatus => {}
-            },
-        }
-    }
-
-    fn all_services(&self) -> BTreeSet<ServiceRef> {
-        let mut all: BTreeSet<ServiceRef> = self.local.exports.services().cloned().collect();
-        all.extend(self.local.mcs_slices.services().cloned());
-        all.extend(self.local_only.imports.services().cloned());
-        // Derived Services whose import is gone (an orphan sweep at start).
-        all.extend(
-            self.local
-                .services
-                .services()
-                .filter(|key| {
-                    self.local
-                        .services
-                        .of(key)
-                        .any(|s| super::cluster::is_ours(&**s))
-                })
-                .cloned(),
-        );
-        all.extend(self.peers.exported_services().cloned());
-        all
-    }
 }
 
-/// Tells the users of an import that its clusterset IP is gone (the import
-/// became headless, or this cluster lost the import's families): clients
-/// holding the old VIP must resolve again.
-async fn vip_released(recorder: &Recorder, service: &ServiceRef, namespace: &str, derived: &str) {
-    let reference = ObjectReference {
-        api_version: Some(<ServiceImport as kube::Resource>::api_version(&()).into_owned()),
-        kind: Some("ServiceImport".into()),
-        name: Some(service.name.clone()),
-        namespace: Some(namespace.to_owned()),
-        ..ObjectReference::default()
-    };
-    let event = KubeEvent {
-        type_: EventType::Warning,
-        reason: "ClusterSetIPReleased".into(),
-        note: Some(format!(
-            "derived Service {derived} deleted: the import no longer has a clusterset IP here"
-        )),
-        action: "DeleteDerivedService".into(),
-        secondary: None,
-    };
-    if let Err(error) = recorder.publish(&event, &reference).await {
-        tracing::debug!(error = %crate::error::Chain(&error), "could not record an Event");
-    }
-}
-
-/// The peer Leases of an earlier run: when each peer was last seen healthy,
-/// so a restarted controller keeps honouring the grace period.
-async fn peer_leases(client: &Client, namespace: &str) -> BTreeMap<String, (String, SystemTime)> {
-    let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
-    let params = kube::api::ListParams::default().labels(lease::LEASE_SELECTOR);
-    let leases = match api.list(&params).await {
-        Ok(list) => list.items,
-        Err(error) => {
-            tracing::warn!(error = %crate::error::Chain(&error), "cannot list peer Leases: peers that do not answer at start-up get no grace");
-            return BTreeMap::new();
-        }
-    };
-    leases
-        .iter()
-        .filter_map(|found| match lease::parse(found) {
-            Ok(peer) => Some((peer.secret, (peer.peer_id, SystemTime::from(peer.renewed)))),
-            Err(error) => {
-                tracing::warn!(%error, "ignoring a peer Lease that records no peer");
-                None
-            }
-        })
-        .collect()
-}
-
-/// Records in peer `id`'s Lease (held by this cluster) that the peer was
-/// healthy at `seen`: a restarted controller keeps honouring the grace
-/// period from there.
-async fn renew_lease(
-    client: Client,
-    namespace: String,
-    local_id: String,
-    grace: Duration,
-    (id, secret, seen): (String, String, SystemTime),
-) {
-    let api: Api<Lease> = Api::namespaced(client, &namespace);
-    let lease = lease::lease(&namespace, &id, &secret, &local_id, grace, seen);
-    let mut body = serde_json::to_value(&lease).unwrap_or_default();
-    body["apiVersion"] = "coordination.k8s.io/v1".into();
-    body["kind"] = "Lease".into();
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    if let Err(error) = api
-        .patch(&lease::lease_name(&id), &params, &Patch::Apply(body))
-        .await
-    {
-        tracing::warn!(peer = id, error = %crate::error::Chain(&error), "cannot renew the peer Lease");
-    }
-}
+mod cycle;
+mod peer_io;

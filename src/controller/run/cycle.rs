@@ -1,0 +1,266 @@
+//! The write cycle: plan the services touched since the last cycle, in
+//! bounded batches and rounds, write what the plans ask (a few at a time,
+//! each service's writes in order), and write the results through to the
+//! indexed state so the next plan starts from them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+
+use super::{Controller, ROUNDS_PER_CYCLE, SERVICES_PER_CYCLE, WRITE_CONCURRENCY};
+use crate::api::ServiceImport;
+use crate::controller::apply::{Written, execute};
+use crate::controller::cluster::is_ours;
+use crate::controller::reconcile::{Kind, Plan, Write, plan};
+use crate::model::ServiceRef;
+
+impl Controller {
+    /// One cycle over the services marked dirty.
+    pub(super) async fn reconcile(&mut self) {
+        let touched = std::mem::take(&mut self.dirty);
+        let mut keys: BTreeSet<ServiceRef> = if touched.all {
+            self.all_services()
+        } else {
+            touched.services
+        };
+        // A bounded batch per cycle: events are read between batches, so
+        // fresh changes and /ready do not wait behind a cold start's
+        // thousands of writes; the rest stays dirty for the next cycle.
+        if keys.len() > SERVICES_PER_CYCLE
+            && let Some(first_left) = keys.iter().nth(SERVICES_PER_CYCLE).cloned()
+        {
+            let left = keys.split_off(&first_left);
+            self.dirty.services.extend(left);
+        }
+        // A new ClusterSetIP service takes three rounds (the import; then
+        // what it owns, which needs the import's uid; then the VIP into the
+        // import): run them back to back for the services that wrote, so a
+        // service is finished within its cycle rather than queued again
+        // behind the rest of a cold start.
+        let mut wrote = false;
+        for round in 0..ROUNDS_PER_CYCLE {
+            let plans = self.plan_round(keys, round == 0);
+            if plans.is_empty() {
+                break;
+            }
+            let written = self.write_round(plans).await;
+            wrote |= !written.is_empty();
+            keys = written;
+        }
+        // Our own writes come back as touched services; their plans are
+        // empty, which ends the cycle.
+        let touched = self.take_local_touched();
+        self.dirty.merge(touched);
+        if let Some(first) = self.first_change.take()
+            && wrote
+        {
+            self.metrics
+                .change_to_write
+                .observe(first.elapsed().as_secs_f64());
+        }
+        self.metrics
+            .imports
+            .set(self.local_only.imports.services().count() as i64);
+    }
+
+    /// Plans `keys`, keeps the status summaries current, and returns the
+    /// plans with something to do. Rejected peer input is counted once per
+    /// cycle (`count_rejected` on its first round).
+    fn plan_round(
+        &mut self,
+        keys: BTreeSet<ServiceRef>,
+        count_rejected: bool,
+    ) -> Vec<(ServiceRef, Plan)> {
+        let (plans, summaries) = self.with_inputs(|inputs| {
+            let mut summaries = Vec::new();
+            let plans: Vec<(ServiceRef, Plan)> = keys
+                .into_iter()
+                .map(|key| {
+                    let plan = plan(inputs, &key);
+                    let conflict = plan
+                        .merged
+                        .as_ref()
+                        .and_then(|m| m.conflict.as_ref())
+                        .map(|c| c.reason.clone());
+                    summaries.push((key.clone(), (plan.export_reason, conflict)));
+                    (key, plan)
+                })
+                .filter(|(_, plan)| !plan.writes.is_empty() || !plan.rejected.is_empty())
+                .collect();
+            (plans, summaries)
+        });
+        for (key, summary) in summaries {
+            if summary == (None, None) {
+                self.summaries.remove(&key);
+            } else {
+                self.summaries.insert(key, summary);
+            }
+        }
+        self.update_gauges();
+        if count_rejected {
+            for (_, plan) in &plans {
+                for (peer, why) in &plan.rejected {
+                    self.metrics
+                        .rejected
+                        .with_label_values(&[peer.as_str(), why])
+                        .inc();
+                }
+            }
+        }
+        plans
+            .into_iter()
+            .filter(|(_, plan)| !plan.writes.is_empty())
+            .collect()
+    }
+
+    /// Carries out the plans, `WRITE_CONCURRENCY` writes at a time (each
+    /// service's writes in order, stopping at its first failure, which
+    /// queues it for a retry), and records what was written. Returns the
+    /// services whose writes all succeeded.
+    async fn write_round(&mut self, plans: Vec<(ServiceRef, Plan)>) -> BTreeSet<ServiceRef> {
+        let client = self.client.clone();
+        let metrics = self.metrics.clone();
+        let recorder = &self.recorder;
+        let results: Vec<(ServiceRef, Vec<Result<Written, ()>>)> = futures::stream::iter(plans)
+            .map(|(key, plan)| {
+                let client = client.clone();
+                let metrics = metrics.clone();
+                async move {
+                    let mut results = Vec::new();
+                    for write in &plan.writes {
+                        let op = if matches!(write, Write::Delete { .. }) { "delete" } else { "apply" };
+                        metrics.writes.with_label_values(&[write.kind().as_str(), op]).inc();
+                        match execute(&client, write).await {
+                            Ok(written) => {
+                                if let Write::Delete { kind: Kind::Service, namespace, name, .. } = write {
+                                    vip_released(recorder, &key, namespace, name).await;
+                                }
+                                results.push(Ok(written));
+                            }
+                            Err(error) if error.namespace_terminating() => {}
+                            Err(error) => {
+                                metrics.write_errors.with_label_values(&[write.kind().as_str()]).inc();
+                                tracing::warn!(service = %key, error = %crate::error::Chain(&error), "write failed; retrying");
+                                results.push(Err(()));
+                                // Later writes of this service may depend on it.
+                                break;
+                            }
+                        }
+                    }
+                    (key, results)
+                }
+            })
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .collect()
+            .await;
+        let mut succeeded = BTreeSet::new();
+        for (key, results) in results {
+            let mut failed = false;
+            let mut any = false;
+            for result in results {
+                match result {
+                    Ok(written) => {
+                        any = true;
+                        self.write_through(written);
+                    }
+                    Err(()) => failed = true,
+                }
+            }
+            if failed {
+                self.retry.insert(key);
+            } else if any {
+                succeeded.insert(key);
+            }
+        }
+        succeeded
+    }
+
+    fn update_gauges(&self) {
+        let mut exports: BTreeMap<&str, i64> = BTreeMap::new();
+        let mut conflicts: BTreeMap<&str, i64> = BTreeMap::new();
+        for (reason, conflict) in self.summaries.values() {
+            if let Some(reason) = reason {
+                *exports.entry(reason).or_default() += 1;
+            }
+            for reason in conflict.iter().flat_map(|c| c.split(',')) {
+                *conflicts.entry(reason).or_default() += 1;
+            }
+        }
+        self.metrics.exports.reset();
+        for (reason, count) in exports {
+            self.metrics.exports.with_label_values(&[reason]).set(count);
+        }
+        self.metrics.conflicts.reset();
+        for (reason, count) in conflicts {
+            self.metrics
+                .conflicts
+                .with_label_values(&[reason])
+                .set(count);
+        }
+    }
+
+    fn write_through(&mut self, written: Written) {
+        use crate::watch::IndexResource;
+        match written {
+            Written::Import(import) => self.local_only.imports.apply(import),
+            Written::Service(service) => self.local.services.apply(service),
+            Written::Slice(slice) => self.local.mcs_slices.apply(slice),
+            Written::Export(export) => self.local.exports.apply(export),
+            Written::Deleted {
+                kind,
+                namespace,
+                name,
+            } => match kind {
+                Kind::ServiceImport | Kind::ServiceImportStatus => {
+                    self.local_only.imports.forget(&namespace, &name)
+                }
+                Kind::Service => self.local.services.forget(&namespace, &name),
+                Kind::EndpointSlice => self.local.mcs_slices.forget(&namespace, &name),
+                Kind::ServiceExportStatus => {}
+            },
+        }
+    }
+
+    fn all_services(&self) -> BTreeSet<ServiceRef> {
+        let mut all: BTreeSet<ServiceRef> = self.local.exports.services().cloned().collect();
+        all.extend(self.local.mcs_slices.services().cloned());
+        all.extend(self.local_only.imports.services().cloned());
+        // Derived Services whose import is gone (an orphan sweep at start).
+        all.extend(
+            self.local
+                .services
+                .services()
+                .filter(|key| self.local.services.of(key).any(|s| is_ours(&**s)))
+                .cloned(),
+        );
+        all.extend(self.peers.exported_services().cloned());
+        all
+    }
+}
+
+/// Tells the users of an import that its clusterset IP is gone (the import
+/// became headless, or this cluster lost the import's families): clients
+/// holding the old VIP must resolve again.
+async fn vip_released(recorder: &Recorder, service: &ServiceRef, namespace: &str, derived: &str) {
+    let reference = ObjectReference {
+        api_version: Some(<ServiceImport as kube::Resource>::api_version(&()).into_owned()),
+        kind: Some("ServiceImport".into()),
+        name: Some(service.name.clone()),
+        namespace: Some(namespace.to_owned()),
+        ..ObjectReference::default()
+    };
+    let event = KubeEvent {
+        type_: EventType::Warning,
+        reason: "ClusterSetIPReleased".into(),
+        note: Some(format!(
+            "derived Service {derived} deleted: the import no longer has a clusterset IP here"
+        )),
+        action: "DeleteDerivedService".into(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, &reference).await {
+        tracing::debug!(error = %crate::error::Chain(&error), "could not record an Event");
+    }
+}
