@@ -53,7 +53,7 @@ pub fn format(duration: Duration) -> String {
 /// A duration option: parsed by [`parse`] from the command line and the
 /// environment (clap uses [`FromStr`]), and from a configuration file,
 /// where it may also be a TOML integer of seconds. It serializes as
-/// [`format`] writes it, which is also how `--help` shows a default.
+/// [`format()`] writes it, which is also how `--help` shows a default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HumanDuration(pub Duration);
 

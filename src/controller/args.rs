@@ -73,7 +73,7 @@ pub struct ControllerArgs {
     )]
     pub peer_max_endpoints: usize,
     /// HTTP address for /metrics, /ready, /live and
-    /// /explain?service=<ns>/<name>.
+    /// `/explain?service=<ns>/<name>`.
     // `--admin-addr`: the old spelling, accepted (hidden) in 0.1.x only.
     #[arg(
         long,

@@ -30,7 +30,7 @@
 //! - [`reconcile`]: desired state and the writes that reach it, one pure
 //!   function per derived object.
 //! - [`connection`]: the watch and probe tasks of one cluster.
-//! - [`run`]: the shell: the event loop, the local watches and start-up
+//! - [`run`](mod@run): the shell: the event loop, the local watches and start-up
 //!   gate, the peers' effects carried out (`run/peer_io.rs`) and the write
 //!   cycle (`run/cycle.rs`).
 //! - [`apply`]: server-side apply and deletes.

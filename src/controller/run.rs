@@ -33,8 +33,11 @@ use super::peers::{Contact, Input, Now, Peers, Settings as PeerSettings, may_sta
 use super::reconcile::{Inputs, NamespaceFilter, plan};
 use crate::api::{ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
-use crate::peering::identity;
+use crate::peering::{Identity, read_identity};
 use crate::watch::{Outcome, Watch};
+
+mod cycle;
+mod peer_io;
 
 /// How often this cluster's ClusterProperties are read again.
 const IDENTITY_CHECK: Duration = Duration::from_secs(30);
@@ -114,6 +117,8 @@ pub struct Controller {
     reports: mpsc::Receiver<Report>,
     identities_tx: mpsc::Sender<IdentityRead>,
     identities: mpsc::Receiver<IdentityRead>,
+    /// This cluster's identity, read again every [`IDENTITY_CHECK`].
+    local_identity: mpsc::Receiver<Identity>,
     metrics: Arc<ControllerMetrics>,
     recorder: Recorder,
     started_at: Instant,
@@ -182,7 +187,7 @@ impl Controller {
         settings: Settings,
         metrics: Arc<ControllerMetrics>,
     ) -> Result<Self, StartError> {
-        let identity = identity(&client).await.map_err(StartError::Identity)?;
+        let identity = read_identity(&client).await.map_err(StartError::Identity)?;
         if let Some(problem) = local_identity_problem(&identity.cluster_id) {
             return Err(StartError::Identity(problem));
         }
@@ -219,6 +224,9 @@ impl Controller {
         });
         let mut local_connection = local_connection;
         local_connection.adopt(secret_task);
+        // Read again off the loop: a hung apiserver must not stall it.
+        let (identity_tx, local_identity) = mpsc::channel(1);
+        local_connection.adopt(tokio::spawn(reread_identity(client.clone(), identity_tx)));
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -240,6 +248,7 @@ impl Controller {
             reports,
             identities_tx,
             identities,
+            local_identity,
             metrics,
             recorder,
             started_at: Instant::now(),
@@ -261,8 +270,6 @@ impl Controller {
     pub async fn run(mut self, mut queries: mpsc::Receiver<Query>) -> String {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut identity_check = tokio::time::interval(IDENTITY_CHECK);
-        identity_check.tick().await;
         loop {
             tokio::select! {
                 Some(report) = self.reports.recv() => {
@@ -283,10 +290,8 @@ impl Controller {
                 _ = tick.tick() => self.tick(),
                 // More planned work left from the last batch: go on at once.
                 () = std::future::ready(()), if self.started && !self.dirty.is_empty() => {}
-                _ = identity_check.tick() => {
-                    if let Ok(now) = identity(&self.client).await
-                        && (now.cluster_id != self.local_id || now.clusterset != self.local_clusterset)
-                    {
+                Some(now) = self.local_identity.recv() => {
+                    if now.cluster_id != self.local_id || now.clusterset != self.local_clusterset {
                         return format!(
                             "this cluster's identity changed from {}/{} to {}/{}: restarting to rejoin",
                             self.local_clusterset, self.local_id, now.clusterset, now.cluster_id
@@ -493,5 +498,22 @@ impl Controller {
     }
 }
 
-mod cycle;
-mod peer_io;
+/// Reads this cluster's identity every [`IDENTITY_CHECK`] (each read
+/// bounded by the identity timeout; a failed one is skipped) and sends it.
+async fn reread_identity(client: Client, identities: mpsc::Sender<Identity>) {
+    let mut every = tokio::time::interval(IDENTITY_CHECK);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        match read_identity(&client).await {
+            Ok(identity) => {
+                if identities.send(identity).await.is_err() {
+                    return;
+                }
+            }
+            Err(error) => {
+                tracing::debug!(%error, "cannot read this cluster's identity again; retrying")
+            }
+        }
+    }
+}

@@ -1,5 +1,5 @@
 //! DNS over TCP: our own accept loop and connections, answering each
-//! length-prefixed message through [`super::request::answer`] (the same
+//! length-prefixed message through `super::request::answer` (the same
 //! rules as UDP).
 //!
 //! At most `max_connections` connections are open at once (Knot's

@@ -4,7 +4,7 @@
 //! With the fast path on, common queries are answered from precompiled
 //! wire data ([`super::wire_answer`]); every other datagram (all of them
 //! with the fast path off) is decoded by hickory and answered by the same
-//! [`Handler`] the TCP listener uses, through [`super::request::answer`];
+//! [`Handler`] the TCP listener uses, through `super::request::answer`;
 //! both render the same [`super::plan::Plan`], and both drop what is not a
 //! query and answer a malformed query FORMERR by the same rules.
 //!

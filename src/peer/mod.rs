@@ -108,7 +108,7 @@ pub struct AddArgs {
     /// kubeconfig's, else the ca.crt of the token Secret).
     #[arg(long)]
     pub peer_certificate_authority: Option<PathBuf>,
-    /// Name of the peer Secret (default: peer-<peer cluster id>).
+    /// Name of the peer Secret (default: `peer-<peer cluster id>`).
     #[arg(long)]
     pub name: Option<String>,
 }
