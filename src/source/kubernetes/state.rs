@@ -24,7 +24,7 @@ use crate::index::{Index, PublishStats, SliceKey};
 use crate::inquiry::{Rejection, SourceReport};
 use crate::model::{ImportedService, ServiceRef, SliceEndpoints};
 use crate::source::stripped::StrippedImport;
-use crate::watch::{Health, IndexResource, Outcome, Watch};
+use crate::watch::{Health, IndexResource, Outcome, Verdict, Watch};
 use crate::zone::{Zone, ZoneSettings};
 
 /// One of the three watched kinds.
@@ -227,31 +227,30 @@ impl State {
                 tracing::info!(resource, %message, "watch expired (410 Gone); relisting");
                 effects.push(Effect::WatchExpired(resource));
             }
-            Outcome::Failed {
-                started,
-                forbidden_before_sync,
-                error,
-            } => {
+            Outcome::Failed { .. } => {
                 effects.push(Effect::WatchError(resource));
                 self.restarted = false;
-                if let Some(message) = forbidden_before_sync {
-                    effects.push(Effect::Fatal(KubeSourceError::Forbidden {
-                        resource,
-                        message,
-                    }));
-                    return;
-                }
-                if started {
-                    if !std::mem::replace(&mut self.stale, true) {
-                        effects.push(Effect::Stale(true));
+                match outcome.verdict() {
+                    Verdict::Fatal(message) => {
+                        effects.push(Effect::Fatal(KubeSourceError::Forbidden {
+                            resource,
+                            message: message.to_owned(),
+                        }));
                     }
-                    if self.published {
-                        tracing::error!(resource, %error, "watch failed; still serving the last index, retrying with backoff");
-                    } else {
-                        tracing::error!(resource, %error, "watch failed before the first sync; answering SERVFAIL, retrying with backoff");
+                    Verdict::FailingStarted(error) => {
+                        if !std::mem::replace(&mut self.stale, true) {
+                            effects.push(Effect::Stale(true));
+                        }
+                        if self.published {
+                            tracing::error!(resource, %error, "watch failed; still serving the last index, retrying with backoff");
+                        } else {
+                            tracing::error!(resource, %error, "watch failed before the first sync; answering SERVFAIL, retrying with backoff");
+                        }
                     }
-                } else {
-                    tracing::debug!(resource, %error, "watch still failing");
+                    Verdict::StillFailing(error) => {
+                        tracing::debug!(resource, %error, "watch still failing");
+                    }
+                    Verdict::Quiet => {}
                 }
             }
         }
