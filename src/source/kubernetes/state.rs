@@ -15,15 +15,16 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::PartialObjectMeta;
+use kube::core::DynamicObject;
 use kube::runtime::watcher::{self, Event};
 
 use super::KubeSourceError;
 use crate::api::ServiceImport;
+use crate::api::stripped::{Dns, Stripped};
 use crate::api::well_known::LABEL_SERVICE_NAME;
 use crate::index::{Index, PublishStats, SliceKey};
 use crate::inquiry::{Rejection, SourceReport};
 use crate::model::{ImportedService, ServiceRef, SliceEndpoints};
-use crate::source::stripped::StrippedImport;
 use crate::watch::{Health, IndexResource, Outcome, Verdict, Watch};
 use crate::zone::{Zone, ZoneSettings};
 
@@ -52,11 +53,15 @@ impl Kind {
     }
 }
 
+/// A ServiceImport as the watch decodes it: the metadata the index reads,
+/// its spec undecoded (see [`Stripped`]).
+pub type WatchedImport = Stripped<DynamicObject, Dns>;
+
 /// What the state machine is told.
 #[derive(Debug)]
 pub enum Input {
     /// An item of the ServiceImport watch.
-    Import(Result<Event<StrippedImport>, watcher::Error>),
+    Import(Result<Event<WatchedImport>, watcher::Error>),
     /// An item of the EndpointSlice watch.
     Slice(Result<Event<EndpointSlice>, watcher::Error>),
     /// An item of the Namespace watch.
@@ -111,7 +116,7 @@ pub struct Publication {
 #[derive(Debug)]
 pub struct State {
     ingest: Ingest,
-    imports: Watch<StrippedImport, Ingest>,
+    imports: Watch<WatchedImport, Ingest>,
     slices: Watch<EndpointSlice, Ingest>,
     namespaces: Watch<PartialObjectMeta<Namespace>, Ingest>,
     /// The watches were restarted since the last failure: wait for that
@@ -358,7 +363,7 @@ struct Ingest {
 impl Ingest {
     /// Projects a ServiceImport. An invalid object is logged and skipped;
     /// the last good version of it, if any, stays in the index.
-    fn project_import(&mut self, object: &StrippedImport) -> Option<ImportedService> {
+    fn project_import(&mut self, object: &WatchedImport) -> Option<ImportedService> {
         let result = decode_import(object)
             .and_then(|import| ImportedService::from_api(&import).map_err(|e| e.to_string()));
         match result {
@@ -418,16 +423,16 @@ impl Ingest {
     }
 }
 
-impl IndexResource<StrippedImport> for Ingest {
+impl IndexResource<WatchedImport> for Ingest {
     type Listed = ImportedService;
 
-    fn apply(&mut self, object: StrippedImport) {
+    fn apply(&mut self, object: WatchedImport) {
         if let Some(import) = self.project_import(&object) {
             self.index.apply_import(import);
         }
     }
 
-    fn delete(&mut self, object: StrippedImport) {
+    fn delete(&mut self, object: WatchedImport) {
         let service = import_ref(&object);
         self.forget_rejected(IMPORT_KIND, &service.namespace, &service.name);
         self.index.delete_import(&service);
@@ -437,7 +442,7 @@ impl IndexResource<StrippedImport> for Ingest {
         self.rejected.retain(|(kind, ..), _| *kind != IMPORT_KIND);
     }
 
-    fn listed(&mut self, object: StrippedImport) -> Option<ImportedService> {
+    fn listed(&mut self, object: WatchedImport) -> Option<ImportedService> {
         // An object that is still there but invalid keeps its last valid
         // version through the relist, as it does through an update: the
         // relist replaces the index with what it holds.
@@ -523,8 +528,12 @@ fn namespace_name(ns: &PartialObjectMeta<Namespace>) -> String {
 
 /// The typed ServiceImport of a stripped one; the error names the field,
 /// from the object's root (`spec.ports[0].port: …`).
-fn decode_import(object: &StrippedImport) -> Result<ServiceImport, String> {
-    let spec = object.spec.as_ref().unwrap_or(&serde_json::Value::Null);
+fn decode_import(object: &WatchedImport) -> Result<ServiceImport, String> {
+    let spec = object
+        .0
+        .data
+        .get("spec")
+        .unwrap_or(&serde_json::Value::Null);
     let spec = serde_path_to_error::deserialize(spec).map_err(|error| {
         let path = error.path().to_string();
         match path.as_str() {
@@ -533,16 +542,16 @@ fn decode_import(object: &StrippedImport) -> Result<ServiceImport, String> {
         }
     })?;
     Ok(ServiceImport {
-        metadata: object.metadata.clone(),
+        metadata: object.0.metadata.clone(),
         spec,
         status: None,
     })
 }
 
-fn import_ref(object: &StrippedImport) -> ServiceRef {
+fn import_ref(object: &WatchedImport) -> ServiceRef {
     ServiceRef::new(
-        object.metadata.namespace.as_deref().unwrap_or("default"),
-        object.metadata.name.as_deref().unwrap_or_default(),
+        object.0.metadata.namespace.as_deref().unwrap_or("default"),
+        object.0.metadata.name.as_deref().unwrap_or_default(),
     )
 }
 
@@ -561,7 +570,7 @@ mod tests {
     use crate::api::well_known::LABEL_SOURCE_CLUSTER;
     use crate::watch::testing::{forbidden, gone, unreachable};
 
-    fn import(name: &str, ip: &str) -> StrippedImport {
+    fn import(name: &str, ip: &str) -> WatchedImport {
         serde_json::from_value(json!({
             "apiVersion": "multicluster.x-k8s.io/v1beta1",
             "kind": "ServiceImport",
@@ -646,7 +655,7 @@ mod tests {
             }
         }
 
-        fn list_imports(&mut self, objects: Vec<StrippedImport>) -> Vec<String> {
+        fn list_imports(&mut self, objects: Vec<WatchedImport>) -> Vec<String> {
             let mut events = vec![Event::Init];
             events.extend(objects.into_iter().map(Event::InitApply));
             events.push(Event::InitDone);
