@@ -1,4 +1,3 @@
-
 use super::document::split_documents;
 use super::*;
 
