@@ -16,6 +16,8 @@
 //!   a newer mcs-api CRD bundle.
 //! - [`limits`]: the CRD and apiserver limits both sources check objects
 //!   against.
+//! - [`stripped`]: objects decoded with only what their reader keeps (the
+//!   DNS source's and the controller's watches, the controller's writes).
 //!
 //! Apart from [`install`], this module only describes data: no client, no
 //! reconciliation. Field
@@ -62,6 +64,7 @@ pub mod install;
 pub mod limits;
 mod service_export;
 mod service_import;
+pub mod stripped;
 pub mod well_known;
 
 /// Every kind at API version `v1alpha1`: served for older clients (CoreDNS

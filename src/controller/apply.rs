@@ -9,25 +9,27 @@ use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::lean::Lean;
 use super::naming::FIELD_MANAGER;
 use super::reconcile::{Kind, Write, export_status_object};
 use crate::api::{ServiceExport, ServiceImport};
 
 /// What a successful write returned, for the local store (so the next plan
-/// sees it before the watch event arrives).
+/// sees it before the watch event arrives), decoded as the watches decode
+/// it.
 #[derive(Debug)]
 // Each value moves once, from the write to the store: boxing would only add
 // an allocation.
 #[allow(clippy::large_enum_variant)]
 pub enum Written {
     /// A ServiceImport as stored.
-    Import(ServiceImport),
+    Import(Lean<ServiceImport>),
     /// A derived Service as stored.
-    Service(Service),
+    Service(Lean<Service>),
     /// An MCS slice as stored.
-    Slice(EndpointSlice),
+    Slice(Lean<EndpointSlice>),
     /// A ServiceExport with its new status.
-    Export(ServiceExport),
+    Export(Lean<ServiceExport>),
     /// An object was deleted (or was already gone).
     Deleted {
         /// Its kind.
@@ -68,18 +70,17 @@ fn params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
 
-async fn apply<K>(client: &Client, object: &K, status: bool) -> Result<K, kube::Error>
+/// Applies `object` (its status alone with `status`); the apiserver's
+/// answer is decoded stripped, as the watches decode it, for the store.
+async fn apply<K>(client: &Client, object: &K, status: bool) -> Result<Lean<K>, kube::Error>
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + std::fmt::Debug,
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Serialize,
     K::DynamicType: Default,
+    Lean<K>: Clone + DeserializeOwned + std::fmt::Debug,
 {
     let namespace = object.meta().namespace.clone().unwrap_or_default();
     let name = object.meta().name.clone().unwrap_or_default();
-    let api: Api<K> = Api::namespaced(client.clone(), &namespace);
+    let api: Api<Lean<K>> = Api::namespaced(client.clone(), &namespace);
     // Server-side apply needs apiVersion and kind in the body.
     let mut body = serde_json::to_value(object).map_err(kube::Error::SerdeError)?;
     body["apiVersion"] = K::api_version(&Default::default()).into();

@@ -345,29 +345,7 @@ impl Default for LocalData {
 
 macro_rules! objects_store {
     ($kind:ty) => {
-        /// Objects as our own writes return them (whole, stripped here).
-        impl IndexResource<$kind> for Objects<$kind> {
-            type Listed = $kind;
-
-            fn apply(&mut self, object: $kind) {
-                self.insert(object.strip());
-            }
-
-            fn delete(&mut self, object: $kind) {
-                let key = (object.namespace().unwrap_or_default(), object.name_any());
-                self.remove(&key);
-            }
-
-            fn listed(&mut self, object: $kind) -> Option<$kind> {
-                Some(object.strip())
-            }
-
-            fn reset(&mut self, listed: Vec<$kind>) {
-                self.replace(listed);
-            }
-        }
-
-        /// Objects as the watches decode them (already stripped).
+        /// Objects as the watches and our writes decode them (stripped).
         impl IndexResource<Lean<$kind>> for Objects<$kind> {
             type Listed = $kind;
 
@@ -394,62 +372,38 @@ macro_rules! objects_store {
     };
 }
 
+/// Objects held whole, as tests that play the apiserver build them: stored
+/// as the apiserver's answer would be decoded.
+#[cfg(test)]
+impl<K> IndexResource<K> for Objects<K>
+where
+    K: serde::Serialize,
+    Objects<K>: IndexResource<Lean<K>, Listed = K>,
+    Lean<K>: serde::de::DeserializeOwned,
+{
+    type Listed = K;
+
+    fn apply(&mut self, object: K) {
+        IndexResource::<Lean<K>>::apply(self, Lean::from_whole(&object));
+    }
+
+    fn delete(&mut self, object: K) {
+        IndexResource::<Lean<K>>::delete(self, Lean::new(object));
+    }
+
+    fn listed(&mut self, object: K) -> Option<K> {
+        IndexResource::<Lean<K>>::listed(self, Lean::from_whole(&object))
+    }
+
+    fn reset(&mut self, listed: Vec<K>) {
+        IndexResource::<Lean<K>>::reset(self, listed);
+    }
+}
+
 objects_store!(ServiceExport);
 objects_store!(Service);
 objects_store!(EndpointSlice);
 objects_store!(ServiceImport);
-
-/// Drops what no decision reads and what would only cost memory: at
-/// thousands of services per cluster the stores are most of the
-/// controller's heap. The watches decode [`Lean`] objects, which skip the
-/// same fields; this is for the objects our writes return.
-trait Strip {
-    fn strip(self) -> Self;
-}
-
-impl Strip for ServiceExport {
-    fn strip(mut self) -> Self {
-        self.metadata.managed_fields = None;
-        self
-    }
-}
-
-impl Strip for ServiceImport {
-    fn strip(mut self) -> Self {
-        self.metadata.managed_fields = None;
-        self
-    }
-}
-
-impl Strip for Service {
-    /// The merge reads the spec (exported labels and annotations come from
-    /// the ServiceExport), the plan our derived Services' spec, labels and
-    /// owner references.
-    fn strip(mut self) -> Self {
-        self.metadata.managed_fields = None;
-        self.metadata.annotations = None;
-        self.status = None;
-        self
-    }
-}
-
-impl Strip for EndpointSlice {
-    /// Slices are mirrored and copied with addresses, conditions, hostname
-    /// and zone only; node names, target references and hints name objects
-    /// of the source cluster.
-    fn strip(mut self) -> Self {
-        self.metadata.managed_fields = None;
-        self.endpoints.shrink_to_fit();
-        for endpoint in &mut self.endpoints {
-            endpoint.node_name = None;
-            endpoint.target_ref = None;
-            endpoint.hints = None;
-            endpoint.deprecated_topology = None;
-            endpoint.addresses.shrink_to_fit();
-        }
-        self
-    }
-}
 
 impl IndexResource<Namespace> for LocalData {
     type Listed = String;
@@ -588,28 +542,28 @@ mod tests {
     fn a_peer_beyond_its_slice_limit_is_refused_and_counted() {
         let mut data = peer();
         for name in ["a", "b", "c", "d"] {
-            IndexResource::apply(&mut data.mcs_slices, Lean(slice(name, 1)));
+            IndexResource::apply(&mut data.mcs_slices, Lean::new(slice(name, 1)));
         }
         assert_eq!(names(&data.mcs_slices), ["a", "b", "c"]);
         assert_eq!(data.take_refused()[2], ("endpointslices", 1));
         assert_eq!(data.take_refused()[2], ("endpointslices", 0));
         // A deletion makes room again.
-        IndexResource::delete(&mut data.mcs_slices, Lean(slice("a", 1)));
-        IndexResource::apply(&mut data.mcs_slices, Lean(slice("d", 1)));
+        IndexResource::delete(&mut data.mcs_slices, Lean::new(slice("a", 1)));
+        IndexResource::apply(&mut data.mcs_slices, Lean::new(slice("d", 1)));
         assert_eq!(names(&data.mcs_slices), ["b", "c", "d"]);
     }
 
     #[test]
     fn the_endpoint_limit_counts_every_slice_and_follows_updates() {
         let mut data = peer();
-        IndexResource::apply(&mut data.mcs_slices, Lean(slice("a", 60)));
-        IndexResource::apply(&mut data.mcs_slices, Lean(slice("b", 50)));
+        IndexResource::apply(&mut data.mcs_slices, Lean::new(slice("a", 60)));
+        IndexResource::apply(&mut data.mcs_slices, Lean::new(slice("b", 50)));
         assert_eq!(names(&data.mcs_slices), ["a"], "60 + 50 > 100");
         // Shrinking a makes room for b; growing a past the limit drops it.
-        IndexResource::apply(&mut data.mcs_slices, Lean(slice("a", 10)));
-        IndexResource::apply(&mut data.mcs_slices, Lean(slice("b", 50)));
+        IndexResource::apply(&mut data.mcs_slices, Lean::new(slice("a", 10)));
+        IndexResource::apply(&mut data.mcs_slices, Lean::new(slice("b", 50)));
         assert_eq!(names(&data.mcs_slices), ["a", "b"]);
-        IndexResource::apply(&mut data.mcs_slices, Lean(slice("a", 60)));
+        IndexResource::apply(&mut data.mcs_slices, Lean::new(slice("a", 60)));
         assert_eq!(names(&data.mcs_slices), ["b"]);
         assert_eq!(data.take_refused()[2].1, 2);
     }
@@ -633,7 +587,10 @@ mod tests {
     fn this_clusters_own_data_has_no_limit() {
         let mut data = ClusterData::default();
         for i in 0..20 {
-            IndexResource::apply(&mut data.mcs_slices, Lean(slice(&format!("s{i}"), 1000)));
+            IndexResource::apply(
+                &mut data.mcs_slices,
+                Lean::new(slice(&format!("s{i}"), 1000)),
+            );
         }
         assert_eq!(data.mcs_slices.len(), 20);
         assert_eq!(data.take_refused()[2].1, 0);

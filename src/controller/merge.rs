@@ -244,56 +244,27 @@ pub fn field_decisions(exports: &[ExportedService], merged: &Merged) -> Vec<Fiel
         .copied()
         .filter(|e| merged.clusters.contains(&e.cluster))
         .collect();
-    let decide = |field: &'static str,
-                  among: &[&ExportedService],
-                  render: &dyn Fn(&ExportedService) -> String| {
-        let value = render(winner);
-        let (from, overruled): (Vec<&&ExportedService>, Vec<&&ExportedService>) =
-            among.iter().partition(|e| render(e) == value);
-        FieldDecision {
-            field,
-            value,
-            from: from.iter().map(|e| e.cluster.clone()).collect(),
-            overruled: overruled.iter().map(|e| e.cluster.clone()).collect(),
+    let type_of = |e: &ExportedService| {
+        if e.headless {
+            "Headless"
+        } else {
+            "ClusterSetIP"
         }
     };
-    let mut decisions = vec![
-        decide("type", &all, &|e| {
-            if e.headless {
-                "Headless"
-            } else {
-                "ClusterSetIP"
-            }
-            .to_owned()
-        }),
-        decide("sessionAffinity", &included, &|e| {
-            e.session_affinity.clone()
-        }),
-        decide("sessionAffinityConfig", &included, &|e| {
-            render_affinity_config(e.session_affinity_config.as_ref())
-        }),
-        decide("internalTrafficPolicy", &included, &|e| {
-            e.internal_traffic_policy.clone()
-        }),
-        decide("trafficDistribution", &included, &|e| {
-            e.traffic_distribution.clone().unwrap_or_else(none)
-        }),
-        decide("exportedLabels", &included, &|e| render_map(&e.labels)),
-        decide("exportedAnnotations", &included, &|e| {
-            render_map(&e.annotations)
-        }),
-    ];
+    let mut decisions = vec![decision("type", type_of(winner).to_owned(), &all, |e| {
+        type_of(e) == type_of(winner)
+    })];
+    decisions.extend(AGREED_FIELDS.iter().map(|field| {
+        decision(field.name, (field.render)(winner), &included, |e| {
+            !(field.differ)(e, winner)
+        })
+    }));
     // IP families are an intersection, not a pick: every exporter that has
     // them all gave them.
-    let families = merged.spec.ip_families.clone();
-    let (from, overruled): (Vec<&&ExportedService>, Vec<&&ExportedService>) =
-        included.iter().partition(|e| e.ip_families == families);
-    decisions.push(FieldDecision {
-        field: "ipFamilies",
-        value: families.join(","),
-        from: from.iter().map(|e| e.cluster.clone()).collect(),
-        overruled: overruled.iter().map(|e| e.cluster.clone()).collect(),
-    });
+    let families = &merged.spec.ip_families;
+    decisions.push(decision("ipFamilies", families.join(","), &included, |e| {
+        &e.ip_families == families
+    }));
     for port in &merged.spec.ports {
         let name = port.name.as_deref();
         let (mut from, mut overruled) = (Vec::new(), Vec::new());
@@ -313,6 +284,79 @@ pub fn field_decisions(exports: &[ExportedService], merged: &Merged) -> Vec<Fiel
     }
     decisions
 }
+
+/// `field`'s decision: `value`, given by the exporters `among` that `gave`
+/// it, overruled for the others.
+fn decision(
+    field: &'static str,
+    value: String,
+    among: &[&ExportedService],
+    gave: impl Fn(&ExportedService) -> bool,
+) -> FieldDecision {
+    let (from, overruled): (Vec<&&ExportedService>, Vec<&&ExportedService>) =
+        among.iter().partition(|e| gave(e));
+    FieldDecision {
+        field,
+        value,
+        from: from.iter().map(|e| e.cluster.clone()).collect(),
+        overruled: overruled.iter().map(|e| e.cluster.clone()).collect(),
+    }
+}
+
+/// A field on which every included exporter should agree, the oldest
+/// export's value winning: one row of the table that both the merge's
+/// conflicts and `/explain`'s [`field_decisions`] read.
+struct AgreedField {
+    /// The field, as the ServiceImport (or Service) spells it.
+    name: &'static str,
+    /// The `Conflict` reason a disagreement raises.
+    reason: &'static str,
+    /// The value, as conflict messages and `/explain` render it.
+    render: fn(&ExportedService) -> String,
+    /// Whether two exporters disagree on it.
+    differ: fn(&ExportedService, &ExportedService) -> bool,
+}
+
+/// The fields every exporter of the winning type should agree on, in the
+/// order their conflict reasons are joined (the mcs-api constant order).
+const AGREED_FIELDS: [AgreedField; 6] = [
+    AgreedField {
+        name: "sessionAffinity",
+        reason: export_reason::SESSION_AFFINITY_CONFLICT,
+        render: |e| e.session_affinity.clone(),
+        differ: |a, b| a.session_affinity != b.session_affinity,
+    },
+    AgreedField {
+        name: "sessionAffinityConfig",
+        reason: export_reason::SESSION_AFFINITY_CONFIG_CONFLICT,
+        render: |e| render_affinity_config(e.session_affinity_config.as_ref()),
+        differ: |a, b| a.session_affinity_config != b.session_affinity_config,
+    },
+    AgreedField {
+        name: "exportedLabels",
+        reason: export_reason::LABELS_CONFLICT,
+        render: |e| render_map(&e.labels),
+        differ: |a, b| a.labels != b.labels,
+    },
+    AgreedField {
+        name: "exportedAnnotations",
+        reason: export_reason::ANNOTATIONS_CONFLICT,
+        render: |e| render_map(&e.annotations),
+        differ: |a, b| a.annotations != b.annotations,
+    },
+    AgreedField {
+        name: "internalTrafficPolicy",
+        reason: export_reason::INTERNAL_TRAFFIC_POLICY_CONFLICT,
+        render: |e| e.internal_traffic_policy.clone(),
+        differ: |a, b| a.internal_traffic_policy != b.internal_traffic_policy,
+    },
+    AgreedField {
+        name: "trafficDistribution",
+        reason: export_reason::TRAFFIC_DISTRIBUTION_CONFLICT,
+        render: |e| e.traffic_distribution.clone().unwrap_or_else(none),
+        differ: |a, b| a.traffic_distribution != b.traffic_distribution,
+    },
+];
 
 /// Merges the exports of one service, one record per cluster; `None` when
 /// there are none. The input order does not matter.
@@ -359,48 +403,19 @@ pub fn merge(exports: &[ExportedService]) -> Option<Merged> {
         ));
     }
 
-    let mut global = |reason, field, value: String, differ: &dyn Fn(&ExportedService) -> bool| {
-        let n = included.iter().filter(|e| differ(e)).count();
+    for field in AGREED_FIELDS {
+        let n = included
+            .iter()
+            .filter(|e| (field.differ)(e, winner))
+            .count();
         if n > 0 {
-            lines.push((reason, kep_line(field, n, included.len(), &value, winner)));
+            let value = (field.render)(winner);
+            lines.push((
+                field.reason,
+                kep_line(field.name, n, included.len(), &value, winner),
+            ));
         }
-    };
-    global(
-        export_reason::SESSION_AFFINITY_CONFLICT,
-        "sessionAffinity",
-        winner.session_affinity.clone(),
-        &|e| e.session_affinity != winner.session_affinity,
-    );
-    global(
-        export_reason::SESSION_AFFINITY_CONFIG_CONFLICT,
-        "sessionAffinityConfig",
-        render_affinity_config(winner.session_affinity_config.as_ref()),
-        &|e| e.session_affinity_config != winner.session_affinity_config,
-    );
-    global(
-        export_reason::LABELS_CONFLICT,
-        "exportedLabels",
-        render_map(&winner.labels),
-        &|e| e.labels != winner.labels,
-    );
-    global(
-        export_reason::ANNOTATIONS_CONFLICT,
-        "exportedAnnotations",
-        render_map(&winner.annotations),
-        &|e| e.annotations != winner.annotations,
-    );
-    global(
-        export_reason::INTERNAL_TRAFFIC_POLICY_CONFLICT,
-        "internalTrafficPolicy",
-        winner.internal_traffic_policy.clone(),
-        &|e| e.internal_traffic_policy != winner.internal_traffic_policy,
-    );
-    global(
-        export_reason::TRAFFIC_DISTRIBUTION_CONFLICT,
-        "trafficDistribution",
-        winner.traffic_distribution.clone().unwrap_or_else(none),
-        &|e| e.traffic_distribution != winner.traffic_distribution,
-    );
+    }
 
     let (ip_families, families_line) = merge_ip_families(&included);
     if let Some(line) = families_line {

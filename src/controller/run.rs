@@ -34,7 +34,7 @@ use super::reconcile::{Inputs, NamespaceFilter, plan};
 use crate::api::{ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
 use crate::peering::{Identity, read_identity};
-use crate::watch::{Outcome, Watch};
+use crate::watch::{Verdict, Watch};
 
 mod cycle;
 mod peer_io;
@@ -337,25 +337,16 @@ impl Controller {
                     WatchEvent::Namespaces(e) => w.namespaces.handle(&mut self.local_only, e, now),
                     WatchEvent::ServiceCidrs(e) => w.cidrs.handle(&mut self.local_only, e, now),
                 };
-                match &outcome {
-                    // Not allowed to read what it must: no amount of retrying
-                    // helps, and running on would write from a partial view.
-                    Outcome::Failed {
-                        forbidden_before_sync: Some(message),
-                        ..
-                    } => {
+                match outcome.verdict() {
+                    Verdict::Fatal(message) => {
                         self.fatal.get_or_insert_with(|| {
                             format!(
                                 "the controller's role does not allow what it needs: {message} (deploy/controller.yaml has the role it needs)"
                             )
                         });
                     }
-                    Outcome::Failed {
-                        started: true,
-                        error,
-                        ..
-                    } => tracing::warn!(%error, "local watch failing"),
-                    _ => {}
+                    Verdict::FailingStarted(error) => tracing::warn!(%error, "local watch failing"),
+                    Verdict::StillFailing(_) | Verdict::Quiet => {}
                 }
                 let mut touched = self.take_local_touched();
                 touched.all |= self.local_only.take_all_touched();

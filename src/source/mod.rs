@@ -5,6 +5,5 @@
 pub mod file;
 pub mod kubernetes;
 pub mod manifest;
-pub mod stripped;
 
 pub use file::FileSource;

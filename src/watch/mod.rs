@@ -135,6 +135,45 @@ pub enum Outcome {
     },
 }
 
+/// What an [`Outcome`] asks of whoever runs the watch: the one policy on
+/// watch failures, for the DNS source and the controller alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict<'a> {
+    /// Nothing to report: progress, a recovery, or a routine 410.
+    Quiet,
+    /// Access was refused before the resource was ever listed: retrying
+    /// cannot help and running on would act on a partial view, so the
+    /// caller stops. The apiserver's message.
+    Fatal(&'a str),
+    /// The watch began failing: report it once (the watcher retries with
+    /// backoff). The error.
+    FailingStarted(&'a str),
+    /// A failure already reported goes on: not news. The error.
+    StillFailing(&'a str),
+}
+
+impl Outcome {
+    /// What this outcome asks of the caller ([`Verdict`]).
+    pub fn verdict(&self) -> Verdict<'_> {
+        match self {
+            Outcome::Failed {
+                forbidden_before_sync: Some(message),
+                ..
+            } => Verdict::Fatal(message),
+            Outcome::Failed {
+                started: true,
+                error,
+                ..
+            } => Verdict::FailingStarted(error),
+            Outcome::Failed { error, .. } => Verdict::StillFailing(error),
+            Outcome::Listing
+            | Outcome::Changed { .. }
+            | Outcome::Listed { .. }
+            | Outcome::Expired { .. } => Verdict::Quiet,
+        }
+    }
+}
+
 /// The watch of one resource kind: its list buffer and its health.
 pub struct Watch<K, S: IndexResource<K>> {
     relist: Option<Vec<S::Listed>>,
@@ -601,6 +640,30 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn the_verdict_is_fatal_for_a_refusal_before_the_first_list_and_warns_once_otherwise() {
+        let mut watch = Watch::new("things");
+        let mut map = Map::default();
+        let refused = watch.handle(&mut map, Err(forbidden()), Instant::now());
+        assert!(
+            matches!(refused.verdict(), Verdict::Fatal(message) if message.contains("Forbidden"))
+        );
+        list(&mut watch, &mut map, &[("a", 1)]);
+        assert_eq!(
+            watch
+                .handle(&mut map, Ok(Event::Apply(("a", 2))), Instant::now())
+                .verdict(),
+            Verdict::Quiet
+        );
+        // Refused after the first list: a failure like any other.
+        let failing = watch.handle(&mut map, Err(forbidden()), Instant::now());
+        assert!(matches!(failing.verdict(), Verdict::FailingStarted(_)));
+        let again = watch.handle(&mut map, Err(unreachable()), Instant::now());
+        assert!(matches!(again.verdict(), Verdict::StillFailing(_)));
+        let expired = watch.handle(&mut map, Err(gone()), Instant::now());
+        assert_eq!(expired.verdict(), Verdict::Quiet);
     }
 
     #[test]

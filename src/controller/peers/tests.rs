@@ -37,7 +37,7 @@ fn identity(id: &str) -> Contact {
 fn export(name: &str) -> Lean<ServiceExport> {
     let mut export = ServiceExport::new(name, Default::default());
     export.metadata.namespace = Some("demo".into());
-    Lean(export)
+    Lean::new(export)
 }
 
 /// The three watches of a connection listing, `exports` among its exports.

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::ResourceExt;
 
 use super::{Inputs, MAX_SLICE_ENDPOINTS};
+use crate::api::stripped::cross_cluster;
 use crate::api::well_known::{
     LABEL_KUBERNETES_SERVICE_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_SOURCE_CLUSTER,
 };
@@ -131,17 +132,7 @@ impl SliceContext<'_> {
             return None;
         }
         let source_name = source.metadata.name.clone()?;
-        let endpoints = source
-            .endpoints
-            .iter()
-            .map(|endpoint| Endpoint {
-                addresses: endpoint.addresses.clone(),
-                conditions: endpoint.conditions.clone(),
-                hostname: endpoint.hostname.clone(),
-                zone: endpoint.zone.clone(),
-                ..Endpoint::default()
-            })
-            .collect();
+        let endpoints = source.endpoints.iter().map(cross_cluster).collect();
         let name = mirrored_slice_name(
             &self.service.namespace,
             &self.service.name,
@@ -190,13 +181,7 @@ impl SliceContext<'_> {
             if !valid {
                 return Err("slice has an address that is not a routable unicast IP");
             }
-            endpoints.push(Endpoint {
-                addresses: endpoint.addresses.clone(),
-                conditions: endpoint.conditions.clone(),
-                hostname: endpoint.hostname.clone(),
-                zone: endpoint.zone.clone(),
-                ..Endpoint::default()
-            });
+            endpoints.push(cross_cluster(endpoint));
         }
         let source_name = source
             .annotations()

@@ -59,8 +59,8 @@ use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
-use self::state::{Effect, Input, Kind, State};
-use super::stripped::{StrippedImport, StrippedSlice};
+use self::state::{Effect, Input, Kind, State, WatchedImport};
+use crate::api::stripped::{Dns, Stripped};
 use crate::api::well_known::LABEL_SERVICE_NAME;
 use crate::publish::Publisher;
 use crate::watch::backoff::RestartSchedule;
@@ -372,13 +372,13 @@ impl KubeSource {
             .page_size(LIST_PAGE_SIZE);
         let initial = self.initial_list;
         let imports = crate::watch::stream_with(
-            Api::<StrippedImport>::all_with(self.client.clone(), &self.import_resource),
+            Api::<WatchedImport>::all_with(self.client.clone(), &self.import_resource),
             config.clone(),
             initial,
         )
         .map(Input::Import);
         let slices = crate::watch::stream_with(
-            Api::<StrippedSlice>::all(self.client.clone()),
+            Api::<Stripped<EndpointSlice, Dns>>::all(self.client.clone()),
             config.clone().labels(LABEL_SERVICE_NAME),
             initial,
         )
@@ -467,7 +467,7 @@ async fn in_flight<T>(slot: &mut Option<BoxFuture<'static, T>>) -> T {
 }
 
 /// The slice inside each event of the stripped-slice watch.
-fn unwrap_slice(event: Event<StrippedSlice>) -> Event<EndpointSlice> {
+fn unwrap_slice(event: Event<Stripped<EndpointSlice, Dns>>) -> Event<EndpointSlice> {
     match event {
         Event::Apply(slice) => Event::Apply(slice.0),
         Event::Delete(slice) => Event::Delete(slice.0),

@@ -9,23 +9,27 @@
 //! object at its last valid version, and remembers rejections for
 //! `/explain`.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::PartialObjectMeta;
+use kube::core::DynamicObject;
 use kube::runtime::watcher::{self, Event};
 
 use super::KubeSourceError;
-use crate::api::ServiceImport;
-use crate::api::well_known::LABEL_SERVICE_NAME;
-use crate::index::{Index, PublishStats, SliceKey};
+use crate::api::stripped::{Dns, Stripped};
+use crate::index::{Index, PublishStats};
 use crate::inquiry::{Rejection, SourceReport};
-use crate::model::{ImportedService, ServiceRef, SliceEndpoints};
-use crate::source::stripped::StrippedImport;
-use crate::watch::{Health, IndexResource, Outcome, Watch};
+use crate::model::ServiceRef;
+use crate::watch::{Health, Outcome, Verdict, Watch};
 use crate::zone::{Zone, ZoneSettings};
+
+mod ingest;
+#[cfg(test)]
+mod tests;
+
+use self::ingest::Ingest;
 
 /// One of the three watched kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,11 +56,15 @@ impl Kind {
     }
 }
 
+/// A ServiceImport as the watch decodes it: the metadata the index reads,
+/// its spec undecoded (see [`Stripped`]).
+pub type WatchedImport = Stripped<DynamicObject, Dns>;
+
 /// What the state machine is told.
 #[derive(Debug)]
 pub enum Input {
     /// An item of the ServiceImport watch.
-    Import(Result<Event<StrippedImport>, watcher::Error>),
+    Import(Result<Event<WatchedImport>, watcher::Error>),
     /// An item of the EndpointSlice watch.
     Slice(Result<Event<EndpointSlice>, watcher::Error>),
     /// An item of the Namespace watch.
@@ -111,7 +119,7 @@ pub struct Publication {
 #[derive(Debug)]
 pub struct State {
     ingest: Ingest,
-    imports: Watch<StrippedImport, Ingest>,
+    imports: Watch<WatchedImport, Ingest>,
     slices: Watch<EndpointSlice, Ingest>,
     namespaces: Watch<PartialObjectMeta<Namespace>, Ingest>,
     /// The watches were restarted since the last failure: wait for that
@@ -125,20 +133,13 @@ pub struct State {
     stale: bool,
 }
 
-const IMPORT_KIND: &str = "ServiceImport";
-const SLICE_KIND: &str = "EndpointSlice";
-
 impl State {
     /// An empty state: nothing listed yet.
     pub fn new(settings: ZoneSettings) -> Self {
         let mut index = Index::new(settings);
         index.require_namespaces();
         Self {
-            ingest: Ingest {
-                index,
-                rejected: HashMap::new(),
-                invalid: Vec::new(),
-            },
+            ingest: Ingest::new(index),
             imports: Watch::new(Kind::Imports.resource()),
             slices: Watch::new(Kind::Slices.resource()),
             namespaces: Watch::new(Kind::Namespaces.resource()),
@@ -227,31 +228,30 @@ impl State {
                 tracing::info!(resource, %message, "watch expired (410 Gone); relisting");
                 effects.push(Effect::WatchExpired(resource));
             }
-            Outcome::Failed {
-                started,
-                forbidden_before_sync,
-                error,
-            } => {
+            Outcome::Failed { .. } => {
                 effects.push(Effect::WatchError(resource));
                 self.restarted = false;
-                if let Some(message) = forbidden_before_sync {
-                    effects.push(Effect::Fatal(KubeSourceError::Forbidden {
-                        resource,
-                        message,
-                    }));
-                    return;
-                }
-                if started {
-                    if !std::mem::replace(&mut self.stale, true) {
-                        effects.push(Effect::Stale(true));
+                match outcome.verdict() {
+                    Verdict::Fatal(message) => {
+                        effects.push(Effect::Fatal(KubeSourceError::Forbidden {
+                            resource,
+                            message: message.to_owned(),
+                        }));
                     }
-                    if self.published {
-                        tracing::error!(resource, %error, "watch failed; still serving the last index, retrying with backoff");
-                    } else {
-                        tracing::error!(resource, %error, "watch failed before the first sync; answering SERVFAIL, retrying with backoff");
+                    Verdict::FailingStarted(error) => {
+                        if !std::mem::replace(&mut self.stale, true) {
+                            effects.push(Effect::Stale(true));
+                        }
+                        if self.published {
+                            tracing::error!(resource, %error, "watch failed; still serving the last index, retrying with backoff");
+                        } else {
+                            tracing::error!(resource, %error, "watch failed before the first sync; answering SERVFAIL, retrying with backoff");
+                        }
                     }
-                } else {
-                    tracing::debug!(resource, %error, "watch still failing");
+                    Verdict::StillFailing(error) => {
+                        tracing::debug!(resource, %error, "watch still failing");
+                    }
+                    Verdict::Quiet => {}
                 }
             }
         }
@@ -334,617 +334,5 @@ impl State {
             report.source_problem = Some(problems.join("; "));
         }
         report
-    }
-}
-
-/// Kind, namespace and name of an API object.
-type ObjectKey = (&'static str, String, String);
-
-fn object_key(kind: &'static str, namespace: &str, name: &str) -> ObjectKey {
-    (kind, namespace.to_owned(), name.to_owned())
-}
-
-/// The store the three watches feed: the index, and the objects whose
-/// latest version was rejected.
-#[derive(Debug)]
-struct Ingest {
-    index: Index,
-    /// Objects whose latest version was rejected as invalid, for
-    /// `/explain`: by kind and object, with the service they name.
-    rejected: HashMap<ObjectKey, (ServiceRef, String)>,
-    /// Kinds of the objects rejected by the event being handled.
-    invalid: Vec<&'static str>,
-}
-
-impl Ingest {
-    /// Projects a ServiceImport. An invalid object is logged and skipped;
-    /// the last good version of it, if any, stays in the index.
-    fn project_import(&mut self, object: &StrippedImport) -> Option<ImportedService> {
-        let result = decode_import(object)
-            .and_then(|import| ImportedService::from_api(&import).map_err(|e| e.to_string()));
-        match result {
-            Ok(import) => {
-                let service = &import.service;
-                self.forget_rejected(IMPORT_KIND, &service.namespace, &service.name);
-                Some(import)
-            }
-            Err(error) => {
-                let service = import_ref(object);
-                let key = object_key(IMPORT_KIND, &service.namespace, &service.name);
-                tracing::warn!(ns = %service.namespace, name = %service.name, %error, "ignoring invalid ServiceImport; keeping its last valid version");
-                self.invalid.push(IMPORT_KIND);
-                self.rejected.insert(key, (service, error));
-                None
-            }
-        }
-    }
-
-    /// `None`: invalid (logged); `Some(None)`: not an MCS slice.
-    fn project_slice(
-        &mut self,
-        slice: &EndpointSlice,
-    ) -> Option<Option<(SliceKey, SliceEndpoints)>> {
-        let key = slice_key(slice);
-        match SliceEndpoints::from_api(slice) {
-            Ok(projected) => {
-                self.forget_rejected(SLICE_KIND, &key.namespace, &key.name);
-                Some(projected.map(|p| (key, p)))
-            }
-            Err(error) => {
-                tracing::warn!(ns = %key.namespace, name = %key.name, %error, "ignoring invalid EndpointSlice; keeping its last valid version");
-                self.invalid.push(SLICE_KIND);
-                // The watch selects on the service-name label, so it is set.
-                let service_name = slice
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|labels| labels.get(LABEL_SERVICE_NAME))
-                    .map_or("", String::as_str);
-                let service = ServiceRef::new(&key.namespace, service_name);
-                self.rejected.insert(
-                    object_key(SLICE_KIND, &key.namespace, &key.name),
-                    (service, error.to_string()),
-                );
-                None
-            }
-        }
-    }
-
-    /// Clears a rejection once its object is valid again or gone. Nearly
-    /// always there is none: no key is built for an empty map.
-    fn forget_rejected(&mut self, kind: &'static str, namespace: &str, name: &str) {
-        if !self.rejected.is_empty() {
-            self.rejected.remove(&object_key(kind, namespace, name));
-        }
-    }
-}
-
-impl IndexResource<StrippedImport> for Ingest {
-    type Listed = ImportedService;
-
-    fn apply(&mut self, object: StrippedImport) {
-        if let Some(import) = self.project_import(&object) {
-            self.index.apply_import(import);
-        }
-    }
-
-    fn delete(&mut self, object: StrippedImport) {
-        let service = import_ref(&object);
-        self.forget_rejected(IMPORT_KIND, &service.namespace, &service.name);
-        self.index.delete_import(&service);
-    }
-
-    fn list_started(&mut self) {
-        self.rejected.retain(|(kind, ..), _| *kind != IMPORT_KIND);
-    }
-
-    fn listed(&mut self, object: StrippedImport) -> Option<ImportedService> {
-        // An object that is still there but invalid keeps its last valid
-        // version through the relist, as it does through an update: the
-        // relist replaces the index with what it holds.
-        self.project_import(&object)
-            .or_else(|| self.index.import(&import_ref(&object)).cloned())
-    }
-
-    fn reset(&mut self, listed: Vec<ImportedService>) {
-        self.index.reset_imports(listed);
-    }
-}
-
-impl IndexResource<EndpointSlice> for Ingest {
-    type Listed = (SliceKey, SliceEndpoints);
-
-    fn apply(&mut self, slice: EndpointSlice) {
-        match self.project_slice(&slice) {
-            Some(Some((key, projected))) => self.index.apply_slice(key, projected),
-            // No longer an MCS slice (label removed): forget it.
-            Some(None) => self.index.delete_slice(&slice_key(&slice)),
-            None => {}
-        }
-    }
-
-    fn delete(&mut self, slice: EndpointSlice) {
-        let key = slice_key(&slice);
-        self.forget_rejected(SLICE_KIND, &key.namespace, &key.name);
-        self.index.delete_slice(&key);
-    }
-
-    fn list_started(&mut self) {
-        self.rejected.retain(|(kind, ..), _| *kind != SLICE_KIND);
-    }
-
-    fn listed(&mut self, slice: EndpointSlice) -> Option<(SliceKey, SliceEndpoints)> {
-        match self.project_slice(&slice) {
-            Some(projected) => projected,
-            // Invalid: keep its last valid version (see the imports).
-            None => {
-                let key = slice_key(&slice);
-                self.index.slice(&key).cloned().map(|kept| (key, kept))
-            }
-        }
-    }
-
-    fn reset(&mut self, listed: Vec<(SliceKey, SliceEndpoints)>) {
-        self.index.reset_slices(listed);
-    }
-}
-
-impl IndexResource<PartialObjectMeta<Namespace>> for Ingest {
-    type Listed = String;
-
-    fn apply(&mut self, ns: PartialObjectMeta<Namespace>) {
-        if live(&ns) {
-            self.index.apply_namespace(&namespace_name(&ns));
-        } else {
-            self.index.delete_namespace(&namespace_name(&ns));
-        }
-    }
-
-    fn delete(&mut self, ns: PartialObjectMeta<Namespace>) {
-        self.index.delete_namespace(&namespace_name(&ns));
-    }
-
-    fn listed(&mut self, ns: PartialObjectMeta<Namespace>) -> Option<String> {
-        live(&ns).then(|| namespace_name(&ns))
-    }
-
-    fn reset(&mut self, listed: Vec<String>) {
-        self.index.reset_namespaces(listed);
-    }
-}
-
-/// A namespace that is not terminating.
-fn live(ns: &PartialObjectMeta<Namespace>) -> bool {
-    ns.metadata.deletion_timestamp.is_none()
-}
-
-fn namespace_name(ns: &PartialObjectMeta<Namespace>) -> String {
-    ns.metadata.name.clone().unwrap_or_default()
-}
-
-/// The typed ServiceImport of a stripped one; the error names the field,
-/// from the object's root (`spec.ports[0].port: …`).
-fn decode_import(object: &StrippedImport) -> Result<ServiceImport, String> {
-    let spec = object.spec.as_ref().unwrap_or(&serde_json::Value::Null);
-    let spec = serde_path_to_error::deserialize(spec).map_err(|error| {
-        let path = error.path().to_string();
-        match path.as_str() {
-            "." => format!("spec: {}", error.inner()),
-            _ => format!("spec.{path}: {}", error.inner()),
-        }
-    })?;
-    Ok(ServiceImport {
-        metadata: object.metadata.clone(),
-        spec,
-        status: None,
-    })
-}
-
-fn import_ref(object: &StrippedImport) -> ServiceRef {
-    ServiceRef::new(
-        object.metadata.namespace.as_deref().unwrap_or("default"),
-        object.metadata.name.as_deref().unwrap_or_default(),
-    )
-}
-
-fn slice_key(slice: &EndpointSlice) -> SliceKey {
-    SliceKey {
-        namespace: slice.metadata.namespace.clone().unwrap_or_default(),
-        name: slice.metadata.name.clone().unwrap_or_default(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-    use crate::api::well_known::LABEL_SOURCE_CLUSTER;
-    use crate::watch::testing::{forbidden, gone, unreachable};
-
-    fn import(name: &str, ip: &str) -> StrippedImport {
-        serde_json::from_value(json!({
-            "apiVersion": "multicluster.x-k8s.io/v1beta1",
-            "kind": "ServiceImport",
-            "metadata": { "name": name, "namespace": "shop" },
-            "spec": { "type": "ClusterSetIP", "ips": [ip], "ports": [{ "port": 80, "protocol": "TCP" }] },
-        }))
-        .unwrap()
-    }
-
-    /// A slice of service `web`; without a cluster it is invalid.
-    fn slice(name: &str, cluster: Option<&str>, address: &str) -> EndpointSlice {
-        let mut labels = json!({ LABEL_SERVICE_NAME: "web" });
-        if let Some(cluster) = cluster {
-            labels[LABEL_SOURCE_CLUSTER] = json!(cluster);
-        }
-        serde_json::from_value(json!({
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": { "name": name, "namespace": "shop", "labels": labels },
-            "addressType": "IPv4",
-            "endpoints": [{ "addresses": [address], "conditions": { "ready": true } }],
-            "ports": [{ "port": 8080, "protocol": "TCP" }],
-        }))
-        .unwrap()
-    }
-
-    fn namespace(name: &str) -> PartialObjectMeta<Namespace> {
-        serde_json::from_value(json!({
-            "apiVersion": "meta.k8s.io/v1",
-            "kind": "PartialObjectMetadata",
-            "metadata": { "name": name },
-        }))
-        .unwrap()
-    }
-
-    /// Short names of effects, to compare sequences.
-    fn names(effects: &[Effect]) -> Vec<String> {
-        effects
-            .iter()
-            .map(|effect| match effect {
-                Effect::InvalidObject(kind) => format!("invalid {kind}"),
-                Effect::WatchError(resource) => format!("error {resource}"),
-                Effect::WatchExpired(resource) => format!("expired {resource}"),
-                Effect::Unanswered => "unanswered".to_owned(),
-                Effect::Restarted => "restarted".to_owned(),
-                Effect::Stale(stale) => format!("stale {stale}"),
-                Effect::Publish(p) if p.first => "publish first".to_owned(),
-                Effect::Publish(p) if p.after_list => "publish after list".to_owned(),
-                Effect::Publish(_) => "publish".to_owned(),
-                Effect::Fatal(error) => format!("fatal {error}"),
-            })
-            .collect()
-    }
-
-    struct Driver {
-        state: State,
-    }
-
-    impl Driver {
-        fn new() -> Self {
-            Self {
-                state: State::new(ZoneSettings::new(
-                    hickory_proto::rr::Name::from_ascii("clusterset.local.").unwrap(),
-                )),
-            }
-        }
-
-        fn handle(&mut self, input: Input) -> Vec<String> {
-            names(&self.state.handle(input, Instant::now()))
-        }
-
-        fn flush(&mut self) -> Vec<String> {
-            self.handle(Input::Flush)
-        }
-
-        /// A whole list of one kind; the effects of all its events.
-        fn list(&mut self, kind: Kind) -> Vec<String> {
-            match kind {
-                Kind::Imports => self.list_imports(vec![import("web", "10.0.0.1")]),
-                Kind::Slices => self.list_slices(vec![slice("web-a", Some("east"), "10.1.0.1")]),
-                Kind::Namespaces => self.list_namespaces(vec![namespace("shop")]),
-            }
-        }
-
-        fn list_imports(&mut self, objects: Vec<StrippedImport>) -> Vec<String> {
-            let mut events = vec![Event::Init];
-            events.extend(objects.into_iter().map(Event::InitApply));
-            events.push(Event::InitDone);
-            events
-                .into_iter()
-                .flat_map(|e| self.handle(Input::Import(Ok(e))))
-                .collect()
-        }
-
-        fn list_slices(&mut self, objects: Vec<EndpointSlice>) -> Vec<String> {
-            let mut events = vec![Event::Init];
-            events.extend(objects.into_iter().map(Event::InitApply));
-            events.push(Event::InitDone);
-            events
-                .into_iter()
-                .flat_map(|e| self.handle(Input::Slice(Ok(e))))
-                .collect()
-        }
-
-        fn list_namespaces(&mut self, objects: Vec<PartialObjectMeta<Namespace>>) -> Vec<String> {
-            let mut events = vec![Event::Init];
-            events.extend(objects.into_iter().map(Event::InitApply));
-            events.push(Event::InitDone);
-            events
-                .into_iter()
-                .flat_map(|e| self.handle(Input::Namespace(Ok(e))))
-                .collect()
-        }
-
-        /// Every kind listed and the first zone published.
-        fn synced() -> Self {
-            let mut driver = Self::new();
-            for kind in Kind::ALL {
-                driver.list(kind);
-            }
-            assert_eq!(driver.flush(), ["publish first"]);
-            driver
-        }
-
-        fn ip_of(&self, name: &str) -> Option<String> {
-            let import = self.state.index().import(&ServiceRef::new("shop", name))?;
-            import.ips.first().map(ToString::to_string)
-        }
-
-        fn report(&self) -> SourceReport {
-            self.state.report(&ServiceRef::new("shop", "web"))
-        }
-    }
-
-    #[test]
-    fn nothing_is_published_until_every_kind_is_listed_in_any_order() {
-        use Kind::{Imports, Namespaces, Slices};
-        let orders = [
-            [Imports, Slices, Namespaces],
-            [Imports, Namespaces, Slices],
-            [Slices, Imports, Namespaces],
-            [Slices, Namespaces, Imports],
-            [Namespaces, Imports, Slices],
-            [Namespaces, Slices, Imports],
-        ];
-        for order in orders {
-            let mut driver = Driver::new();
-            for (i, kind) in order.into_iter().enumerate() {
-                assert!(driver.list(kind).is_empty(), "{order:?}");
-                let effects = driver.state.handle(Input::Flush, Instant::now());
-                if i < 2 {
-                    assert!(effects.is_empty(), "{order:?} published early");
-                    continue;
-                }
-                let [Effect::Publish(publication)] = &effects[..] else {
-                    panic!("{order:?}: {:?}", names(&effects));
-                };
-                assert!(publication.first && publication.after_list);
-                assert_eq!(publication.zone.service_count(), 1);
-            }
-            // Nothing changed since: nothing to publish.
-            assert!(driver.flush().is_empty());
-        }
-    }
-
-    #[test]
-    fn a_relist_replaces_the_kind_in_one_step_and_drops_what_it_lacks() {
-        let mut driver = Driver::synced();
-        driver.handle(Input::Import(Ok(Event::Apply(import("db", "10.0.0.2")))));
-        assert_eq!(driver.flush(), ["publish"]);
-        // The relist no longer holds db; until it is complete, db stays.
-        driver.handle(Input::Import(Ok(Event::Init)));
-        driver.handle(Input::Import(Ok(Event::InitApply(import(
-            "web", "10.0.0.1",
-        )))));
-        assert_eq!(driver.ip_of("db").as_deref(), Some("10.0.0.2"));
-        driver.handle(Input::Import(Ok(Event::InitDone)));
-        assert_eq!(driver.ip_of("db"), None);
-        assert_eq!(driver.ip_of("web").as_deref(), Some("10.0.0.1"));
-        assert_eq!(driver.flush(), ["publish after list"]);
-        // Slices too: a relist without web-a leaves web without endpoints.
-        assert_eq!(driver.report().slices.len(), 1);
-        driver.list_slices(vec![]);
-        assert!(driver.report().slices.is_empty());
-    }
-
-    #[test]
-    fn gone_is_counted_as_expired_and_relists_without_an_outage() {
-        let mut driver = Driver::synced();
-        assert_eq!(
-            driver.handle(Input::Slice(Err(gone()))),
-            ["expired endpointslices"]
-        );
-        assert!(!driver.state.wants_restart());
-        assert!(driver.state.failing().is_empty());
-        assert_eq!(driver.report().source_problem, None);
-        // The watcher relists; that relist is not a recovery either.
-        let relist = driver.list_slices(vec![slice("web-b", Some("east"), "10.1.0.2")]);
-        assert!(relist.is_empty(), "{relist:?}");
-        assert_eq!(driver.flush(), ["publish after list"]);
-        assert_eq!(driver.report().slices[0].name, "web-b");
-    }
-
-    #[test]
-    fn an_outage_is_stale_until_the_relist_after_the_restart_is_indexed() {
-        let mut driver = Driver::synced();
-        assert_eq!(
-            driver.handle(Input::Slice(Err(unreachable()))),
-            ["error endpointslices", "stale true"]
-        );
-        assert_eq!(
-            driver.handle(Input::Import(Err(unreachable()))),
-            ["error serviceimports"]
-        );
-        assert_eq!(
-            driver.handle(Input::Slice(Err(unreachable()))),
-            ["error endpointslices"]
-        );
-        let problem = driver.report().source_problem.expect("a problem");
-        assert!(
-            problem.starts_with("watch of serviceimports: ")
-                && problem.contains("; watch of endpointslices: "),
-            "{problem}"
-        );
-        assert_eq!(driver.state.failing(), [Kind::Imports, Kind::Slices]);
-        // The apiserver answers again: the shell restarts the watches once.
-        assert!(driver.state.wants_restart());
-        assert_eq!(driver.handle(Input::Restarted), ["restarted"]);
-        assert!(!driver.state.wants_restart());
-        // The restarted watches fail again: another restart is wanted.
-        driver.handle(Input::Slice(Err(unreachable())));
-        assert!(driver.state.wants_restart());
-        assert_eq!(driver.handle(Input::Restarted), ["restarted"]);
-        // Lists in progress are not current yet.
-        driver.handle(Input::Slice(Ok(Event::Init)));
-        driver.handle(Input::Import(Ok(Event::Init)));
-        assert!(driver.report().source_problem.is_some());
-        // One kind current again: still stale while the other is not.
-        assert!(driver.handle(Input::Slice(Ok(Event::InitDone))).is_empty());
-        assert_eq!(driver.state.failing(), [Kind::Imports]);
-        assert_eq!(
-            driver.handle(Input::Import(Ok(Event::InitDone))),
-            ["stale false"]
-        );
-        assert_eq!(driver.report().source_problem, None);
-        assert!(!driver.state.wants_restart());
-        // Both relists were empty: the zone has nothing left to serve.
-        let effects = driver.state.handle(Input::Flush, Instant::now());
-        let [Effect::Publish(publication)] = &effects[..] else {
-            panic!("{:?}", names(&effects));
-        };
-        assert_eq!(publication.zone.service_count(), 0);
-    }
-
-    #[test]
-    fn a_hung_apiserver_makes_every_kind_stale_until_the_relist_after_a_restart() {
-        let mut driver = Driver::synced();
-        let hung = || Input::Unresponsive("no answer within 5s".into());
-        assert_eq!(driver.handle(hung()), ["unanswered", "stale true"]);
-        assert_eq!(driver.state.failing(), Kind::ALL);
-        assert!(driver.state.wants_restart());
-        let problem = driver.report().source_problem.expect("a problem");
-        assert!(
-            problem.contains("watch of namespaces: no answer within 5s"),
-            "{problem}"
-        );
-        // Still hung: counted, no second stale edge.
-        assert_eq!(driver.handle(hung()), ["unanswered"]);
-        assert_eq!(driver.handle(Input::Restarted), ["restarted"]);
-        assert!(!driver.state.wants_restart());
-        // The restarted watches hang too: another restart is wanted.
-        assert_eq!(driver.handle(hung()), ["unanswered"]);
-        assert!(driver.state.wants_restart());
-        assert_eq!(driver.handle(Input::Restarted), ["restarted"]);
-        // A resumed watch's change makes its kind current, not the source.
-        assert!(
-            driver
-                .handle(Input::Namespace(Ok(Event::Apply(namespace("more")))))
-                .is_empty()
-        );
-        assert_eq!(driver.state.failing(), [Kind::Imports, Kind::Slices]);
-        assert!(driver.list(Kind::Imports).is_empty());
-        assert_eq!(driver.list(Kind::Slices), ["stale false"]);
-        assert_eq!(driver.report().source_problem, None);
-        // The relists held what the index had: nothing new to serve.
-        assert!(driver.flush().is_empty());
-    }
-
-    #[test]
-    fn a_resumed_watch_recovers_with_its_first_change() {
-        let mut driver = Driver::synced();
-        driver.handle(Input::Namespace(Err(unreachable())));
-        assert_eq!(
-            driver.handle(Input::Namespace(Ok(Event::Apply(namespace("more"))))),
-            ["stale false"]
-        );
-    }
-
-    #[test]
-    fn invalid_objects_keep_their_last_valid_version_through_updates_and_relists() {
-        let mut driver = Driver::synced();
-        // An update to an invalid version: counted, kept at the last valid one.
-        assert_eq!(
-            driver.handle(Input::Import(Ok(Event::Apply(import("web", "not-an-ip"))))),
-            ["invalid ServiceImport"]
-        );
-        assert_eq!(driver.ip_of("web").as_deref(), Some("10.0.0.1"));
-        let rejected = driver.report().rejected;
-        assert_eq!(rejected.len(), 1);
-        assert_eq!(
-            (rejected[0].kind, rejected[0].name.as_str()),
-            (IMPORT_KIND, "web")
-        );
-        // A relist holding the invalid version keeps the valid one too.
-        assert_eq!(
-            driver.list_imports(vec![import("web", "not-an-ip")]),
-            ["invalid ServiceImport"]
-        );
-        assert_eq!(driver.ip_of("web").as_deref(), Some("10.0.0.1"));
-        assert_eq!(driver.report().rejected.len(), 1);
-        // A valid version replaces it and clears the rejection.
-        driver.handle(Input::Import(Ok(Event::Apply(import("web", "10.0.0.9")))));
-        assert_eq!(driver.ip_of("web").as_deref(), Some("10.0.0.9"));
-        assert!(driver.report().rejected.is_empty());
-        // Slices the same way.
-        assert_eq!(
-            driver.handle(Input::Slice(Ok(Event::Apply(slice(
-                "web-a", None, "10.1.0.7"
-            ))))),
-            ["invalid EndpointSlice"]
-        );
-        assert_eq!(
-            driver.list_slices(vec![slice("web-a", None, "10.1.0.8")]),
-            ["invalid EndpointSlice"]
-        );
-        let report = driver.report();
-        assert_eq!(report.slices.len(), 1);
-        assert_eq!(
-            report.slices[0].ready[0].addresses[0].to_string(),
-            "10.1.0.1"
-        );
-        assert_eq!(report.rejected.len(), 1);
-        assert_eq!(report.rejected[0].kind, SLICE_KIND);
-        // Deleting it forgets the rejection.
-        driver.handle(Input::Slice(Ok(Event::Delete(slice("web-a", None, "")))));
-        let report = driver.report();
-        assert!(report.slices.is_empty() && report.rejected.is_empty());
-    }
-
-    #[test]
-    fn forbidden_before_the_first_sync_is_fatal_and_after_it_an_outage() {
-        let mut driver = Driver::new();
-        driver.list(Kind::Imports);
-        let effects = driver.handle(Input::Namespace(Err(forbidden())));
-        assert_eq!(effects.len(), 2, "{effects:?}");
-        assert_eq!(effects[0], "error namespaces");
-        assert!(
-            effects[1].starts_with("fatal forbidden to list/watch namespaces: synthetic"),
-            "{effects:?}"
-        );
-
-        let mut driver = Driver::synced();
-        assert_eq!(
-            driver.handle(Input::Namespace(Err(forbidden()))),
-            ["error namespaces", "stale true"]
-        );
-    }
-
-    #[test]
-    fn a_terminating_namespace_hides_its_imports() {
-        let mut driver = Driver::synced();
-        assert_eq!(driver.report().namespace_exists, Some(true));
-        let mut terminating = namespace("shop");
-        terminating.metadata.deletion_timestamp = Some(
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
-        );
-        driver.handle(Input::Namespace(Ok(Event::Apply(terminating))));
-        assert_eq!(driver.report().namespace_exists, Some(false));
-        let effects = driver.state.handle(Input::Flush, Instant::now());
-        let [Effect::Publish(publication)] = &effects[..] else {
-            panic!("{:?}", names(&effects));
-        };
-        assert_eq!(publication.zone.service_count(), 0);
     }
 }
