@@ -5,14 +5,16 @@
 //! tokens of the peer-reader role of deploy/peer-reader.yaml.
 //!
 //! Workloads are real: Deployments whose pods kwok runs, Services whose
-//! EndpointSlices the in-tree controller writes. One scenario shares the
-//! three clusters (they take seconds to start); each step uses its own
-//! namespace and names the reference test it covers (controller.md §6.8).
+//! EndpointSlices the in-tree controller writes. The three clusters start
+//! once (they take seconds); each behaviour is a named trial
+//! (`harness = false`, libtest-mimic) in a namespace of its own that fails
+//! on its own and names the reference tests it covers (controller.md §6.8).
 
 mod common;
 mod controlplane;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use controlplane::{Cluster, ControlPlane, ControllerProcess};
@@ -21,6 +23,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::json;
 
 use clusterset_dns::api::{ServiceExport, ServiceImport};
@@ -62,7 +65,7 @@ async fn resolve(dns: &Running, name: &str, rtype: RecordType) -> Vec<String> {
 struct Member<'a> {
     cluster: &'a Cluster,
     client: Client,
-    controller: ControllerProcess,
+    controller: &'a ControllerProcess,
 }
 
 impl Member<'_> {
@@ -255,93 +258,190 @@ fn v4(ips: &[String]) -> Vec<String> {
     ips.iter().filter(|ip| !ip.contains(':')).cloned().collect()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn controllers_import_exports_across_three_clusters() {
-    let t0 = Instant::now();
-    let plane = ControlPlane::start_members(3, |i| i == 1).await;
-    let mut kubeconfigs = Vec::new();
-    for cluster in &plane.clusters {
-        let client = cluster.admin_client().await;
-        controlplane::set_cluster_properties(&client, &cluster.name, "test-clusterset").await;
-        kubeconfigs.push(controlplane::install_controller(cluster).await);
-    }
-    let mut members = Vec::new();
-    for (cluster, kubeconfig) in plane.clusters.iter().zip(&kubeconfigs) {
-        let client = cluster.admin_client().await;
-        // Peers: a reader token of every other cluster, as a Secret here.
-        for other in plane.clusters.iter().filter(|o| o.name != cluster.name) {
-            let reader = controlplane::service_account_kubeconfig(
-                other,
-                "clusterset-dns",
-                "clusterset-dns-peer-reader",
-                3600,
-            )
-            .await;
-            controlplane::add_peer_secret(&client, &other.name, &reader).await;
-        }
-        let controller = controlplane::spawn_controller(
-            cluster,
-            kubeconfig,
-            &[
-                "--peer-grace-period",
-                GRACE,
-                "--startup-sync-timeout",
-                "10s",
-            ],
-        );
-        members.push(Member {
-            cluster,
-            client,
-            controller,
-        });
-    }
-    for m in &members {
-        m.cluster
-            .wait_for("controller ready", Duration::from_secs(60), || async {
-                let body = http_get(m.controller.admin_port(), "/ready").await;
-                if body.starts_with("ready") {
-                    Ok(())
-                } else {
-                    Err(format!("{body:?}; log:\n{}", m.controller.log()))
-                }
-            })
-            .await;
-    }
-    eprintln!(
-        "3 clusters and controllers ready in {:.1} s",
-        t0.elapsed().as_secs_f64()
-    );
+/// The three started members, their controllers and cluster1's
+/// clusterset-dns: started once, shared by every behaviour. Fields drop in
+/// order: the DNS server and controllers before the clusters.
+struct Clusterset {
+    dns: Running,
+    controllers: Vec<ControllerProcess>,
+    clients: Vec<Client>,
+    plane: ControlPlane,
+}
 
-    let dns = start_dns(members[1].cluster).await;
-    clusterset_ip_service(&members, &dns).await;
-    eprintln!(
-        "ClusterSetIP step done at {:.1} s",
-        t0.elapsed().as_secs_f64()
+impl Clusterset {
+    async fn start() -> Self {
+        let plane = ControlPlane::start_members(3, |i| i == 1).await;
+        let mut kubeconfigs = Vec::new();
+        for cluster in &plane.clusters {
+            let client = cluster.admin_client().await;
+            controlplane::set_cluster_properties(&client, &cluster.name, "test-clusterset").await;
+            kubeconfigs.push(controlplane::install_controller(cluster).await);
+        }
+        let mut clients = Vec::new();
+        let mut controllers = Vec::new();
+        for (cluster, kubeconfig) in plane.clusters.iter().zip(&kubeconfigs) {
+            let client = cluster.admin_client().await;
+            // Peers: a reader token of every other cluster, as a Secret here.
+            for other in plane.clusters.iter().filter(|o| o.name != cluster.name) {
+                let reader = controlplane::service_account_kubeconfig(
+                    other,
+                    "clusterset-dns",
+                    "clusterset-dns-peer-reader",
+                    3600,
+                )
+                .await;
+                controlplane::add_peer_secret(&client, &other.name, &reader).await;
+            }
+            controllers.push(controlplane::spawn_controller(
+                cluster,
+                kubeconfig,
+                &[
+                    "--peer-grace-period",
+                    GRACE,
+                    "--startup-sync-timeout",
+                    "10s",
+                ],
+            ));
+            clients.push(client);
+        }
+        for (cluster, controller) in plane.clusters.iter().zip(&controllers) {
+            cluster
+                .wait_for("controller ready", Duration::from_secs(60), || async {
+                    let body = http_get(controller.admin_port(), "/ready").await;
+                    if body.starts_with("ready") {
+                        Ok(())
+                    } else {
+                        Err(format!("{body:?}; log:\n{}", controller.log()))
+                    }
+                })
+                .await;
+        }
+        let dns = start_dns(&plane.clusters[1]).await;
+        Clusterset {
+            dns,
+            controllers,
+            clients,
+            plane,
+        }
+    }
+
+    fn members(&self) -> Vec<Member<'_>> {
+        self.plane
+            .clusters
+            .iter()
+            .zip(&self.clients)
+            .zip(&self.controllers)
+            .map(|((cluster, client), controller)| Member {
+                cluster,
+                client: client.clone(),
+                controller,
+            })
+            .collect()
+    }
+}
+
+type Behaviour = for<'a> fn(
+    &'a [Member<'a>],
+    &'a Running,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
+
+/// Each behaviour is a named trial on the one shared clusterset, in a
+/// namespace of its own: a failing one is reported under its name and the
+/// others still run (one at a time, in this order).
+fn main() {
+    let args = Arguments::from_args();
+    let args = Arguments {
+        test_threads: Some(1),
+        ..args
+    };
+    let runtime = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
     );
-    headless_service(&members, &dns).await;
-    eprintln!("headless step done at {:.1} s", t0.elapsed().as_secs_f64());
-    invalid_exports(&members).await;
-    eprintln!(
-        "invalid exports step done at {:.1} s",
-        t0.elapsed().as_secs_f64()
-    );
-    conflicts(&members).await;
-    eprintln!("conflicts step done at {:.1} s", t0.elapsed().as_secs_f64());
-    service_properties(&members).await;
-    eprintln!(
-        "properties step done at {:.1} s",
-        t0.elapsed().as_secs_f64()
-    );
-    merges(&members).await;
-    ip_families(&members).await;
-    large_slices(&members).await;
-    eprintln!("merges step done at {:.1} s", t0.elapsed().as_secs_f64());
-    idle(&members).await;
-    eprintln!("idle step done at {:.1} s", t0.elapsed().as_secs_f64());
-    peer_secret_removed(&members).await;
-    credentials_rotated(&members).await;
-    peer_forbidden_within_grace(&members).await;
+    let behaviours: Vec<(&str, Behaviour)> = vec![
+        (
+            "a_clusterset_ip_export_is_imported_resolved_scaled_and_removed_everywhere",
+            |m, dns| Box::pin(clusterset_ip_service(m, dns)),
+        ),
+        (
+            "headless_per_pod_names_resolve_for_every_exporter",
+            |m, dns| Box::pin(headless_service(m, dns)),
+        ),
+        (
+            "an_externalname_or_missing_service_is_not_imported_until_a_service_appears",
+            |m, _| Box::pin(invalid_exports(m)),
+        ),
+        ("a_port_conflict_is_won_by_the_oldest_export", |m, _| {
+            Box::pin(conflicts(m))
+        }),
+        (
+            "service_properties_are_copied_and_a_new_port_reaches_every_cluster",
+            |m, _| Box::pin(service_properties(m)),
+        ),
+        (
+            "ports_type_and_labels_of_two_exports_merge_alike_everywhere",
+            |m, _| Box::pin(merges(m)),
+        ),
+        ("an_import_has_the_ip_families_its_cluster_has", |m, _| {
+            Box::pin(ip_families(m))
+        }),
+        (
+            "a_large_slice_is_copied_one_to_one_and_removed_exactly",
+            |m, _| Box::pin(large_slices(m)),
+        ),
+        ("a_converged_clusterset_makes_no_writes", |m, _| {
+            Box::pin(idle(m))
+        }),
+        ("a_removed_peer_secret_drops_its_imports_at_once", |m, _| {
+            Box::pin(peer_secret_removed(m))
+        }),
+        (
+            "rotating_peer_credentials_drops_nothing_and_writes_nothing",
+            |m, _| Box::pin(credentials_rotated(m)),
+        ),
+        (
+            "a_peer_forbidden_within_grace_is_kept_and_back_without_writes",
+            |m, _| Box::pin(peer_forbidden_within_grace(m)),
+        ),
+    ];
+    let selected = behaviours
+        .iter()
+        .any(|(name, _)| args.filter.as_deref().is_none_or(|f| name.contains(f)));
+    let t0 = Instant::now();
+    let clusterset = if args.list || !selected {
+        None
+    } else {
+        let cs = runtime.block_on(Clusterset::start());
+        eprintln!(
+            "3 clusters and controllers ready in {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+        Some(Arc::new(cs))
+    };
+    let trials = behaviours
+        .into_iter()
+        .map(|(name, behaviour)| {
+            let (runtime, clusterset) = (runtime.clone(), clusterset.clone());
+            Trial::test(name, move || {
+                let cs = clusterset.expect("the clusterset is up for selected tests");
+                let started = Instant::now();
+                runtime.block_on(behaviour(&cs.members(), &cs.dns));
+                eprintln!(
+                    "{name} done in {:.1} s, at {:.1} s",
+                    started.elapsed().as_secs_f64(),
+                    t0.elapsed().as_secs_f64()
+                );
+                Ok::<(), Failed>(())
+            })
+        })
+        .collect();
+    let conclusion = libtest_mimic::run(&args, trials);
     eprintln!("whole test in {:.1} s", t0.elapsed().as_secs_f64());
+    drop(clusterset);
+    drop(runtime);
+    conclusion.exit();
 }
 
 async fn export_with(
@@ -1650,11 +1750,14 @@ async fn reader_account(cluster: &Cluster, name: &str) -> String {
 /// Secret, then the old account deleted, which invalidates the old token)
 /// never drops what cluster1 imports from cluster0, and causes no write.
 async fn credentials_rotated(members: &[Member<'_>]) {
-    let ns = "membership";
+    let ns = "rotation";
     let (a, b) = (&members[0], &members[1]);
+    export_api(members, ns).await;
     let first = reader_account(a.cluster, "rotating-1").await;
     controlplane::add_peer_secret(&b.client, "cluster0", &first).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    // The import's own writes (and the switch) complete before counting.
+    writes_settled(&members[1..2]).await;
     let imported = || async {
         import(&b.client, ns, "api").await.is_some()
             && !mcs_slices(&b.client, ns, "api").await.is_empty()
@@ -1716,16 +1819,20 @@ async fn credentials_rotated(members: &[Member<'_>]) {
 /// peer down; access restored, the peer is up again without a single write.
 async fn peer_forbidden_within_grace(members: &[Member<'_>]) {
     use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-    let ns = "membership";
+    let ns = "forbidden";
     let (a, b) = (&members[0], &members[1]);
+    export_api(members, ns).await;
+    // cluster1 reads cluster0 as `forbidden` from here on.
+    let reader = reader_account(a.cluster, "forbidden").await;
+    controlplane::add_peer_secret(&b.client, "cluster0", &reader).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let bindings: Api<ClusterRoleBinding> = Api::all(a.client.clone());
-    // cluster1 reads cluster0 as `rotating-2` since the rotation step.
-    let mut binding = bindings.get("test-rotating-2").await.unwrap();
-    // The rotation step's last change may still be completing on cluster1.
+    let mut binding = bindings.get("test-forbidden").await.unwrap();
+    // The switch and the import's writes may still be completing on cluster1.
     writes_settled(&members[1..2]).await;
     let writes = b.metric("clusterset_dns_controller_writes_total").await;
     bindings
-        .delete("test-rotating-2", &DeleteParams::default())
+        .delete("test-forbidden", &DeleteParams::default())
         .await
         .unwrap();
     b.cluster
@@ -1776,15 +1883,13 @@ async fn peer_forbidden_within_grace(members: &[Member<'_>]) {
     );
 }
 
-/// C10: deleting cluster0's Secret in cluster1 drops what cluster0
-/// exports from cluster1 at once (no grace period: the operator removed the
-/// peer); recreating it imports it again. The other clusters are untouched.
-async fn peer_secret_removed(members: &[Member<'_>]) {
-    let ns = "membership";
+/// Namespace `ns` everywhere, Deployment and Service `api` (port 80)
+/// exported from cluster0, and waits until every member imports it.
+async fn export_api(members: &[Member<'_>], ns: &str) {
     for m in members {
         create_namespace(&m.client, ns).await;
     }
-    let (a, b, c) = (&members[0], &members[1], &members[2]);
+    let a = &members[0];
     deploy(
         &a.client,
         ns,
@@ -1805,6 +1910,15 @@ async fn peer_secret_removed(members: &[Member<'_>]) {
             })
             .await;
     }
+}
+
+/// C10: deleting cluster0's Secret in cluster1 drops what cluster0
+/// exports from cluster1 at once (no grace period: the operator removed the
+/// peer); recreating it imports it again. The other clusters are untouched.
+async fn peer_secret_removed(members: &[Member<'_>]) {
+    let ns = "membership";
+    let (a, b, c) = (&members[0], &members[1], &members[2]);
+    export_api(members, ns).await;
     let reader = controlplane::service_account_kubeconfig(
         a.cluster,
         "clusterset-dns",
