@@ -12,19 +12,19 @@
 
 mod common;
 mod controlplane;
+mod support;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use controlplane::{Cluster, ControlPlane, ControllerProcess};
+use controlplane::{Cluster, ControlPlane, ControllerProcess, create_namespace};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::json;
+use support::trials;
 
 use clusterset_dns::api::{ServiceExport, ServiceImport};
 use clusterset_dns::app::Running;
@@ -107,16 +107,6 @@ fn tail(log: &str) -> String {
 
 fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
     serde_json::from_value(value).unwrap()
-}
-
-async fn create_namespace(client: &Client, name: &str) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    api.create(
-        &PostParams::default(),
-        &object(json!({"metadata": {"name": name}})),
-    )
-    .await
-    .unwrap();
 }
 
 async fn deploy(
@@ -340,106 +330,122 @@ impl Clusterset {
     }
 }
 
-type Behaviour = for<'a> fn(
-    &'a [Member<'a>],
-    &'a Running,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
-
 /// Each behaviour is a named trial on the one shared clusterset, in a
 /// namespace of its own: a failing one is reported under its name and the
 /// others still run (one at a time, in this order).
 fn main() {
-    let args = Arguments::from_args();
-    let args = Arguments {
-        test_threads: Some(1),
-        ..args
-    };
-    let runtime = Arc::new(
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .unwrap(),
-    );
-    let behaviours: Vec<(&str, Behaviour)> = vec![
+    let args = trials::serial_arguments();
+    let runtime = trials::runtime();
+    let behaviours: Vec<(&str, trials::Behaviour<Clusterset>)> = vec![
         (
             "a_clusterset_ip_export_is_imported_resolved_scaled_and_removed_everywhere",
-            |m, dns| Box::pin(clusterset_ip_service(m, dns)),
+            |cs| {
+                Box::pin(async move {
+                    let m = cs.members();
+                    clusterset_ip_service(&m, &cs.dns).await
+                })
+            },
         ),
-        (
-            "headless_per_pod_names_resolve_for_every_exporter",
-            |m, dns| Box::pin(headless_service(m, dns)),
-        ),
+        ("headless_per_pod_names_resolve_for_every_exporter", |cs| {
+            Box::pin(async move {
+                let m = cs.members();
+                headless_service(&m, &cs.dns).await
+            })
+        }),
         (
             "an_externalname_or_missing_service_is_not_imported_until_a_service_appears",
-            |m, _| Box::pin(invalid_exports(m)),
+            |cs| {
+                Box::pin(async move {
+                    let m = cs.members();
+                    invalid_exports(&m).await
+                })
+            },
         ),
-        ("a_port_conflict_is_won_by_the_oldest_export", |m, _| {
-            Box::pin(conflicts(m))
+        ("a_port_conflict_is_won_by_the_oldest_export", |cs| {
+            Box::pin(async move {
+                let m = cs.members();
+                conflicts(&m).await
+            })
         }),
         (
             "service_properties_are_copied_and_a_new_port_reaches_every_cluster",
-            |m, _| Box::pin(service_properties(m)),
+            |cs| {
+                Box::pin(async move {
+                    let m = cs.members();
+                    service_properties(&m).await
+                })
+            },
         ),
         (
             "ports_type_and_labels_of_two_exports_merge_alike_everywhere",
-            |m, _| Box::pin(merges(m)),
+            |cs| {
+                Box::pin(async move {
+                    let m = cs.members();
+                    merges(&m).await
+                })
+            },
         ),
-        ("an_import_has_the_ip_families_its_cluster_has", |m, _| {
-            Box::pin(ip_families(m))
+        ("an_import_has_the_ip_families_its_cluster_has", |cs| {
+            Box::pin(async move {
+                let m = cs.members();
+                ip_families(&m).await
+            })
         }),
         (
             "a_large_slice_is_copied_one_to_one_and_removed_exactly",
-            |m, _| Box::pin(large_slices(m)),
+            |cs| {
+                Box::pin(async move {
+                    let m = cs.members();
+                    large_slices(&m).await
+                })
+            },
         ),
-        ("a_converged_clusterset_makes_no_writes", |m, _| {
-            Box::pin(idle(m))
+        ("a_converged_clusterset_makes_no_writes", |cs| {
+            Box::pin(async move {
+                let m = cs.members();
+                idle(&m).await
+            })
         }),
-        ("a_removed_peer_secret_drops_its_imports_at_once", |m, _| {
-            Box::pin(peer_secret_removed(m))
+        ("a_removed_peer_secret_drops_its_imports_at_once", |cs| {
+            Box::pin(async move {
+                let m = cs.members();
+                peer_secret_removed(&m).await
+            })
         }),
         (
             "rotating_peer_credentials_drops_nothing_and_writes_nothing",
-            |m, _| Box::pin(credentials_rotated(m)),
+            |cs| {
+                Box::pin(async move {
+                    let m = cs.members();
+                    credentials_rotated(&m).await
+                })
+            },
         ),
         (
             "a_peer_forbidden_within_grace_is_kept_and_back_without_writes",
-            |m, _| Box::pin(peer_forbidden_within_grace(m)),
+            |cs| {
+                Box::pin(async move {
+                    let m = cs.members();
+                    peer_forbidden_within_grace(&m).await
+                })
+            },
         ),
     ];
-    let selected = behaviours
-        .iter()
-        .any(|(name, _)| args.filter.as_deref().is_none_or(|f| name.contains(f)));
     let t0 = Instant::now();
-    let clusterset = if args.list || !selected {
-        None
-    } else {
-        let cs = runtime.block_on(Clusterset::start());
-        eprintln!(
-            "3 clusters and controllers ready in {:.1} s",
-            t0.elapsed().as_secs_f64()
-        );
-        Some(Arc::new(cs))
-    };
-    let trials = behaviours
-        .into_iter()
-        .map(|(name, behaviour)| {
-            let (runtime, clusterset) = (runtime.clone(), clusterset.clone());
-            Trial::test(name, move || {
-                let cs = clusterset.expect("the clusterset is up for selected tests");
-                let started = Instant::now();
-                runtime.block_on(behaviour(&cs.members(), &cs.dns));
-                eprintln!(
-                    "{name} done in {:.1} s, at {:.1} s",
-                    started.elapsed().as_secs_f64(),
-                    t0.elapsed().as_secs_f64()
-                );
-                Ok::<(), Failed>(())
-            })
+    let start: trials::Start<Clusterset> = || {
+        Box::pin(async {
+            let t0 = Instant::now();
+            let cs = Clusterset::start().await;
+            eprintln!(
+                "3 clusters and controllers ready in {:.1} s",
+                t0.elapsed().as_secs_f64()
+            );
+            cs
         })
-        .collect();
+    };
+    let trials = trials::group(&args, &runtime, start, behaviours);
     let conclusion = libtest_mimic::run(&args, trials);
     eprintln!("whole test in {:.1} s", t0.elapsed().as_secs_f64());
-    drop(clusterset);
     drop(runtime);
     conclusion.exit();
 }

@@ -15,15 +15,16 @@
 //!   the same grace as a hung apiserver (C4), and back once it heals.
 
 mod controlplane;
+mod support;
 mod toxiproxy;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use controlplane::{ClusterSpec, ControlPlane, ControllerProcess};
+use controlplane::{ClusterSpec, ControlPlane, ControllerProcess, create_namespace, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -50,27 +51,6 @@ const WRITES: &str = "clusterset_dns_controller_writes_total";
 
 fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
     serde_json::from_value(value).unwrap()
-}
-
-/// Polls `check` every 200 ms until it returns `Ok`, for at most `timeout`;
-/// panics with the last explanation.
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        let last = match check().await {
-            Ok(value) => return value,
-            Err(why) => why,
-        };
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not done in {timeout:?}; last: {last}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// `GET path` on the admin port: (status code, body); (0, "") when it does
@@ -111,21 +91,6 @@ async fn metric(controller: &ControllerProcess, prefix: &str) -> f64 {
 
 fn peer_up(peer: &str) -> String {
     format!("clusterset_dns_controller_peer_up{{peer=\"{peer}\"}}")
-}
-
-async fn create_namespace(client: &Client, name: &str) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    match api
-        .create(
-            &PostParams::default(),
-            &object(json!({"metadata": {"name": name}})),
-        )
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("creating namespace {name}: {e}"),
-    }
 }
 
 /// A ClusterIP Service without a selector, a source EndpointSlice as the

@@ -15,6 +15,12 @@
 //! `PR_SET_PDEATHSIG`, so even a killed test run leaks no processes.
 #![allow(dead_code)]
 
+use crate::support;
+#[allow(unused_imports)] // each test crate uses a different subset
+pub use crate::support::{
+    create_namespace, free_port, free_udp_and_tcp_port, poll_until, wait_for,
+};
+
 // Only the `testenv` tier may start a control plane: a test target that
 // uses this module needs `required-features = ["testenv"]` in Cargo.toml,
 // so that plain `cargo test` neither compiles it nor needs the binaries.
@@ -25,7 +31,7 @@ compile_error!(
 );
 
 use std::io::Write;
-use std::net::{IpAddr, TcpListener};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -119,35 +125,6 @@ pub fn bin_dir() -> &'static Path {
     })
 }
 
-/// A free TCP port on 127.0.0.1 (bound and released).
-///
-/// The port comes from below the kernel's ephemeral range
-/// (`ip_local_port_range`): a port that `bind(0)` hands out is also one
-/// that any process's next outbound connection may take before the server
-/// meant to listen on it has started (a kube-controller-manager failed
-/// with "address already in use" that way). Below the range only listeners
-/// compete; each candidate is bound once to check it is free.
-pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let ephemeral_low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32768);
-    let (low, high) = (10_000u32, ephemeral_low.max(10_001));
-    let span = high - low;
-    // Spread processes apart (tests in other binaries, a bench), then walk.
-    let start = std::process::id().wrapping_mul(7919) % span;
-    for _ in 0..span {
-        let offset = (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
-        let port = (low + offset) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free TCP port in {low}..{high}")
-}
-
 /// What member clusters need besides etcd and kube-apiserver.
 pub const MEMBER_FILES: [&str; 4] = [
     "kube-controller-manager",
@@ -225,26 +202,9 @@ fn spawn_with_env(program: &Path, args: &[String], env: &[(&str, String)], log: 
          the directory it prints)",
         program.display()
     );
-    let log = std::fs::File::create(log).unwrap();
     let mut command = Command::new(program);
-    command
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log);
-    #[allow(unsafe_code)]
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        command.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-    command
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()))
+    command.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+    support::spawn_logged_command(&mut command, log, false)
 }
 
 fn stop(child: &mut Child) {
@@ -577,22 +537,18 @@ impl Cluster {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, String>>,
     {
-        let deadline = Instant::now() + timeout;
-        loop {
+        support::poll_until(timeout, Duration::from_millis(100), || {
             self.assert_running();
-            let last = match check().await {
-                Ok(value) => return value,
-                Err(why) => why,
-            };
-            if Instant::now() >= deadline {
-                panic!(
-                    "{}: {what}: not done in {timeout:?}; last: {last}\n{}",
-                    self.name,
-                    self.log_tails()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            check()
+        })
+        .await
+        .unwrap_or_else(|last| {
+            panic!(
+                "{}: {what}: not done in {timeout:?}; last: {last}\n{}",
+                self.name,
+                self.log_tails()
+            )
+        })
     }
 
     /// Creates fake Node `name` for kwok to manage: capacity cpu 32, memory
@@ -1159,16 +1115,6 @@ impl CoreDns {
     }
 }
 
-/// A port free for both UDP and TCP on 127.0.0.1.
-pub fn free_udp_and_tcp_port() -> u16 {
-    loop {
-        let port = free_port();
-        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
 /// Creates every object of a multi-document manifest (expanding `kind:
 /// List`) through the dynamic API, creating missing namespaces first.
 pub async fn apply_manifest(client: &kube::Client, text: &str) {
@@ -1712,7 +1658,6 @@ pub fn spawn_controller(
     args.extend(["--admin-listen".into(), format!("127.0.0.1:{admin_port}")]);
     args.extend(extra_args.iter().map(|a| a.to_string()));
     let log = cluster.dir.join(format!("controller-{n}.log"));
-    let file = std::fs::File::create(&log).unwrap();
     // A profiler to run the controller under (`heaptrack`, `valgrind
     // --tool=massif`…), for finding where memory goes; the pid is then the
     // wrapper's.
@@ -1727,22 +1672,8 @@ pub fn spawn_controller(
     command
         .args(&args)
         .env("KUBECONFIG", kubeconfig_path)
-        .env_remove("POD_NAMESPACE")
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().unwrap())
-        .stderr(file);
-    #[allow(unsafe_code)]
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        command.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-    let child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting clusterset-dns controller: {e}"));
+        .env_remove("POD_NAMESPACE");
+    let child = support::spawn_logged_command(&mut command, &log, false);
     ControllerProcess {
         child: Mutex::new(child),
         log,
