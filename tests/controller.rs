@@ -339,96 +339,46 @@ fn main() {
     let behaviours: Vec<(&str, trials::Behaviour<Clusterset>)> = vec![
         (
             "a_clusterset_ip_export_is_imported_resolved_scaled_and_removed_everywhere",
-            |cs| {
-                Box::pin(async move {
-                    let m = cs.members();
-                    clusterset_ip_service(&m, &cs.dns).await
-                })
-            },
+            |cs| Box::pin(clusterset_ip_service(cs)),
         ),
         ("headless_per_pod_names_resolve_for_every_exporter", |cs| {
-            Box::pin(async move {
-                let m = cs.members();
-                headless_service(&m, &cs.dns).await
-            })
+            Box::pin(headless_service(cs))
         }),
         (
             "an_externalname_or_missing_service_is_not_imported_until_a_service_appears",
-            |cs| {
-                Box::pin(async move {
-                    let m = cs.members();
-                    invalid_exports(&m).await
-                })
-            },
+            |cs| Box::pin(invalid_exports(cs)),
         ),
         ("a_port_conflict_is_won_by_the_oldest_export", |cs| {
-            Box::pin(async move {
-                let m = cs.members();
-                conflicts(&m).await
-            })
+            Box::pin(conflicts(cs))
         }),
         (
             "service_properties_are_copied_and_a_new_port_reaches_every_cluster",
-            |cs| {
-                Box::pin(async move {
-                    let m = cs.members();
-                    service_properties(&m).await
-                })
-            },
+            |cs| Box::pin(service_properties(cs)),
         ),
         (
             "ports_type_and_labels_of_two_exports_merge_alike_everywhere",
-            |cs| {
-                Box::pin(async move {
-                    let m = cs.members();
-                    merges(&m).await
-                })
-            },
+            |cs| Box::pin(merges(cs)),
         ),
         ("an_import_has_the_ip_families_its_cluster_has", |cs| {
-            Box::pin(async move {
-                let m = cs.members();
-                ip_families(&m).await
-            })
+            Box::pin(ip_families(cs))
         }),
         (
             "a_large_slice_is_copied_one_to_one_and_removed_exactly",
-            |cs| {
-                Box::pin(async move {
-                    let m = cs.members();
-                    large_slices(&m).await
-                })
-            },
+            |cs| Box::pin(large_slices(cs)),
         ),
         ("a_converged_clusterset_makes_no_writes", |cs| {
-            Box::pin(async move {
-                let m = cs.members();
-                idle(&m).await
-            })
+            Box::pin(idle(cs))
         }),
         ("a_removed_peer_secret_drops_its_imports_at_once", |cs| {
-            Box::pin(async move {
-                let m = cs.members();
-                peer_secret_removed(&m).await
-            })
+            Box::pin(peer_secret_removed(cs))
         }),
         (
             "rotating_peer_credentials_drops_nothing_and_writes_nothing",
-            |cs| {
-                Box::pin(async move {
-                    let m = cs.members();
-                    credentials_rotated(&m).await
-                })
-            },
+            |cs| Box::pin(credentials_rotated(cs)),
         ),
         (
             "a_peer_forbidden_within_grace_is_kept_and_back_without_writes",
-            |cs| {
-                Box::pin(async move {
-                    let m = cs.members();
-                    peer_forbidden_within_grace(&m).await
-                })
-            },
+            |cs| Box::pin(peer_forbidden_within_grace(cs)),
         ),
     ];
     let t0 = Instant::now();
@@ -540,7 +490,8 @@ async fn wait_export_condition(
 /// families there (two ips, in family order) and with IPv4 only in the
 /// single-stack clusters; an IPv6-only export cannot be imported into them
 /// (`Ready=False/IPFamilyNotSupported`, no derived Service).
-async fn ip_families(members: &[Member<'_>]) {
+async fn ip_families(cs: &Clusterset) {
+    let members = &cs.members();
     let ns = "families";
     for m in members {
         create_namespace(&m.client, ns).await;
@@ -616,7 +567,8 @@ async fn ip_families(members: &[Member<'_>]) {
 
 /// C21: a 1,000-endpoint source slice is copied 1:1 under its
 /// deterministic name; deleting a source slice removes exactly its copy.
-async fn large_slices(members: &[Member<'_>]) {
+async fn large_slices(cs: &Clusterset) {
+    let members = &cs.members();
     let ns = "large";
     for m in members {
         create_namespace(&m.client, ns).await;
@@ -730,7 +682,8 @@ async fn large_slices(members: &[Member<'_>]) {
 /// NodePort and LoadBalancer export as ClusterSetIP; a port added at the
 /// source reaches the import and the derived Service everywhere; a
 /// condition's lastTransitionTime moves only when its status flips.
-async fn service_properties(members: &[Member<'_>]) {
+async fn service_properties(cs: &Clusterset) {
+    let members = &cs.members();
     let ns = "props";
     for m in members {
         create_namespace(&m.client, ns).await;
@@ -883,7 +836,8 @@ async fn service_properties(members: &[Member<'_>]) {
 /// A6, A8, A12: cluster0 exports first, cluster2 1.1 s later with another
 /// port set, type or exported labels; every cluster imports the same merge
 /// and both exports carry the same Conflict condition.
-async fn merges(members: &[Member<'_>]) {
+async fn merges(cs: &Clusterset) {
+    let members = &cs.members();
     let ns = "merge";
     for m in members {
         create_namespace(&m.client, ns).await;
@@ -1114,7 +1068,8 @@ async fn merges(members: &[Member<'_>]) {
 /// cluster0 become a ServiceImport with a clusterset IP and the pods'
 /// endpoints in every cluster; scaling moves the endpoints everywhere;
 /// unexporting removes everything within conformance's 20 s.
-async fn clusterset_ip_service(members: &[Member<'_>], dns: &Running) {
+async fn clusterset_ip_service(cs: &Clusterset) {
+    let (members, dns) = (&cs.members(), &cs.dns);
     let ns = "web";
     for m in members {
         create_namespace(&m.client, ns).await;
@@ -1341,7 +1296,8 @@ async fn clusterset_ip_service(members: &[Member<'_>], dns: &Running) {
 
 /// A StatefulSet behind a headless Service, exported from cluster0 and
 /// cluster2: cluster1's clusterset-dns answers the per-pod names of both.
-async fn headless_service(members: &[Member<'_>], dns: &Running) {
+async fn headless_service(cs: &Clusterset) {
+    let (members, dns) = (&cs.members(), &cs.dns);
     let ns = "db";
     for m in members {
         create_namespace(&m.client, ns).await;
@@ -1420,7 +1376,8 @@ async fn headless_service(members: &[Member<'_>], dns: &Running) {
 }
 
 /// A9, A10: ExternalName and a missing Service.
-async fn invalid_exports(members: &[Member<'_>]) {
+async fn invalid_exports(cs: &Clusterset) {
+    let members = &cs.members();
     let ns = "invalid";
     for m in members {
         create_namespace(&m.client, ns).await;
@@ -1483,7 +1440,8 @@ async fn invalid_exports(members: &[Member<'_>]) {
 /// Every cluster imports the oldest's port, both exports carry the same
 /// PortConflict condition, and cluster2's slices on every cluster lack the
 /// conflicting port.
-async fn conflicts(members: &[Member<'_>]) {
+async fn conflicts(cs: &Clusterset) {
+    let members = &cs.members();
     let ns = "conflict";
     for m in members {
         create_namespace(&m.client, ns).await;
@@ -1689,7 +1647,8 @@ async fn conflicts(members: &[Member<'_>]) {
 }
 
 /// C13: after convergence, no input change means no write.
-async fn idle(members: &[Member<'_>]) {
+async fn idle(cs: &Clusterset) {
+    let members = &cs.members();
     writes_settled(members).await;
     let mut before = Vec::new();
     for m in members {
@@ -1755,7 +1714,8 @@ async fn reader_account(cluster: &Cluster, name: &str) -> String {
 /// C9: rotating cluster0's credentials on cluster1 (a new token in the
 /// Secret, then the old account deleted, which invalidates the old token)
 /// never drops what cluster1 imports from cluster0, and causes no write.
-async fn credentials_rotated(members: &[Member<'_>]) {
+async fn credentials_rotated(cs: &Clusterset) {
+    let members = &cs.members();
     let ns = "rotation";
     let (a, b) = (&members[0], &members[1]);
     export_api(members, ns).await;
@@ -1823,7 +1783,8 @@ async fn credentials_rotated(members: &[Member<'_>]) {
 /// C8 (and C5 for a 403): cluster0 revokes the peers' read access; within
 /// the grace period cluster1 keeps what cluster0 exports and reports the
 /// peer down; access restored, the peer is up again without a single write.
-async fn peer_forbidden_within_grace(members: &[Member<'_>]) {
+async fn peer_forbidden_within_grace(cs: &Clusterset) {
+    let members = &cs.members();
     use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
     let ns = "forbidden";
     let (a, b) = (&members[0], &members[1]);
@@ -1921,7 +1882,8 @@ async fn export_api(members: &[Member<'_>], ns: &str) {
 /// C10: deleting cluster0's Secret in cluster1 drops what cluster0
 /// exports from cluster1 at once (no grace period: the operator removed the
 /// peer); recreating it imports it again. The other clusters are untouched.
-async fn peer_secret_removed(members: &[Member<'_>]) {
+async fn peer_secret_removed(cs: &Clusterset) {
+    let members = &cs.members();
     let ns = "membership";
     let (a, b, c) = (&members[0], &members[1], &members[2]);
     export_api(members, ns).await;

@@ -49,96 +49,47 @@ fn main() {
     let runtime = trials::runtime();
     let peer_loss: Vec<(&str, Behaviour<Mesh>)> = vec![
         ("a_peer_restarted_within_grace_causes_no_write", |mesh| {
-            Box::pin(async move {
-                mesh.with_cluster0_back().await;
-                restart_within_grace(mesh).await
-            })
+            Box::pin(restart_within_grace(mesh))
         }),
         (
             "a_stopped_peer_is_kept_for_the_grace_period_then_dropped_and_back_once_started",
-            |mesh| {
-                Box::pin(async move {
-                    mesh.with_cluster0_back().await;
-                    apiserver_stopped(mesh).await
-                })
-            },
+            |mesh| Box::pin(apiserver_stopped(mesh)),
         ),
         (
             "a_hung_peer_is_noticed_by_the_probe_and_dropped_after_grace",
-            |mesh| {
-                Box::pin(async move {
-                    mesh.with_cluster0_back().await;
-                    apiserver_hung(mesh).await
-                })
-            },
+            |mesh| Box::pin(apiserver_hung(mesh)),
         ),
         (
             "a_controller_restarted_while_its_peer_is_down_keeps_it_until_the_lease_grace_ends",
-            |mesh| {
-                Box::pin(async move {
-                    mesh.with_cluster0_back().await;
-                    controller_restarted_while_peer_down(mesh).await
-                })
-            },
+            |mesh| Box::pin(controller_restarted_while_peer_down(mesh)),
         ),
     ];
     let misconfiguration: Vec<(&str, Behaviour<Mesh>)> = vec![
         (
             "refused_peer_secrets_get_an_event_and_a_metric_and_cause_no_write",
-            |mesh| {
-                Box::pin(async move {
-                    mesh.controllers_running().await;
-                    refused_peers(mesh).await
-                })
-            },
+            |mesh| Box::pin(refused_peers(mesh)),
         ),
         (
             "exports_in_denied_namespaces_are_imported_nowhere",
-            |mesh| {
-                Box::pin(async move {
-                    mesh.controllers_running().await;
-                    denied_namespace(mesh).await
-                })
-            },
+            |mesh| Box::pin(denied_namespace(mesh)),
         ),
         ("a_namespace_created_late_gets_its_import", |mesh| {
-            Box::pin(async move {
-                mesh.controllers_running().await;
-                missing_namespace(mesh).await
-            })
+            Box::pin(missing_namespace(mesh))
         }),
         ("deleted_imported_objects_are_recreated", |mesh| {
-            Box::pin(async move {
-                mesh.controllers_running().await;
-                deleted_objects_recreated(mesh).await
-            })
+            Box::pin(deleted_objects_recreated(mesh))
         }),
         (
             "orphaned_slices_are_swept_when_the_controller_starts",
-            |mesh| {
-                Box::pin(async move {
-                    mesh.controllers_running().await;
-                    orphan_sweep(mesh).await
-                })
-            },
+            |mesh| Box::pin(orphan_sweep(mesh)),
         ),
         (
             "exports_beyond_the_peer_limit_are_counted_and_not_imported",
-            |mesh| {
-                Box::pin(async move {
-                    mesh.controllers_running().await;
-                    peer_limit(mesh).await
-                })
-            },
+            |mesh| Box::pin(peer_limit(mesh)),
         ),
         (
             "one_of_two_controllers_leads_and_the_standby_takes_over_when_it_dies",
-            |mesh| {
-                Box::pin(async move {
-                    mesh.controllers_running().await;
-                    leader_election(mesh).await
-                })
-            },
+            |mesh| Box::pin(leader_election(mesh)),
         ),
     ];
     let proxy: Vec<(&str, Behaviour<()>)> = vec![(
@@ -677,6 +628,7 @@ impl Mesh {
 /// C5: cluster0's apiserver restarts within the grace period: clusters 1
 /// and 2 notice (peer_up 0) but write nothing, not even a resourceVersion.
 async fn restart_within_grace(mesh: &mut Mesh) {
+    mesh.with_cluster0_back().await;
     for i in [1, 2] {
         mesh.settle(i).await;
     }
@@ -723,6 +675,7 @@ async fn restart_within_grace(mesh: &mut Mesh) {
 /// ServiceImport only cluster0 exported is deleted); restarted, everything
 /// comes back.
 async fn apiserver_stopped(mesh: &mut Mesh) {
+    mesh.with_cluster0_back().await;
     let stopped = Instant::now();
     let stopped_at = SystemTime::now();
     mesh.plane.apiservers[0].stop();
@@ -748,6 +701,7 @@ async fn apiserver_stopped(mesh: &mut Mesh) {
 /// C4: cluster0's apiserver hangs (SIGSTOP): connections stay open and
 /// nothing errors, so only the probe can notice; the rest is C3.
 async fn apiserver_hung(mesh: &mut Mesh) {
+    mesh.with_cluster0_back().await;
     for i in [1, 2] {
         mesh.wait_peer_up(i, 0, true, WAIT).await;
     }
@@ -771,6 +725,7 @@ async fn apiserver_hung(mesh: &mut Mesh) {
 /// is fresh: nothing of cluster0's is deleted in cluster1, and it is ready;
 /// once the Lease's grace has passed, cluster0's services go.
 async fn controller_restarted_while_peer_down(mesh: &mut Mesh) {
+    mesh.with_cluster0_back().await;
     for i in [1, 2] {
         mesh.wait_peer_up(i, 0, true, WAIT).await;
     }
@@ -866,7 +821,8 @@ async fn misconfiguration_mesh() -> Mesh {
 /// C11: in cluster1, Secrets naming cluster1 itself, cluster0 a second time,
 /// cluster3 (another clusterset) and an invalid kubeconfig are each refused:
 /// a Warning Event on the Secret, the metric, and no write.
-async fn refused_peers(mesh: &Mesh) {
+async fn refused_peers(mesh: &mut Mesh) {
+    mesh.controllers_running().await;
     let b = mesh.client(1);
     export_service(mesh.client(3), NS, "elsewhere", "10.203.0.5").await;
     mesh.settle(1).await;
@@ -950,7 +906,8 @@ async fn refused_peers(mesh: &Mesh) {
 /// C15: exports in kube-system (denied by default) and in a namespace
 /// matching `--deny-namespaces` are imported nowhere, and their status is
 /// not written.
-async fn denied_namespace(mesh: &Mesh) {
+async fn denied_namespace(mesh: &mut Mesh) {
+    mesh.controllers_running().await;
     const DENIED: [&str; 2] = ["kube-system", "secret-team"];
     for i in 0..3 {
         create_namespace(mesh.client(i), "secret-team").await;
@@ -995,7 +952,8 @@ async fn denied_namespace(mesh: &Mesh) {
 
 /// C14: a namespace missing in cluster2 gets no ServiceImport there; once
 /// created, the service is imported within 20 s.
-async fn missing_namespace(mesh: &Mesh) {
+async fn missing_namespace(mesh: &mut Mesh) {
+    mesh.controllers_running().await;
     let ns = "late";
     for i in [0, 1] {
         create_namespace(mesh.client(i), ns).await;
@@ -1032,7 +990,8 @@ async fn missing_namespace(mesh: &Mesh) {
 
 /// C16: an imported slice deleted in cluster1 and the ServiceImport deleted
 /// in cluster2 come back promptly, their owned objects re-owned.
-async fn deleted_objects_recreated(mesh: &Mesh) {
+async fn deleted_objects_recreated(mesh: &mut Mesh) {
+    mesh.controllers_running().await;
     let prompt = Duration::from_secs(10);
     let b = mesh.client(1);
     let slice = slices_from(b, NS, "web", "cluster0").await.remove(0);
@@ -1089,6 +1048,7 @@ async fn deleted_objects_recreated(mesh: &Mesh) {
 /// C17: MCS slices labelled as ours whose source does not exist, created
 /// while cluster1's controller is stopped, are deleted when it starts.
 async fn orphan_sweep(mesh: &mut Mesh) {
+    mesh.controllers_running().await;
     mesh.settle(1).await;
     mesh.controllers[1].take().unwrap().kill();
     let b = mesh.client(1).clone();
@@ -1158,6 +1118,7 @@ async fn orphan_sweep(mesh: &mut Mesh) {
 /// imports none of cluster0's next exports (while cluster2 does), counts
 /// them, and keeps importing what it had.
 async fn peer_limit(mesh: &mut Mesh) {
+    mesh.controllers_running().await;
     let exports = Api::<ServiceExport>::all(mesh.client(0).clone())
         .list(&ListParams::default())
         .await
@@ -1216,6 +1177,7 @@ async fn peer_limit(mesh: &mut Mesh) {
 /// writes, the other is a standby (not ready, no writes); killing the
 /// leader hands over within ~20 s and the new leader keeps importing.
 async fn leader_election(mesh: &mut Mesh) {
+    mesh.controllers_running().await;
     mesh.controllers[1].take().unwrap().kill();
     let replicas = [
         mesh.spawn(1, &["--leader-election=true", "--identity", "replica-one"]),
