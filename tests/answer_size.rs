@@ -12,6 +12,7 @@
 //! that docs/benchmarks.md ("Answer size") quotes.
 
 mod common;
+mod support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -113,19 +114,6 @@ fn knotd() -> PathBuf {
     );
 }
 
-/// A loopback port free for both UDP and TCP right now.
-fn free_port() -> u16 {
-    loop {
-        let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("bind TCP");
-        let port = tcp.local_addr().expect("local address").port();
-        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
-/// Writes Knot's zone file (our `dump-zone` of `manifest`) and its
-/// configuration into `dir`, as scripts/bench-knot.sh does.
 fn knot_files(dir: &Path, manifest: &Path, port: u16) -> PathBuf {
     let dump = std::process::Command::new(env!("CARGO_BIN_EXE_clusterset-dns"))
         .args(["dump-zone", "--file"])
@@ -215,7 +203,7 @@ async fn answers_are_no_larger_than_knots_for_the_same_records() {
     let yaml = manifest();
     let ours = TestServer::from_yaml(&yaml, Options::fast_path(true)).await;
     let dir = tempfile::tempdir().expect("create tempdir");
-    let port = free_port();
+    let port = common::free_udp_and_tcp_port();
     let knot_addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let conf = knot_files(dir.path(), ours.manifest(), port);
     let mut knot = start_knot(&conf, knot_addr).await;

@@ -4,6 +4,7 @@
 //! variable and duration syntax for one thing), old spellings still accepted.
 
 mod common;
+mod support;
 
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -23,18 +24,6 @@ const START_LIMIT: Duration = Duration::from_secs(10);
 /// How long the binary may take to exit after SIGTERM.
 const STOP_LIMIT: Duration = Duration::from_secs(5);
 
-/// A loopback port free for both UDP and TCP right now (bound, then
-/// released for the child to take).
-fn free_port() -> u16 {
-    loop {
-        let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind UDP");
-        let port = udp.local_addr().expect("local address").port();
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
 fn free_tcp_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -48,7 +37,7 @@ fn free_tcp_port() -> u16 {
 async fn start_serve(extra: &[&str]) -> (Child, SocketAddr) {
     let probe = query("dns-version.clusterset.local.", RecordType::TXT);
     for _ in 0..3 {
-        let dns = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let dns = SocketAddr::from(([127, 0, 0, 1], common::free_udp_and_tcp_port()));
         let admin = SocketAddr::from(([127, 0, 0, 1], free_tcp_port()));
         let mut child = Command::new(BIN)
             .arg("serve")

@@ -3,6 +3,7 @@
 //! schema revision labelled on `crds/*.yaml`, and the minimum Rust.
 
 mod common;
+mod support;
 
 use clusterset_dns::api::well_known::{
     LABEL_CRD_SCHEMA_REVISION, LABEL_RELEASE_VERSION, MCS_CRD_SCHEMA_REVISION, MCS_RELEASE_VERSION,

@@ -15,6 +15,7 @@
 mod clusterset;
 mod controlplane;
 mod dataplane;
+mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -5,23 +5,26 @@
 //! tokens of the peer-reader role of deploy/peer-reader.yaml.
 //!
 //! Workloads are real: Deployments whose pods kwok runs, Services whose
-//! EndpointSlices the in-tree controller writes. One scenario shares the
-//! three clusters (they take seconds to start); each step uses its own
-//! namespace and names the reference test it covers (controller.md §6.8).
+//! EndpointSlices the in-tree controller writes. The three clusters start
+//! once (they take seconds); each behaviour is a named trial
+//! (`harness = false`, libtest-mimic) in a namespace of its own that fails
+//! on its own and names the reference tests it covers (controller.md §6.8).
 
 mod common;
 mod controlplane;
+mod support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use controlplane::{Cluster, ControlPlane, ControllerProcess};
+use controlplane::{Cluster, ControlPlane, ControllerProcess, create_namespace};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+use support::trials;
 
 use clusterset_dns::api::{ServiceExport, ServiceImport};
 use clusterset_dns::app::Running;
@@ -62,7 +65,7 @@ async fn resolve(dns: &Running, name: &str, rtype: RecordType) -> Vec<String> {
 struct Member<'a> {
     cluster: &'a Cluster,
     client: Client,
-    controller: ControllerProcess,
+    controller: &'a ControllerProcess,
 }
 
 impl Member<'_> {
@@ -104,16 +107,6 @@ fn tail(log: &str) -> String {
 
 fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
     serde_json::from_value(value).unwrap()
-}
-
-async fn create_namespace(client: &Client, name: &str) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    api.create(
-        &PostParams::default(),
-        &object(json!({"metadata": {"name": name}})),
-    )
-    .await
-    .unwrap();
 }
 
 async fn deploy(
@@ -255,93 +248,156 @@ fn v4(ips: &[String]) -> Vec<String> {
     ips.iter().filter(|ip| !ip.contains(':')).cloned().collect()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn controllers_import_exports_across_three_clusters() {
-    let t0 = Instant::now();
-    let plane = ControlPlane::start_members(3, |i| i == 1).await;
-    let mut kubeconfigs = Vec::new();
-    for cluster in &plane.clusters {
-        let client = cluster.admin_client().await;
-        controlplane::set_cluster_properties(&client, &cluster.name, "test-clusterset").await;
-        kubeconfigs.push(controlplane::install_controller(cluster).await);
-    }
-    let mut members = Vec::new();
-    for (cluster, kubeconfig) in plane.clusters.iter().zip(&kubeconfigs) {
-        let client = cluster.admin_client().await;
-        // Peers: a reader token of every other cluster, as a Secret here.
-        for other in plane.clusters.iter().filter(|o| o.name != cluster.name) {
-            let reader = controlplane::service_account_kubeconfig(
-                other,
-                "clusterset-dns",
-                "clusterset-dns-peer-reader",
-                3600,
-            )
-            .await;
-            controlplane::add_peer_secret(&client, &other.name, &reader).await;
-        }
-        let controller = controlplane::spawn_controller(
-            cluster,
-            kubeconfig,
-            &[
-                "--peer-grace-period",
-                GRACE,
-                "--startup-sync-timeout",
-                "10s",
-            ],
-        );
-        members.push(Member {
-            cluster,
-            client,
-            controller,
-        });
-    }
-    for m in &members {
-        m.cluster
-            .wait_for("controller ready", Duration::from_secs(60), || async {
-                let body = http_get(m.controller.admin_port(), "/ready").await;
-                if body.starts_with("ready") {
-                    Ok(())
-                } else {
-                    Err(format!("{body:?}; log:\n{}", m.controller.log()))
-                }
-            })
-            .await;
-    }
-    eprintln!(
-        "3 clusters and controllers ready in {:.1} s",
-        t0.elapsed().as_secs_f64()
-    );
+/// The three started members, their controllers and cluster1's
+/// clusterset-dns: started once, shared by every behaviour. Fields drop in
+/// order: the DNS server and controllers before the clusters.
+struct Clusterset {
+    dns: Running,
+    controllers: Vec<ControllerProcess>,
+    clients: Vec<Client>,
+    plane: ControlPlane,
+}
 
-    let dns = start_dns(members[1].cluster).await;
-    clusterset_ip_service(&members, &dns).await;
-    eprintln!(
-        "ClusterSetIP step done at {:.1} s",
-        t0.elapsed().as_secs_f64()
-    );
-    headless_service(&members, &dns).await;
-    eprintln!("headless step done at {:.1} s", t0.elapsed().as_secs_f64());
-    invalid_exports(&members).await;
-    eprintln!(
-        "invalid exports step done at {:.1} s",
-        t0.elapsed().as_secs_f64()
-    );
-    conflicts(&members).await;
-    eprintln!("conflicts step done at {:.1} s", t0.elapsed().as_secs_f64());
-    service_properties(&members).await;
-    eprintln!(
-        "properties step done at {:.1} s",
-        t0.elapsed().as_secs_f64()
-    );
-    merges(&members).await;
-    ip_families(&members).await;
-    large_slices(&members).await;
-    eprintln!("merges step done at {:.1} s", t0.elapsed().as_secs_f64());
-    idle(&members).await;
-    eprintln!("idle step done at {:.1} s", t0.elapsed().as_secs_f64());
-    peer_secret_removed(&members).await;
-    credentials_rotated(&members).await;
-    peer_forbidden_within_grace(&members).await;
+impl Clusterset {
+    async fn start() -> Self {
+        let plane = ControlPlane::start_members(3, |i| i == 1).await;
+        let mut kubeconfigs = Vec::new();
+        for cluster in &plane.clusters {
+            let client = cluster.admin_client().await;
+            controlplane::set_cluster_properties(&client, &cluster.name, "test-clusterset").await;
+            kubeconfigs.push(controlplane::install_controller(cluster).await);
+        }
+        let mut clients = Vec::new();
+        let mut controllers = Vec::new();
+        for (cluster, kubeconfig) in plane.clusters.iter().zip(&kubeconfigs) {
+            let client = cluster.admin_client().await;
+            // Peers: a reader token of every other cluster, as a Secret here.
+            for other in plane.clusters.iter().filter(|o| o.name != cluster.name) {
+                let reader = controlplane::service_account_kubeconfig(
+                    other,
+                    "clusterset-dns",
+                    "clusterset-dns-peer-reader",
+                    3600,
+                )
+                .await;
+                controlplane::add_peer_secret(&client, &other.name, &reader).await;
+            }
+            controllers.push(controlplane::spawn_controller(
+                cluster,
+                kubeconfig,
+                &[
+                    "--peer-grace-period",
+                    GRACE,
+                    "--startup-sync-timeout",
+                    "10s",
+                ],
+            ));
+            clients.push(client);
+        }
+        for (cluster, controller) in plane.clusters.iter().zip(&controllers) {
+            cluster
+                .wait_for("controller ready", Duration::from_secs(60), || async {
+                    let body = http_get(controller.admin_port(), "/ready").await;
+                    if body.starts_with("ready") {
+                        Ok(())
+                    } else {
+                        Err(format!("{body:?}; log:\n{}", controller.log()))
+                    }
+                })
+                .await;
+        }
+        let dns = start_dns(&plane.clusters[1]).await;
+        Clusterset {
+            dns,
+            controllers,
+            clients,
+            plane,
+        }
+    }
+
+    fn members(&self) -> Vec<Member<'_>> {
+        self.plane
+            .clusters
+            .iter()
+            .zip(&self.clients)
+            .zip(&self.controllers)
+            .map(|((cluster, client), controller)| Member {
+                cluster,
+                client: client.clone(),
+                controller,
+            })
+            .collect()
+    }
+}
+
+/// Each behaviour is a named trial on the one shared clusterset, in a
+/// namespace of its own: a failing one is reported under its name and the
+/// others still run (one at a time, in this order).
+fn main() {
+    let args = trials::serial_arguments();
+    let runtime = trials::runtime();
+    let behaviours: Vec<(&str, trials::Behaviour<Clusterset>)> = vec![
+        (
+            "a_clusterset_ip_export_is_imported_resolved_scaled_and_removed_everywhere",
+            |cs| Box::pin(clusterset_ip_service(cs)),
+        ),
+        ("headless_per_pod_names_resolve_for_every_exporter", |cs| {
+            Box::pin(headless_service(cs))
+        }),
+        (
+            "an_externalname_or_missing_service_is_not_imported_until_a_service_appears",
+            |cs| Box::pin(invalid_exports(cs)),
+        ),
+        ("a_port_conflict_is_won_by_the_oldest_export", |cs| {
+            Box::pin(conflicts(cs))
+        }),
+        (
+            "service_properties_are_copied_and_a_new_port_reaches_every_cluster",
+            |cs| Box::pin(service_properties(cs)),
+        ),
+        (
+            "ports_type_and_labels_of_two_exports_merge_alike_everywhere",
+            |cs| Box::pin(merges(cs)),
+        ),
+        ("an_import_has_the_ip_families_its_cluster_has", |cs| {
+            Box::pin(ip_families(cs))
+        }),
+        (
+            "a_large_slice_is_copied_one_to_one_and_removed_exactly",
+            |cs| Box::pin(large_slices(cs)),
+        ),
+        ("a_converged_clusterset_makes_no_writes", |cs| {
+            Box::pin(idle(cs))
+        }),
+        ("a_removed_peer_secret_drops_its_imports_at_once", |cs| {
+            Box::pin(peer_secret_removed(cs))
+        }),
+        (
+            "rotating_peer_credentials_drops_nothing_and_writes_nothing",
+            |cs| Box::pin(credentials_rotated(cs)),
+        ),
+        (
+            "a_peer_forbidden_within_grace_is_kept_and_back_without_writes",
+            |cs| Box::pin(peer_forbidden_within_grace(cs)),
+        ),
+    ];
+    let t0 = Instant::now();
+    let start: trials::Start<Clusterset> = || {
+        Box::pin(async {
+            let t0 = Instant::now();
+            let cs = Clusterset::start().await;
+            eprintln!(
+                "3 clusters and controllers ready in {:.1} s",
+                t0.elapsed().as_secs_f64()
+            );
+            cs
+        })
+    };
+    let trials = trials::group(&args, &runtime, start, behaviours);
+    let conclusion = libtest_mimic::run(&args, trials);
     eprintln!("whole test in {:.1} s", t0.elapsed().as_secs_f64());
+    drop(runtime);
+    conclusion.exit();
 }
 
 async fn export_with(
@@ -434,7 +490,8 @@ async fn wait_export_condition(
 /// families there (two ips, in family order) and with IPv4 only in the
 /// single-stack clusters; an IPv6-only export cannot be imported into them
 /// (`Ready=False/IPFamilyNotSupported`, no derived Service).
-async fn ip_families(members: &[Member<'_>]) {
+async fn ip_families(cs: &Clusterset) {
+    let members = &cs.members();
     let ns = "families";
     for m in members {
         create_namespace(&m.client, ns).await;
@@ -510,7 +567,8 @@ async fn ip_families(members: &[Member<'_>]) {
 
 /// C21: a 1,000-endpoint source slice is copied 1:1 under its
 /// deterministic name; deleting a source slice removes exactly its copy.
-async fn large_slices(members: &[Member<'_>]) {
+async fn large_slices(cs: &Clusterset) {
+    let members = &cs.members();
     let ns = "large";
     for m in members {
         create_namespace(&m.client, ns).await;
@@ -624,7 +682,8 @@ async fn large_slices(members: &[Member<'_>]) {
 /// NodePort and LoadBalancer export as ClusterSetIP; a port added at the
 /// source reaches the import and the derived Service everywhere; a
 /// condition's lastTransitionTime moves only when its status flips.
-async fn service_properties(members: &[Member<'_>]) {
+async fn service_properties(cs: &Clusterset) {
+    let members = &cs.members();
     let ns = "props";
     for m in members {
         create_namespace(&m.client, ns).await;
@@ -777,7 +836,8 @@ async fn service_properties(members: &[Member<'_>]) {
 /// A6, A8, A12: cluster0 exports first, cluster2 1.1 s later with another
 /// port set, type or exported labels; every cluster imports the same merge
 /// and both exports carry the same Conflict condition.
-async fn merges(members: &[Member<'_>]) {
+async fn merges(cs: &Clusterset) {
+    let members = &cs.members();
     let ns = "merge";
     for m in members {
         create_namespace(&m.client, ns).await;
@@ -1008,7 +1068,8 @@ async fn merges(members: &[Member<'_>]) {
 /// cluster0 become a ServiceImport with a clusterset IP and the pods'
 /// endpoints in every cluster; scaling moves the endpoints everywhere;
 /// unexporting removes everything within conformance's 20 s.
-async fn clusterset_ip_service(members: &[Member<'_>], dns: &Running) {
+async fn clusterset_ip_service(cs: &Clusterset) {
+    let (members, dns) = (&cs.members(), &cs.dns);
     let ns = "web";
     for m in members {
         create_namespace(&m.client, ns).await;
@@ -1235,7 +1296,8 @@ async fn clusterset_ip_service(members: &[Member<'_>], dns: &Running) {
 
 /// A StatefulSet behind a headless Service, exported from cluster0 and
 /// cluster2: cluster1's clusterset-dns answers the per-pod names of both.
-async fn headless_service(members: &[Member<'_>], dns: &Running) {
+async fn headless_service(cs: &Clusterset) {
+    let (members, dns) = (&cs.members(), &cs.dns);
     let ns = "db";
     for m in members {
         create_namespace(&m.client, ns).await;
@@ -1314,7 +1376,8 @@ async fn headless_service(members: &[Member<'_>], dns: &Running) {
 }
 
 /// A9, A10: ExternalName and a missing Service.
-async fn invalid_exports(members: &[Member<'_>]) {
+async fn invalid_exports(cs: &Clusterset) {
+    let members = &cs.members();
     let ns = "invalid";
     for m in members {
         create_namespace(&m.client, ns).await;
@@ -1377,7 +1440,8 @@ async fn invalid_exports(members: &[Member<'_>]) {
 /// Every cluster imports the oldest's port, both exports carry the same
 /// PortConflict condition, and cluster2's slices on every cluster lack the
 /// conflicting port.
-async fn conflicts(members: &[Member<'_>]) {
+async fn conflicts(cs: &Clusterset) {
+    let members = &cs.members();
     let ns = "conflict";
     for m in members {
         create_namespace(&m.client, ns).await;
@@ -1583,7 +1647,8 @@ async fn conflicts(members: &[Member<'_>]) {
 }
 
 /// C13: after convergence, no input change means no write.
-async fn idle(members: &[Member<'_>]) {
+async fn idle(cs: &Clusterset) {
+    let members = &cs.members();
     writes_settled(members).await;
     let mut before = Vec::new();
     for m in members {
@@ -1649,12 +1714,16 @@ async fn reader_account(cluster: &Cluster, name: &str) -> String {
 /// C9: rotating cluster0's credentials on cluster1 (a new token in the
 /// Secret, then the old account deleted, which invalidates the old token)
 /// never drops what cluster1 imports from cluster0, and causes no write.
-async fn credentials_rotated(members: &[Member<'_>]) {
-    let ns = "membership";
+async fn credentials_rotated(cs: &Clusterset) {
+    let members = &cs.members();
+    let ns = "rotation";
     let (a, b) = (&members[0], &members[1]);
+    export_api(members, ns).await;
     let first = reader_account(a.cluster, "rotating-1").await;
     controlplane::add_peer_secret(&b.client, "cluster0", &first).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    // The import's own writes (and the switch) complete before counting.
+    writes_settled(&members[1..2]).await;
     let imported = || async {
         import(&b.client, ns, "api").await.is_some()
             && !mcs_slices(&b.client, ns, "api").await.is_empty()
@@ -1714,18 +1783,23 @@ async fn credentials_rotated(members: &[Member<'_>]) {
 /// C8 (and C5 for a 403): cluster0 revokes the peers' read access; within
 /// the grace period cluster1 keeps what cluster0 exports and reports the
 /// peer down; access restored, the peer is up again without a single write.
-async fn peer_forbidden_within_grace(members: &[Member<'_>]) {
+async fn peer_forbidden_within_grace(cs: &Clusterset) {
+    let members = &cs.members();
     use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-    let ns = "membership";
+    let ns = "forbidden";
     let (a, b) = (&members[0], &members[1]);
+    export_api(members, ns).await;
+    // cluster1 reads cluster0 as `forbidden` from here on.
+    let reader = reader_account(a.cluster, "forbidden").await;
+    controlplane::add_peer_secret(&b.client, "cluster0", &reader).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let bindings: Api<ClusterRoleBinding> = Api::all(a.client.clone());
-    // cluster1 reads cluster0 as `rotating-2` since the rotation step.
-    let mut binding = bindings.get("test-rotating-2").await.unwrap();
-    // The rotation step's last change may still be completing on cluster1.
+    let mut binding = bindings.get("test-forbidden").await.unwrap();
+    // The switch and the import's writes may still be completing on cluster1.
     writes_settled(&members[1..2]).await;
     let writes = b.metric("clusterset_dns_controller_writes_total").await;
     bindings
-        .delete("test-rotating-2", &DeleteParams::default())
+        .delete("test-forbidden", &DeleteParams::default())
         .await
         .unwrap();
     b.cluster
@@ -1776,15 +1850,13 @@ async fn peer_forbidden_within_grace(members: &[Member<'_>]) {
     );
 }
 
-/// C10: deleting cluster0's Secret in cluster1 drops what cluster0
-/// exports from cluster1 at once (no grace period: the operator removed the
-/// peer); recreating it imports it again. The other clusters are untouched.
-async fn peer_secret_removed(members: &[Member<'_>]) {
-    let ns = "membership";
+/// Namespace `ns` everywhere, Deployment and Service `api` (port 80)
+/// exported from cluster0, and waits until every member imports it.
+async fn export_api(members: &[Member<'_>], ns: &str) {
     for m in members {
         create_namespace(&m.client, ns).await;
     }
-    let (a, b, c) = (&members[0], &members[1], &members[2]);
+    let a = &members[0];
     deploy(
         &a.client,
         ns,
@@ -1805,6 +1877,16 @@ async fn peer_secret_removed(members: &[Member<'_>]) {
             })
             .await;
     }
+}
+
+/// C10: deleting cluster0's Secret in cluster1 drops what cluster0
+/// exports from cluster1 at once (no grace period: the operator removed the
+/// peer); recreating it imports it again. The other clusters are untouched.
+async fn peer_secret_removed(cs: &Clusterset) {
+    let members = &cs.members();
+    let ns = "membership";
+    let (a, b, c) = (&members[0], &members[1], &members[2]);
+    export_api(members, ns).await;
     let reader = controlplane::service_account_kubeconfig(
         a.cluster,
         "clusterset-dns",

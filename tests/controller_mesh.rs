@@ -4,26 +4,33 @@
 //! one controller per cluster runs with exactly the shipped roles (the local
 //! role of deploy/controller.yaml; peers read with peer-reader tokens).
 //!
-//! Two scenarios, each on its own control plane, run one after the other
-//! (they are timing-sensitive and the machine may be small):
-//! - losing a peer: its apiserver stopped, hung, restarted within grace,
-//!   and a controller restarted while the peer is down (C3–C6);
-//! - misconfiguration and repair: refused peer Secrets, missing and denied
-//!   namespaces, deleted imports, the orphan sweep, leader election
-//!   (C11, C14–C18);
-//! - a peer behind a TCP proxy (toxiproxy) that silently drops its traffic:
-//!   the same grace as a hung apiserver (C4), and back once it heals.
+//! Every behaviour is a named trial (`harness = false`, libtest-mimic),
+//! run one at a time (they are timing-sensitive and the machine may be
+//! small); a failing one is reported under its name and the rest still run.
+//! Trials that share a mesh start from a known state whatever the one
+//! before left:
+//! - the peer-loss mesh: a peer's apiserver stopped, hung, restarted within
+//!   grace, and a controller restarted while the peer is down (C3–C6);
+//! - the misconfiguration mesh: refused peer Secrets, missing and denied
+//!   namespaces, deleted imports, the orphan sweep, the per-peer export
+//!   limit, leader election (C11, C14–C18);
+//! - on meshes of their own: a peer behind a TCP proxy (toxiproxy) that
+//!   silently drops its traffic (the same grace as a hung apiserver, C4, and
+//!   back once it heals), and a fenced leader cut off from its apiserver.
 
 mod controlplane;
+mod support;
 mod toxiproxy;
+
+use support::trials::{self, Behaviour};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use controlplane::{ClusterSpec, ControlPlane, ControllerProcess};
+use controlplane::{ClusterSpec, ControlPlane, ControllerProcess, create_namespace, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -35,9 +42,88 @@ use clusterset_dns::api::well_known::{
 use clusterset_dns::api::{ServiceExport, ServiceImport};
 use clusterset_dns::controller::naming::MANAGED_BY;
 
-/// The scenarios run one at a time: each starts several apiservers and
-/// controllers, and their grace-period timings should not compete for CPU.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The trials, in this order: each group of behaviours on its own mesh,
+/// started by its first trial and stopped after its last.
+fn main() {
+    let args = trials::serial_arguments();
+    let runtime = trials::runtime();
+    let peer_loss: Vec<(&str, Behaviour<Mesh>)> = vec![
+        ("a_peer_restarted_within_grace_causes_no_write", |mesh| {
+            Box::pin(restart_within_grace(mesh))
+        }),
+        (
+            "a_stopped_peer_is_kept_for_the_grace_period_then_dropped_and_back_once_started",
+            |mesh| Box::pin(apiserver_stopped(mesh)),
+        ),
+        (
+            "a_hung_peer_is_noticed_by_the_probe_and_dropped_after_grace",
+            |mesh| Box::pin(apiserver_hung(mesh)),
+        ),
+        (
+            "a_controller_restarted_while_its_peer_is_down_keeps_it_until_the_lease_grace_ends",
+            |mesh| Box::pin(controller_restarted_while_peer_down(mesh)),
+        ),
+    ];
+    let misconfiguration: Vec<(&str, Behaviour<Mesh>)> = vec![
+        (
+            "refused_peer_secrets_get_an_event_and_a_metric_and_cause_no_write",
+            |mesh| Box::pin(refused_peers(mesh)),
+        ),
+        (
+            "exports_in_denied_namespaces_are_imported_nowhere",
+            |mesh| Box::pin(denied_namespace(mesh)),
+        ),
+        ("a_namespace_created_late_gets_its_import", |mesh| {
+            Box::pin(missing_namespace(mesh))
+        }),
+        ("deleted_imported_objects_are_recreated", |mesh| {
+            Box::pin(deleted_objects_recreated(mesh))
+        }),
+        (
+            "orphaned_slices_are_swept_when_the_controller_starts",
+            |mesh| Box::pin(orphan_sweep(mesh)),
+        ),
+        (
+            "exports_beyond_the_peer_limit_are_counted_and_not_imported",
+            |mesh| Box::pin(peer_limit(mesh)),
+        ),
+        (
+            "one_of_two_controllers_leads_and_the_standby_takes_over_when_it_dies",
+            |mesh| Box::pin(leader_election(mesh)),
+        ),
+    ];
+    let proxy: Vec<(&str, Behaviour<()>)> = vec![(
+        "a_peer_behind_a_proxy_that_drops_traffic_is_dropped_after_grace_and_back_after",
+        |_| {
+            Box::pin(
+                a_peer_behind_a_proxy_that_drops_traffic_is_dropped_after_grace_and_back_after(),
+            )
+        },
+    )];
+    let fenced: Vec<(&str, Behaviour<()>)> = vec![(
+        "a_leader_cut_off_from_its_apiserver_stops_by_its_deadline_and_the_standby_takes_over",
+        |_| {
+            Box::pin(a_leader_cut_off_from_its_apiserver_stops_by_its_deadline_and_the_standby_takes_over())
+        },
+    )];
+    let mut all = trials::group(&args, &runtime, || Box::pin(peer_loss_mesh()), peer_loss);
+    all.extend(trials::group(
+        &args,
+        &runtime,
+        || Box::pin(misconfiguration_mesh()),
+        misconfiguration,
+    ));
+    all.extend(trials::group(&args, &runtime, || Box::pin(async {}), proxy));
+    all.extend(trials::group(
+        &args,
+        &runtime,
+        || Box::pin(async {}),
+        fenced,
+    ));
+    let conclusion = libtest_mimic::run(&args, all);
+    drop(runtime);
+    conclusion.exit();
+}
 
 /// The peer grace period of the peer-loss scenario: long enough for an
 /// apiserver restart (C5), short enough to wait for it to end (C3, C4).
@@ -50,27 +136,6 @@ const WRITES: &str = "clusterset_dns_controller_writes_total";
 
 fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
     serde_json::from_value(value).unwrap()
-}
-
-/// Polls `check` every 200 ms until it returns `Ok`, for at most `timeout`;
-/// panics with the last explanation.
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        let last = match check().await {
-            Ok(value) => return value,
-            Err(why) => why,
-        };
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not done in {timeout:?}; last: {last}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// `GET path` on the admin port: (status code, body); (0, "") when it does
@@ -111,21 +176,6 @@ async fn metric(controller: &ControllerProcess, prefix: &str) -> f64 {
 
 fn peer_up(peer: &str) -> String {
     format!("clusterset_dns_controller_peer_up{{peer=\"{peer}\"}}")
-}
-
-async fn create_namespace(client: &Client, name: &str) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    match api
-        .create(
-            &PostParams::default(),
-            &object(json!({"metadata": {"name": name}})),
-        )
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("creating namespace {name}: {e}"),
-    }
 }
 
 /// A ClusterIP Service without a selector, a source EndpointSlice as the
@@ -520,12 +570,12 @@ async fn peer_lease_renewed(client: &Client) -> SystemTime {
     SystemTime::from(lease.spec.unwrap().renew_time.unwrap().0)
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn peer_loss_keeps_imports_within_grace_and_drops_them_after() {
-    let _serial = SERIAL.lock().await;
-    let t0 = Instant::now();
+/// The peer-loss mesh: three clusters of one clusterset, each a controller
+/// with a [`GRACE`] grace period; cluster0 exports `only-a` and `shared`,
+/// cluster2 `shared`, and clusters 1 and 2 import them.
+async fn peer_loss_mesh() -> Mesh {
     let grace = format!("{}s", GRACE.as_secs());
-    let mut mesh = Mesh::start(
+    let mesh = Mesh::start(
         &["test"; 3],
         3,
         &[
@@ -536,7 +586,6 @@ async fn peer_loss_keeps_imports_within_grace_and_drops_them_after() {
         ],
     )
     .await;
-    eprintln!("3 clusters ready in {:.1} s", t0.elapsed().as_secs_f64());
     for i in 0..3 {
         create_namespace(mesh.client(i), NS).await;
     }
@@ -544,20 +593,42 @@ async fn peer_loss_keeps_imports_within_grace_and_drops_them_after() {
     export_service(mesh.client(0), NS, "shared", "10.200.0.11").await;
     export_service(mesh.client(2), NS, "shared", "10.202.0.11").await;
     wait_with_a(&mesh, "start", WAIT).await;
+    mesh
+}
 
-    restart_within_grace(&mut mesh).await;
-    eprintln!("C5 done at {:.1} s", t0.elapsed().as_secs_f64());
-    apiserver_stopped(&mut mesh).await;
-    eprintln!("C3 done at {:.1} s", t0.elapsed().as_secs_f64());
-    apiserver_hung(&mut mesh).await;
-    eprintln!("C4 done at {:.1} s", t0.elapsed().as_secs_f64());
-    controller_restarted_while_peer_down(&mut mesh).await;
-    eprintln!("C6 done; whole test {:.1} s", t0.elapsed().as_secs_f64());
+impl Mesh {
+    /// What a peer-loss trial starts from, whatever the one before left:
+    /// cluster0's apiserver running (resumed or started), every controller
+    /// running, and clusters 1 and 2 importing cluster0's services.
+    async fn with_cluster0_back(&mut self) {
+        if self.plane.apiservers[0].pid().is_some() {
+            self.plane.apiservers[0].signal("CONT");
+        } else {
+            tokio::task::block_in_place(|| self.plane.apiservers[0].start());
+        }
+        self.controllers_running().await;
+        wait_with_a(self, "the trial's start", Duration::from_secs(45)).await;
+    }
+
+    /// Every cluster that runs a controller runs one again (a trial before
+    /// may have stopped it, or failed before it restarted it).
+    async fn controllers_running(&mut self) {
+        for i in 0..self.controllers.len() {
+            let running = self.controllers[i]
+                .as_ref()
+                .is_some_and(|c| c.exited().is_none());
+            if !running {
+                self.restart_controller(i);
+                self.wait_ready(i).await;
+            }
+        }
+    }
 }
 
 /// C5: cluster0's apiserver restarts within the grace period: clusters 1
 /// and 2 notice (peer_up 0) but write nothing, not even a resourceVersion.
 async fn restart_within_grace(mesh: &mut Mesh) {
+    mesh.with_cluster0_back().await;
     for i in [1, 2] {
         mesh.settle(i).await;
     }
@@ -604,6 +675,7 @@ async fn restart_within_grace(mesh: &mut Mesh) {
 /// ServiceImport only cluster0 exported is deleted); restarted, everything
 /// comes back.
 async fn apiserver_stopped(mesh: &mut Mesh) {
+    mesh.with_cluster0_back().await;
     let stopped = Instant::now();
     let stopped_at = SystemTime::now();
     mesh.plane.apiservers[0].stop();
@@ -629,6 +701,7 @@ async fn apiserver_stopped(mesh: &mut Mesh) {
 /// C4: cluster0's apiserver hangs (SIGSTOP): connections stay open and
 /// nothing errors, so only the probe can notice; the rest is C3.
 async fn apiserver_hung(mesh: &mut Mesh) {
+    mesh.with_cluster0_back().await;
     for i in [1, 2] {
         mesh.wait_peer_up(i, 0, true, WAIT).await;
     }
@@ -652,6 +725,7 @@ async fn apiserver_hung(mesh: &mut Mesh) {
 /// is fresh: nothing of cluster0's is deleted in cluster1, and it is ready;
 /// once the Lease's grace has passed, cluster0's services go.
 async fn controller_restarted_while_peer_down(mesh: &mut Mesh) {
+    mesh.with_cluster0_back().await;
     for i in [1, 2] {
         mesh.wait_peer_up(i, 0, true, WAIT).await;
     }
@@ -706,12 +780,13 @@ async fn controller_restarted_while_peer_down(mesh: &mut Mesh) {
 // Misconfiguration and repair: C11, C14, C15, C16, C17, C18.
 // ---------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread")]
-async fn misconfiguration_repair_and_leader_election() {
-    let _serial = SERIAL.lock().await;
-    let t0 = Instant::now();
+/// The misconfiguration mesh: clusters 0–2 of clusterset `test` with
+/// controllers (a 30 s grace period, `--deny-namespaces kube-*,secret-*`)
+/// and cluster3 of clusterset `other` without one; cluster0 exports `web`
+/// and clusters 1 and 2 import it.
+async fn misconfiguration_mesh() -> Mesh {
     // cluster3 belongs to another clusterset and runs no controller.
-    let mut mesh = Mesh::start(
+    let mesh = Mesh::start(
         &["test", "test", "test", "other"],
         3,
         &[
@@ -724,7 +799,6 @@ async fn misconfiguration_repair_and_leader_election() {
         ],
     )
     .await;
-    eprintln!("4 clusters ready in {:.1} s", t0.elapsed().as_secs_f64());
     for i in 0..4 {
         create_namespace(mesh.client(i), NS).await;
     }
@@ -741,26 +815,14 @@ async fn misconfiguration_repair_and_leader_election() {
         .await;
     }
 
-    refused_peers(&mesh).await;
-    eprintln!("C11 done at {:.1} s", t0.elapsed().as_secs_f64());
-    denied_namespace(&mesh).await;
-    eprintln!("C15 done at {:.1} s", t0.elapsed().as_secs_f64());
-    missing_namespace(&mesh).await;
-    eprintln!("C14 done at {:.1} s", t0.elapsed().as_secs_f64());
-    deleted_objects_recreated(&mesh).await;
-    eprintln!("C16 done at {:.1} s", t0.elapsed().as_secs_f64());
-    orphan_sweep(&mut mesh).await;
-    eprintln!("C17 done at {:.1} s", t0.elapsed().as_secs_f64());
-    peer_limit(&mut mesh).await;
-    eprintln!("peer limit done at {:.1} s", t0.elapsed().as_secs_f64());
-    leader_election(&mut mesh).await;
-    eprintln!("C18 done; whole test {:.1} s", t0.elapsed().as_secs_f64());
+    mesh
 }
 
 /// C11: in cluster1, Secrets naming cluster1 itself, cluster0 a second time,
 /// cluster3 (another clusterset) and an invalid kubeconfig are each refused:
 /// a Warning Event on the Secret, the metric, and no write.
-async fn refused_peers(mesh: &Mesh) {
+async fn refused_peers(mesh: &mut Mesh) {
+    mesh.controllers_running().await;
     let b = mesh.client(1);
     export_service(mesh.client(3), NS, "elsewhere", "10.203.0.5").await;
     mesh.settle(1).await;
@@ -844,7 +906,8 @@ async fn refused_peers(mesh: &Mesh) {
 /// C15: exports in kube-system (denied by default) and in a namespace
 /// matching `--deny-namespaces` are imported nowhere, and their status is
 /// not written.
-async fn denied_namespace(mesh: &Mesh) {
+async fn denied_namespace(mesh: &mut Mesh) {
+    mesh.controllers_running().await;
     const DENIED: [&str; 2] = ["kube-system", "secret-team"];
     for i in 0..3 {
         create_namespace(mesh.client(i), "secret-team").await;
@@ -889,7 +952,8 @@ async fn denied_namespace(mesh: &Mesh) {
 
 /// C14: a namespace missing in cluster2 gets no ServiceImport there; once
 /// created, the service is imported within 20 s.
-async fn missing_namespace(mesh: &Mesh) {
+async fn missing_namespace(mesh: &mut Mesh) {
+    mesh.controllers_running().await;
     let ns = "late";
     for i in [0, 1] {
         create_namespace(mesh.client(i), ns).await;
@@ -926,7 +990,8 @@ async fn missing_namespace(mesh: &Mesh) {
 
 /// C16: an imported slice deleted in cluster1 and the ServiceImport deleted
 /// in cluster2 come back promptly, their owned objects re-owned.
-async fn deleted_objects_recreated(mesh: &Mesh) {
+async fn deleted_objects_recreated(mesh: &mut Mesh) {
+    mesh.controllers_running().await;
     let prompt = Duration::from_secs(10);
     let b = mesh.client(1);
     let slice = slices_from(b, NS, "web", "cluster0").await.remove(0);
@@ -983,6 +1048,7 @@ async fn deleted_objects_recreated(mesh: &Mesh) {
 /// C17: MCS slices labelled as ours whose source does not exist, created
 /// while cluster1's controller is stopped, are deleted when it starts.
 async fn orphan_sweep(mesh: &mut Mesh) {
+    mesh.controllers_running().await;
     mesh.settle(1).await;
     mesh.controllers[1].take().unwrap().kill();
     let b = mesh.client(1).clone();
@@ -1052,6 +1118,7 @@ async fn orphan_sweep(mesh: &mut Mesh) {
 /// imports none of cluster0's next exports (while cluster2 does), counts
 /// them, and keeps importing what it had.
 async fn peer_limit(mesh: &mut Mesh) {
+    mesh.controllers_running().await;
     let exports = Api::<ServiceExport>::all(mesh.client(0).clone())
         .list(&ListParams::default())
         .await
@@ -1110,6 +1177,7 @@ async fn peer_limit(mesh: &mut Mesh) {
 /// writes, the other is a standby (not ready, no writes); killing the
 /// leader hands over within ~20 s and the new leader keeps importing.
 async fn leader_election(mesh: &mut Mesh) {
+    mesh.controllers_running().await;
     mesh.controllers[1].take().unwrap().kill();
     let replicas = [
         mesh.spawn(1, &["--leader-election=true", "--identity", "replica-one"]),
@@ -1197,9 +1265,7 @@ async fn leader_election(mesh: &mut Mesh) {
 /// the peer probe notices; cluster1 keeps cluster0's services for the grace
 /// period and drops them after it, while cluster2 keeps them throughout;
 /// once the proxy heals, cluster1 imports them again.
-#[tokio::test(flavor = "multi_thread")]
 async fn a_peer_behind_a_proxy_that_drops_traffic_is_dropped_after_grace_and_back_after() {
-    let _serial = SERIAL.lock().await;
     let t0 = Instant::now();
     let grace = format!("{}s", GRACE.as_secs());
     let mesh = Mesh::start(
@@ -1303,11 +1369,9 @@ async fn a_peer_behind_a_proxy_that_drops_traffic_is_dropped_after_grace_and_bac
 /// it after that instant, and exits. The standby takes the Lease once it
 /// expires, within `LEASE_DURATION` plus one standby retry of the cut, and
 /// imports from then on.
-#[tokio::test(flavor = "multi_thread")]
 async fn a_leader_cut_off_from_its_apiserver_stops_by_its_deadline_and_the_standby_takes_over() {
     use clusterset_dns::controller::leader::{LEASE_DURATION, RENEW_DEADLINE, RETRY_EVERY};
 
-    let _serial = SERIAL.lock().await;
     let mut mesh = Mesh::start(&["test"; 2], 2, &["--startup-sync-timeout", "5s"]).await;
     for i in 0..2 {
         create_namespace(mesh.client(i), NS).await;

@@ -11,6 +11,7 @@
 
 mod common;
 mod controlplane;
+mod support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -14,6 +14,7 @@
 mod common;
 mod controlplane;
 mod markdown;
+mod support;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

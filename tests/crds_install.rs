@@ -8,6 +8,7 @@
 #![cfg(feature = "testenv")]
 
 mod controlplane;
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

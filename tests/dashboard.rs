@@ -6,6 +6,7 @@
 //! `_count` included. The dashboard also has to show what it is for.
 
 mod common;
+mod support;
 
 use std::collections::BTreeSet;
 

@@ -5,6 +5,7 @@
 //! fails the test instead of skipping it.
 
 mod common;
+mod support;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -5,6 +5,7 @@
 //! case-insensitively, the SOA serial masked.
 
 mod common;
+mod support;
 
 use common::{
     EXAMPLE, Options, SOA, TestServer, Transport, exchange, exchange_sized, expected, sorted,

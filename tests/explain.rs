@@ -4,6 +4,7 @@
 //! rejected objects and missing namespaces, are in `tests/kubernetes.rs`.)
 
 mod common;
+mod support;
 
 use std::time::Duration;
 

@@ -10,6 +10,7 @@
 //! time of each server and is masked.
 
 mod common;
+mod support;
 
 use std::collections::BTreeSet;
 

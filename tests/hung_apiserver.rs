@@ -14,6 +14,7 @@
 
 mod common;
 mod controlplane;
+mod support;
 mod toxiproxy;
 
 use std::path::{Path, PathBuf};

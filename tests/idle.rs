@@ -1,6 +1,7 @@
 //! An idle server does not burn CPU: the UDP workers sleep in the kernel.
 
 mod common;
+mod support;
 
 use std::time::Duration;
 

@@ -13,6 +13,7 @@
 #![cfg(feature = "testenv")]
 
 mod common;
+mod support;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -310,8 +311,8 @@ async fn image_unpacks_and_runs_as_nonroot_with_its_own_libraries() {
     assert_eq!(image_version, host_version);
 
     // `serve` on the example config the image ships, on free ports.
-    let dns = SocketAddr::from(([127, 0, 0, 1], free_udp_and_tcp_port()));
-    let admin = SocketAddr::from(([127, 0, 0, 1], free_udp_and_tcp_port()));
+    let dns = SocketAddr::from(([127, 0, 0, 1], common::free_udp_and_tcp_port()));
+    let admin = SocketAddr::from(([127, 0, 0, 1], common::free_udp_and_tcp_port()));
     let mut child = as_nonroot(
         &rootfs,
         &[
@@ -388,15 +389,4 @@ async fn image_unpacks_and_runs_as_nonroot_with_its_own_libraries() {
 
     child.kill().expect("kill serve");
     child.wait().expect("reap serve");
-}
-
-/// A loopback port free for both UDP and TCP right now.
-fn free_udp_and_tcp_port() -> u16 {
-    loop {
-        let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind UDP");
-        let port = udp.local_addr().expect("local address").port();
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
 }

@@ -15,6 +15,7 @@
 
 mod controlplane;
 mod markdown;
+mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

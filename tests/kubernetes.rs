@@ -9,6 +9,7 @@
 
 mod common;
 mod controlplane;
+mod support;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -26,6 +27,7 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use support::create_namespace;
 use tokio::time::Instant;
 
 /// Generous: the tests of this file run in parallel, each with its own
@@ -104,20 +106,6 @@ async fn answers_become(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-async fn create_namespace(client: &Client, name: &str) {
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
 }
 
 /// Namespace `shop` and in it the ClusterSetIP import `web` (10.96.0.10,

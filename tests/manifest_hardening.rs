@@ -6,6 +6,7 @@
 //! an answer to anything but the old or the new version's.
 
 mod common;
+mod support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -10,6 +10,7 @@
 //! kube-scheduler and kwok too); a missing one fails the test.
 
 mod controlplane;
+mod support;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

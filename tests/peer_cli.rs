@@ -10,6 +10,7 @@
 //! Secret is used for a.
 
 mod controlplane;
+mod support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -4,6 +4,7 @@
 //! server unless it is about one of them.
 
 mod common;
+mod support;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;

@@ -9,6 +9,7 @@
 //! One apiserver-only cluster; no controller process runs.
 
 mod controlplane;
+mod support;
 
 use std::time::Instant;
 

@@ -4,6 +4,7 @@
 //! refused with an error naming the document and the field.
 
 mod common;
+mod support;
 
 use std::time::Duration;
 

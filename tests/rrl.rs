@@ -6,6 +6,7 @@
 
 mod common;
 mod server_process;
+mod support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -4,6 +4,7 @@
 
 mod common;
 mod server_process;
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -35,6 +35,8 @@ mod clusterset;
 mod controlplane;
 #[path = "../dataplane/mod.rs"]
 mod dataplane;
+#[path = "../support/mod.rs"]
+mod support;
 
 use std::io::Read as _;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};

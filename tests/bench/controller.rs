@@ -32,6 +32,8 @@
 
 #[path = "../controlplane/mod.rs"]
 mod controlplane;
+#[path = "../support/mod.rs"]
+mod support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
@@ -396,7 +398,6 @@ impl Drop for Proc {
 }
 
 fn spawn_serve(cluster: &Cluster, cpus: &str, dns: u16, admin: u16, log: &Path) -> Proc {
-    let file = std::fs::File::create(log).unwrap();
     let mut command = Command::new("taskset");
     command
         .args(["-c", cpus])
@@ -406,20 +407,8 @@ fn spawn_serve(cluster: &Cluster, cpus: &str, dns: u16, admin: u16, log: &Path) 
         .arg(&cluster.admin_kubeconfig)
         .args(["--dns-listen", &format!("127.0.0.1:{dns}")])
         .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-        .args(["--udp-workers", "1"])
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().unwrap())
-        .stderr(file);
-    #[allow(unsafe_code)]
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        command.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-    Proc(command.spawn().expect("starting clusterset-dns serve"))
+        .args(["--udp-workers", "1"]);
+    Proc(support::spawn_logged_command(&mut command, log, false))
 }
 
 /// (VmRSS, VmHWM) in KiB.

@@ -27,6 +27,8 @@
 
 #[path = "../controlplane/mod.rs"]
 mod controlplane;
+#[path = "../support/mod.rs"]
+mod support;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -572,7 +574,7 @@ fn spawn_pinned(
         .stdin(Stdio::null())
         .stdout(file.try_clone().expect("clone log handle"))
         .stderr(file);
-    die_with_parent(&mut command);
+    support::dies_with_this_process(&mut command, false);
     let child = command
         .spawn()
         .unwrap_or_else(|e| panic!("starting {name} via taskset: {e}"));
@@ -580,18 +582,6 @@ fn spawn_pinned(
         name,
         child,
         log: log.to_path_buf(),
-    }
-}
-
-fn die_with_parent(command: &mut Command) {
-    #[allow(unsafe_code)]
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        command.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
     }
 }
 
@@ -721,11 +711,6 @@ fn wait_quiet(settings: &Settings, what: &str) -> f64 {
     }
 }
 
-/// A free port for both UDP and TCP on 127.0.0.1.
-fn free_port() -> u16 {
-    controlplane::free_udp_and_tcp_port()
-}
-
 /// GET `path` over HTTP/1.1; (status, body).
 fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
@@ -822,7 +807,10 @@ fn start_ours(
     dir: &Path,
     probe: &(String, Vec<String>),
 ) -> Server {
-    let (port, admin) = (free_port(), free_port());
+    let (port, admin) = (
+        controlplane::free_udp_and_tcp_port(),
+        controlplane::free_udp_and_tcp_port(),
+    );
     let dns: SocketAddr = ([127, 0, 0, 1], port).into();
     let http: SocketAddr = ([127, 0, 0, 1], admin).into();
     let args: Vec<String> = [
@@ -867,7 +855,10 @@ fn start_coredns(
     dir: &Path,
     probe: &(String, Vec<String>),
 ) -> Server {
-    let (port, ready_port) = (free_port(), free_port());
+    let (port, ready_port) = (
+        controlplane::free_udp_and_tcp_port(),
+        controlplane::free_udp_and_tcp_port(),
+    );
     let dns: SocketAddr = ([127, 0, 0, 1], port).into();
     let http: SocketAddr = ([127, 0, 0, 1], ready_port).into();
     let corefile = dir.join("Corefile");
@@ -1112,7 +1103,7 @@ fn dnsperf(
         .args(["-T", "1"])
         .args(setting.split_whitespace())
         .stdin(Stdio::null());
-    die_with_parent(&mut command);
+    support::dies_with_this_process(&mut command, false);
     let pid = server.proc.pid();
     let (cpu0, proc0) = (cpu_ticks(), process_ticks(pid));
     let output = command

@@ -6,6 +6,10 @@
 //! rendering. Doesn't own: assertions about DNS behaviour (the test files).
 #![allow(dead_code)] // each test crate uses a different subset
 
+use crate::support;
+#[allow(unused_imports)] // each test crate uses a different subset
+pub use crate::support::free_udp_and_tcp_port;
+
 use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,7 +24,7 @@ use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
-use tokio::time::{Instant, timeout};
+use tokio::time::timeout;
 
 /// How long a query may take before the test fails.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -511,17 +515,12 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(POLL_INTERVAL).await;
-    }
+    support::poll_until(limit, POLL_INTERVAL, || {
+        let checked = check();
+        async move { checked.await.ok_or_else(String::new) }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out after {limit:?} waiting for {what}"))
 }
 
 /// Sorted rendered answers of `name`/`rtype` over UDP.

@@ -734,31 +734,15 @@ fn spawn_in(
     env: Option<&[(String, String)]>,
     log: &Path,
 ) -> Child {
-    let file = std::fs::File::create(log).unwrap();
     let mut command = Command::new("ip");
     command
         .args(["netns", "exec", netns])
         .arg(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().unwrap())
-        .stderr(file);
+        .args(args);
     if let Some(env) = env {
         command.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
     }
-    #[allow(unsafe_code)]
-    // SAFETY: setpgid and prctl are async-signal-safe and touch no memory of the parent.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        command.pre_exec(|| {
-            libc::setpgid(0, 0);
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-    command
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {} in {netns}: {e}", program.display()))
+    crate::support::spawn_logged_command(&mut command, log, true)
 }
 
 /// Kills `child`'s process group and reaps it.

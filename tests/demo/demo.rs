@@ -22,6 +22,8 @@
 mod controlplane;
 #[path = "../dataplane/mod.rs"]
 mod dataplane;
+#[path = "../support/mod.rs"]
+mod support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;

@@ -1,0 +1,428 @@
+//! The controller: shipped manifests, identity, peers and the process
+//! (`clusterset-dns controller`, and `clusterset-dns serve`).
+
+use super::*;
+
+/// The namespace the shipped manifests (`deploy/controller.yaml`,
+/// `deploy/peer-reader.yaml`) install into, where peer Secrets and Leases live.
+pub const CONTROLLER_NAMESPACE: &str = "clusterset-dns";
+
+/// The controller's ServiceAccount in `deploy/controller.yaml`.
+pub const CONTROLLER_SA: &str = "clusterset-dns-controller";
+
+/// The ServiceAccount of `deploy/peer-reader.yaml`, whose tokens peers use.
+pub const PEER_READER_SA: &str = "clusterset-dns-peer-reader";
+
+/// Label that makes a Secret in [`CONTROLLER_NAMESPACE`] a peer.
+pub const PEER_LABEL: &str = "clusterset-dns.io/peer";
+
+/// Creates or updates the two `about.k8s.io/v1beta1` ClusterProperties the
+/// controller reads its identity from: `cluster.clusterset.k8s.io` =
+/// `cluster_id` and `clusterset.k8s.io` = `clusterset`.
+pub async fn set_cluster_properties(client: &kube::Client, cluster_id: &str, clusterset: &str) {
+    use clusterset_dns::api::well_known::{CLUSTER_ID_PROPERTY, CLUSTERSET_PROPERTY};
+    use clusterset_dns::api::{ClusterProperty, ClusterPropertySpec};
+    use kube::api::{Api, Patch, PatchParams};
+    let api: Api<ClusterProperty> = Api::all(client.clone());
+    let params = PatchParams::apply(TEST_FIELD_MANAGER).force();
+    for (name, value) in [
+        (CLUSTER_ID_PROPERTY, cluster_id),
+        (CLUSTERSET_PROPERTY, clusterset),
+    ] {
+        let property = ClusterProperty::new(
+            name,
+            ClusterPropertySpec {
+                value: value.into(),
+            },
+        );
+        api.patch(name, &params, &Patch::Apply(&property))
+            .await
+            .unwrap_or_else(|e| panic!("setting ClusterProperty {name}={value}: {e}"));
+    }
+}
+
+/// The apiserver URL in `cluster`'s admin kubeconfig.
+pub fn apiserver_url(cluster: &Cluster) -> String {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.admin_kubeconfig).unwrap();
+    kubeconfig.clusters[0]
+        .cluster
+        .as_ref()
+        .and_then(|c| c.server.clone())
+        .expect("admin kubeconfig names its server")
+}
+
+/// A kubeconfig (YAML text) for ServiceAccount `namespace/service_account`
+/// of `cluster`: a `TokenRequest` token valid for `ttl_seconds` (the
+/// apiserver refuses less than 600), the apiserver's URL, and its CA inline
+/// (`certificate-authority-data`, the CA of the apiserver's self-signed
+/// serving certificate), so TLS is verified, unlike the admin kubeconfig.
+/// Self-contained: fit for a peer Secret's `data.kubeconfig`. The
+/// ServiceAccount must exist (the test apiservers run no ServiceAccount
+/// controller, but the shipped manifests declare theirs).
+pub async fn service_account_kubeconfig(
+    cluster: &Cluster,
+    namespace: &str,
+    service_account: &str,
+    ttl_seconds: i64,
+) -> String {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use kube::api::{Api, PostParams};
+    let client = cluster.admin_client().await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client, namespace);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(ttl_seconds),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let token = accounts
+        .create_token_request(service_account, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: TokenRequest for {namespace}/{service_account}: {e}",
+                cluster.name
+            )
+        })
+        .status
+        .expect("TokenRequest answered with a status")
+        .token;
+    let ca = std::fs::read(write_root_ca(cluster)).unwrap();
+    // ByteString serializes as base64, which spares a dependency.
+    let ca = serde_json::to_value(k8s_openapi::ByteString(ca)).unwrap();
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{
+            "name": cluster.name,
+            "cluster": {"server": apiserver_url(cluster), "certificate-authority-data": ca},
+        }],
+        "users": [{"name": service_account, "user": {"token": token}}],
+        "contexts": [{
+            "name": cluster.name,
+            "context": {"cluster": cluster.name, "user": service_account},
+        }],
+        "current-context": cluster.name,
+    });
+    // JSON is YAML; a kubeconfig file may be either.
+    serde_json::to_string_pretty(&kubeconfig).unwrap()
+}
+
+/// A client from kubeconfig text (as [`service_account_kubeconfig`] returns).
+pub async fn client_from_yaml(kubeconfig_yaml: &str) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(kubeconfig_yaml).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+/// Creates or replaces peer Secret `peer-<peer_id>` in [`CONTROLLER_NAMESPACE`]
+/// of the local cluster: label `clusterset-dns.io/peer: "true"` and
+/// `data.kubeconfig` = `kubeconfig_yaml` (a read-only kubeconfig of the
+/// peer, from [`service_account_kubeconfig`] with [`PEER_READER_SA`]).
+/// Applying it again with a new kubeconfig is a rotation.
+pub async fn add_peer_secret(local_client: &kube::Client, peer_id: &str, kubeconfig_yaml: &str) {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, Patch, PatchParams};
+    let name = format!("peer-{peer_id}");
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "namespace": CONTROLLER_NAMESPACE,
+            "labels": {PEER_LABEL: "true"},
+        },
+        "type": "Opaque",
+        "stringData": {"kubeconfig": kubeconfig_yaml},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(local_client.clone(), CONTROLLER_NAMESPACE)
+        .patch(
+            &name,
+            &PatchParams::apply(TEST_FIELD_MANAGER).force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying Secret {CONTROLLER_NAMESPACE}/{name}: {e}"));
+}
+
+/// Deletes peer Secret `peer-<peer_id>` from [`CONTROLLER_NAMESPACE`];
+/// a missing one is fine.
+pub async fn remove_peer_secret(local_client: &kube::Client, peer_id: &str) {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, DeleteParams};
+    let name = format!("peer-{peer_id}");
+    match Api::<Secret>::namespaced(local_client.clone(), CONTROLLER_NAMESPACE)
+        .delete(&name, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => panic!("deleting Secret {CONTROLLER_NAMESPACE}/{name}: {e}"),
+    }
+}
+
+/// Installs the controller's prerequisites into `cluster` exactly as shipped:
+/// the CRDs, `deploy/controller.yaml` (namespace, local RBAC, Deployment) and
+/// `deploy/peer-reader.yaml` (the role peers read this cluster with). Writes
+/// `<cluster dir>/controller.kubeconfig`, a one-hour TokenRequest kubeconfig
+/// of the `clusterset-dns-controller` ServiceAccount, and returns its path:
+/// pass it to [`spawn_controller`] so the controller runs with exactly the
+/// shipped local role. ClusterProperties are separate
+/// ([`set_cluster_properties`]).
+pub async fn install_controller(cluster: &Cluster) -> PathBuf {
+    let client = cluster.admin_client().await;
+    install_crds(&client).await;
+    apply_file(&client, &deploy_file("controller.yaml")).await;
+    apply_file(&client, &deploy_file("peer-reader.yaml")).await;
+    let kubeconfig =
+        service_account_kubeconfig(cluster, CONTROLLER_NAMESPACE, CONTROLLER_SA, 3600).await;
+    let path = cluster.dir.join("controller.kubeconfig");
+    std::fs::write(&path, kubeconfig).unwrap();
+    path
+}
+
+/// A `clusterset-dns controller` process, killed on drop (its log tail is
+/// printed then if the test is panicking).
+pub struct ControllerProcess {
+    child: Mutex<Child>,
+    log: PathBuf,
+    admin_port: u16,
+    /// The arguments after the binary, for messages.
+    pub args: Vec<String>,
+}
+
+impl ControllerProcess {
+    /// Everything it has written to stdout and stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Its log file (in the cluster's directory).
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// The loopback port of its admin server (`/ready`, `/health`, `/metrics`).
+    pub fn admin_port(&self) -> u16 {
+        self.admin_port
+    }
+
+    /// `http://127.0.0.1:<admin port><path>`.
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.admin_port)
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.lock().unwrap().id()
+    }
+
+    /// Its exit status if it has exited.
+    pub fn exited(&self) -> Option<std::process::ExitStatus> {
+        self.child.lock().unwrap().try_wait().ok().flatten()
+    }
+
+    /// Panics, with the log, if it has exited.
+    pub fn assert_running(&self) {
+        if let Some(status) = self.exited() {
+            panic!(
+                "clusterset-dns {} exited with {status}; log:\n{}",
+                self.args.join(" "),
+                self.log()
+            );
+        }
+    }
+
+    /// Waits until `GET /ready` on the admin port answers 200; panics with
+    /// the log on timeout or if the process exits.
+    pub fn wait_ready(&self, timeout: Duration) {
+        wait_http_ok_while(
+            &self.admin_url("/ready"),
+            timeout,
+            "controller",
+            &self.log,
+            || self.assert_running(),
+        );
+    }
+
+    /// Kills it (SIGKILL) and waits for it; also what drop does.
+    pub fn kill(&self) {
+        stop(&mut self.child.lock().unwrap());
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        stop(self.child.get_mut().unwrap());
+        if std::thread::panicking() {
+            eprintln!(
+                "---- controller log {} ----\n{}",
+                self.log.display(),
+                tail(&self.log)
+            );
+        }
+    }
+}
+
+/// Starts `clusterset-dns controller --leader-election=false --admin-listen
+/// 127.0.0.1:<free port> <extra_args>` for `cluster` with `KUBECONFIG` =
+/// `kubeconfig_path` (usually [`install_controller`]'s) and `POD_NAMESPACE`
+/// unset (so `--namespace` defaults to `clusterset-dns` unless `extra_args`
+/// says otherwise). Output goes to `<cluster dir>/controller-<n>.log`; `n`
+/// counts up, so several controllers per cluster keep separate logs. Does not
+/// wait: see [`ControllerProcess::wait_ready`]. `--leader-election=false` is
+/// left out when `extra_args` sets `--leader-election=…` itself.
+pub fn spawn_controller(
+    cluster: &Cluster,
+    kubeconfig_path: &Path,
+    extra_args: &[&str],
+) -> ControllerProcess {
+    static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let admin_port = free_port();
+    let mut args: Vec<String> = vec!["controller".into()];
+    if !extra_args
+        .iter()
+        .any(|a| a.starts_with("--leader-election"))
+    {
+        args.push("--leader-election=false".into());
+    }
+    args.extend(["--admin-listen".into(), format!("127.0.0.1:{admin_port}")]);
+    args.extend(extra_args.iter().map(|a| a.to_string()));
+    let log = cluster.dir.join(format!("controller-{n}.log"));
+    // A profiler to run the controller under (`heaptrack`, `valgrind
+    // --tool=massif`…), for finding where memory goes; the pid is then the
+    // wrapper's.
+    let mut command = match std::env::var_os("CLUSTERSET_DNS_CONTROLLER_WRAPPER") {
+        Some(wrapper) => {
+            let mut command = Command::new(wrapper);
+            command.arg(clusterset_dns_binary());
+            command
+        }
+        None => Command::new(clusterset_dns_binary()),
+    };
+    command
+        .args(&args)
+        .env("KUBECONFIG", kubeconfig_path)
+        .env_remove("POD_NAMESPACE");
+    let child = support::spawn_logged_command(&mut command, &log, false);
+    ControllerProcess {
+        child: Mutex::new(child),
+        log,
+        admin_port,
+        args,
+    }
+}
+
+/// A `clusterset-dns serve` process, killed on drop.
+pub struct Serve {
+    child: Child,
+    /// Its DNS address (UDP and TCP).
+    pub dns: std::net::SocketAddr,
+    /// Its admin address (`/ready`, `/metrics`, `/explain`).
+    pub admin: std::net::SocketAddr,
+    log: PathBuf,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+        if std::thread::panicking() {
+            eprintln!(
+                "---- serve log {} ----\n{}",
+                self.log.display(),
+                tail(&self.log)
+            );
+        }
+    }
+}
+
+impl Serve {
+    /// `clusterset-dns serve` for `cluster` with `kubeconfig` (the role of
+    /// deploy/rbac.yaml), DNS and admin on free loopback ports, log
+    /// `<cluster dir>/serve.log`. Does not wait: see [`Serve::wait_ready`].
+    pub fn spawn(cluster: &Cluster, kubeconfig: &Path) -> Self {
+        let dns: std::net::SocketAddr = ([127, 0, 0, 1], free_udp_and_tcp_port()).into();
+        let admin: std::net::SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let args: Vec<String> = vec![
+            "serve".into(),
+            "--kubeconfig".into(),
+            kubeconfig.display().to_string(),
+            "--dns-listen".into(),
+            dns.to_string(),
+            "--admin-listen".into(),
+            admin.to_string(),
+            "--udp-workers".into(),
+            "1".into(),
+        ];
+        let log = cluster.dir.join("serve.log");
+        let child = spawn(&clusterset_dns_binary(), &args, &log);
+        Self {
+            child,
+            dns,
+            admin,
+            log,
+        }
+    }
+
+    /// Waits until `/ready` answers 200.
+    pub fn wait_ready(&self, timeout: Duration) {
+        wait_http_ok(
+            &format!("http://{}/ready", self.admin),
+            timeout,
+            "clusterset-dns serve",
+            &self.log,
+        );
+    }
+}
+
+/// Writes `<cluster dir>/<file>.kubeconfig`: a TokenRequest kubeconfig of
+/// ServiceAccount `clusterset-dns/<service_account>` valid `ttl_seconds`.
+pub async fn write_token_kubeconfig(
+    cluster: &Cluster,
+    service_account: &str,
+    file: &str,
+    ttl_seconds: i64,
+) -> PathBuf {
+    let kubeconfig =
+        service_account_kubeconfig(cluster, CONTROLLER_NAMESPACE, service_account, ttl_seconds)
+            .await;
+    let path = cluster.dir.join(format!("{file}.kubeconfig"));
+    std::fs::write(&path, kubeconfig).unwrap();
+    path
+}
+
+/// Joins every pair of clusters the supported way: `clusterset-dns peer add`
+/// with the two admin kubeconfigs (docs/controller.md, "Joining clusters"),
+/// which makes the peer-reader token in the peer and the peer Secret here.
+pub async fn join_peers(clusters: &[Cluster]) {
+    let binary = clusterset_dns_binary();
+    for local in clusters {
+        for peer in clusters.iter().filter(|p| p.name != local.name) {
+            let output = tokio::process::Command::new(&binary)
+                .arg("peer")
+                .arg("add")
+                .arg("--kubeconfig")
+                .arg(&local.admin_kubeconfig)
+                .arg("--peer-kubeconfig")
+                .arg(&peer.admin_kubeconfig)
+                .output()
+                .await
+                .expect("running clusterset-dns peer add");
+            assert!(
+                output.status.success(),
+                "clusterset-dns peer add ({} reads {}) failed:\n{}{}",
+                local.name,
+                peer.name,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+}

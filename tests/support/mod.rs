@@ -1,0 +1,278 @@
+//! What every kind of test here repeats, in one place: free loopback ports,
+//! polling until a condition holds, starting a child process that logs to a
+//! file and dies with the test, and creating a namespace.
+//!
+//! Needs no `testenv` binaries, so tier-1 tests use it too. Every test
+//! crate that declares `mod common;` or `mod controlplane;` also declares
+//! `mod support;` (both use `crate::support`, and re-export the parts their
+//! users call).
+#![allow(dead_code)] // each test crate uses a different subset
+
+use std::future::Future;
+use std::net::{TcpListener, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free TCP port on 127.0.0.1 (bound and released).
+///
+/// The port comes from below the kernel's ephemeral range
+/// (`ip_local_port_range`): a port that `bind(0)` hands out is also one
+/// that any process's next outbound connection may take before the server
+/// meant to listen on it has started (a kube-controller-manager failed
+/// with "address already in use" that way). Below the range only listeners
+/// compete; each candidate is bound once to check it is free.
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u32, ephemeral_low.max(10_001));
+    let span = high - low;
+    // Spread processes apart (tests in other binaries, a bench), then walk.
+    let start = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span {
+        let offset = (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        let port = (low + offset) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free TCP port in {low}..{high}")
+}
+
+/// A port free for both UDP and TCP on 127.0.0.1 (a DNS server's), from
+/// the same range as [`free_port`].
+pub fn free_udp_and_tcp_port() -> u16 {
+    loop {
+        let port = free_port();
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// Calls `check` every `every` until it returns `Ok`, for at most
+/// `timeout` (at least once); `Err` carries `check`'s last explanation of
+/// what is still missing. The callers decide how to fail with it.
+pub async fn poll_until<T, F, Fut>(
+    timeout: Duration,
+    every: Duration,
+    mut check: F,
+) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match check().await {
+            Ok(value) => return Ok(value),
+            Err(why) => why,
+        };
+        if Instant::now() >= deadline {
+            return Err(last);
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// [`poll_until`] every 100 ms, panicking (failing the test) with `what`
+/// and the last explanation on timeout.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    poll_until(timeout, Duration::from_millis(100), check)
+        .await
+        .unwrap_or_else(|last| panic!("{what}: not done in {timeout:?}; last: {last}"))
+}
+
+/// Makes the child of `command` get SIGKILL when this process dies
+/// (`PR_SET_PDEATHSIG`), so even a killed test run leaks no processes; with
+/// `own_group`, it also leads a process group of its own (to kill it with
+/// what it starts).
+pub fn dies_with_this_process(command: &mut Command, own_group: bool) {
+    #[allow(unsafe_code)]
+    // SAFETY: setpgid and prctl are async-signal-safe and touch no memory
+    // of the parent.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(move || {
+            if own_group {
+                libc::setpgid(0, 0);
+            }
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+}
+
+/// Starts `command` with stdin from /dev/null, stdout and stderr to a new
+/// file `log`, dying with this process ([`dies_with_this_process`], in a
+/// process group of its own with `own_group`); panics naming the program
+/// if it cannot start.
+pub fn spawn_logged_command(command: &mut Command, log: &Path, own_group: bool) -> Child {
+    let file = std::fs::File::create(log)
+        .unwrap_or_else(|e| panic!("creating log {}: {e}", log.display()));
+    command
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().expect("clone the log's handle"))
+        .stderr(file);
+    dies_with_this_process(command, own_group);
+    command.spawn().unwrap_or_else(|e| {
+        panic!(
+            "starting {} {:?}: {e}",
+            command.get_program().to_string_lossy(),
+            command.get_args().collect::<Vec<_>>()
+        )
+    })
+}
+
+/// Creates namespace `name`; one that exists already is fine (a trial run
+/// again on the same clusters, or two steps sharing it).
+pub async fn create_namespace(client: &kube::Client, name: &str) {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Api, PostParams};
+    let namespace: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => panic!("creating namespace {name}: {e}"),
+    }
+}
+
+/// Behaviours that share an expensive environment, as named trials of a
+/// `harness = false` test (libtest-mimic).
+pub mod trials {
+    use std::future::Future;
+    use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    use libtest_mimic::{Arguments, Failed, Trial};
+    use tokio::runtime::Runtime;
+
+    /// One behaviour: a trial named after it, run on the shared `E`.
+    pub type Behaviour<E> = for<'a> fn(&'a mut E) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
+    /// Starts the environment a group of behaviours shares.
+    pub type Start<E> = fn() -> Pin<Box<dyn Future<Output = E>>>;
+
+    /// The arguments, run one trial at a time: trials share an
+    /// environment and a runtime, and their timings should not compete.
+    pub fn serial_arguments() -> Arguments {
+        Arguments {
+            test_threads: Some(1),
+            ..Arguments::from_args()
+        }
+    }
+
+    /// Whether `args` selects the trial `name` (its filter and `--skip`).
+    pub fn selected(args: &Arguments, name: &str) -> bool {
+        let matches = |f: &str| {
+            if args.exact {
+                name == f
+            } else {
+                name.contains(f)
+            }
+        };
+        !args.list
+            && args.filter.as_deref().is_none_or(matches)
+            && !args.skip.iter().any(|s| matches(s))
+    }
+
+    struct Group<E> {
+        environment: Mutex<Option<E>>,
+        /// Selected trials of the group not yet finished.
+        left: AtomicUsize,
+        start: Start<E>,
+        started: Instant,
+    }
+
+    /// `behaviours` as trials, in this order, on one `E` that `start` makes
+    /// when the first selected one runs and that is dropped when the last
+    /// selected one ends, so that two groups never run at once. A trial
+    /// that panics fails under its name; the ones after it still run on
+    /// the same environment. Each prints how long it took and when it ended
+    /// (seconds since the trials were made).
+    pub fn group<E: Send + 'static>(
+        args: &Arguments,
+        runtime: &Arc<Runtime>,
+        start: Start<E>,
+        behaviours: Vec<(&'static str, Behaviour<E>)>,
+    ) -> Vec<Trial> {
+        let group = Arc::new(Group {
+            environment: Mutex::new(None),
+            left: AtomicUsize::new(
+                behaviours
+                    .iter()
+                    .filter(|(name, _)| selected(args, name))
+                    .count(),
+            ),
+            start,
+            started: Instant::now(),
+        });
+        behaviours
+            .into_iter()
+            .map(|(name, behaviour)| {
+                let (group, runtime) = (group.clone(), runtime.clone());
+                Trial::test(name, move || {
+                    let outcome = catch_unwind(AssertUnwindSafe(|| {
+                        let mut environment =
+                            group.environment.lock().unwrap_or_else(|e| e.into_inner());
+                        let environment = environment.get_or_insert_with(|| {
+                            let t0 = Instant::now();
+                            let made = runtime.block_on((group.start)());
+                            eprintln!("environment ready in {:.1} s", t0.elapsed().as_secs_f64());
+                            made
+                        });
+                        let t0 = Instant::now();
+                        runtime.block_on(behaviour(environment));
+                        eprintln!(
+                            "{name} done in {:.1} s, at {:.1} s",
+                            t0.elapsed().as_secs_f64(),
+                            group.started.elapsed().as_secs_f64()
+                        );
+                    }));
+                    if group.left.fetch_sub(1, Ordering::SeqCst) == 1 {
+                        let last = group
+                            .environment
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .take();
+                        let _inside = runtime.enter();
+                        drop(last);
+                        eprintln!(
+                            "environment of {name} stopped after {:.1} s",
+                            group.started.elapsed().as_secs_f64()
+                        );
+                    }
+                    if let Err(panic) = outcome {
+                        resume_unwind(panic);
+                    }
+                    Ok::<(), Failed>(())
+                })
+            })
+            .collect()
+    }
+
+    /// A multi-thread runtime for [`group`]: the environment's in-process
+    /// servers keep answering between `block_on`s.
+    pub fn runtime() -> Arc<Runtime> {
+        Arc::new(
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        )
+    }
+}
