@@ -16,6 +16,7 @@
 //!   a newer mcs-api CRD bundle.
 //! - [`limits`]: the CRD and apiserver limits both sources check objects
 //!   against.
+//! - [`locality`]: which imports are local-first (`trafficDistribution`).
 //! - [`stripped`]: objects decoded with only what their reader keeps (the
 //!   DNS source's and the controller's watches, the controller's writes).
 //!
@@ -62,6 +63,7 @@ mod cluster_property;
 pub mod crds;
 pub mod install;
 pub mod limits;
+pub mod locality;
 mod service_export;
 mod service_import;
 pub mod stripped;
