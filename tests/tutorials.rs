@@ -489,7 +489,7 @@ fn tutorials_run_as_written() {
         })
         .collect();
     tutorials.sort();
-    assert_eq!(tutorials.len(), 4, "tutorials found: {tutorials:?}");
+    assert_eq!(tutorials.len(), 5, "tutorials found: {tutorials:?}");
     for tutorial in &tutorials {
         let t0 = Instant::now();
         let blue_green = tutorial.to_string_lossy().contains("blue-green");
