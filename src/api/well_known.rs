@@ -44,6 +44,9 @@ pub const ENDPOINTSLICE_CONTROLLER_NAME: &str = "endpointslice-controller.k8s.io
 /// slices only when a derived Service should be programmed by kube-proxy.
 pub const LABEL_KUBERNETES_SERVICE_NAME: &str = "kubernetes.io/service-name";
 
+/// Label of a `Node`: the zone kube-proxy on it reads hints for.
+pub const LABEL_TOPOLOGY_ZONE: &str = "topology.kubernetes.io/zone";
+
 /// Annotation on a `ServiceImport`: name of the derived ("shadow") `Service`
 /// that carries its cluster-set IP in the reference implementation.
 pub const ANNOTATION_DERIVED_SERVICE: &str = "multicluster.kubernetes.io/derived-service";

@@ -4,8 +4,8 @@
 //! Every cluster (this one and each peer) has a [`ClusterData`] holding
 //! ServiceExports, Services and MCS EndpointSlices. This cluster's store also
 //! holds what only the local cluster has: the Kubernetes EndpointSlices of
-//! local Services (mirrored for export), the ServiceImports, the Namespaces
-//! and the ServiceCIDRs. Each kind is fed by a [`crate::watch::Watch`], so a
+//! local Services (mirrored for export), the ServiceImports, the Namespaces,
+//! the ServiceCIDRs and the zones of the Nodes. Each kind is fed by a [`crate::watch::Watch`], so a
 //! relist replaces a kind's state in one step, and each store remembers the
 //! services its changes touched ([`Objects::take_touched`]), so the
 //! reconciler recomputes only those.
@@ -13,13 +13,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::ResourceExt;
+use kube::core::PartialObjectMeta;
 
 use super::lean::Lean;
-use crate::api::well_known::{LABEL_KUBERNETES_SERVICE_NAME, LABEL_SERVICE_NAME};
+use crate::api::well_known::{
+    LABEL_KUBERNETES_SERVICE_NAME, LABEL_SERVICE_NAME, LABEL_TOPOLOGY_ZONE,
+};
 use crate::api::{ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
 use crate::watch::IndexResource;
@@ -326,7 +329,12 @@ pub struct LocalData {
     /// IP families the cluster's Services can have (from its ServiceCIDRs),
     /// primary first.
     pub ip_families: Vec<String>,
+    /// The zones of the Nodes (the empty zone for a Node without the zone
+    /// label, as kube-proxy reads it): what local-first hints name.
+    pub node_zones: BTreeSet<String>,
     service_cidrs: BTreeMap<String, Vec<String>>,
+    /// Each Node's zone, by name.
+    nodes: BTreeMap<String, String>,
     all_touched: bool,
 }
 
@@ -337,7 +345,9 @@ impl Default for LocalData {
             imports: Objects::new(named),
             namespaces: BTreeSet::new(),
             ip_families: Vec::new(),
+            node_zones: BTreeSet::new(),
             service_cidrs: BTreeMap::new(),
+            nodes: BTreeMap::new(),
             all_touched: false,
         }
     }
@@ -464,6 +474,40 @@ impl IndexResource<ServiceCIDR> for LocalData {
     }
 }
 
+/// Nodes, read as metadata only: their zone is all the controller uses.
+impl IndexResource<PartialObjectMeta<Node>> for LocalData {
+    type Listed = (String, String);
+
+    fn apply(&mut self, node: PartialObjectMeta<Node>) {
+        let (name, zone) = zone_of(node);
+        self.nodes.insert(name, zone);
+        self.recompute_zones();
+    }
+
+    fn delete(&mut self, node: PartialObjectMeta<Node>) {
+        self.nodes.remove(&node.name_any());
+        self.recompute_zones();
+    }
+
+    fn listed(&mut self, node: PartialObjectMeta<Node>) -> Option<Self::Listed> {
+        Some(zone_of(node))
+    }
+
+    fn reset(&mut self, listed: Vec<Self::Listed>) {
+        self.nodes = listed.into_iter().collect();
+        self.recompute_zones();
+    }
+}
+
+fn zone_of(node: PartialObjectMeta<Node>) -> (String, String) {
+    let zone = node
+        .labels()
+        .get(LABEL_TOPOLOGY_ZONE)
+        .cloned()
+        .unwrap_or_default();
+    (node.name_any(), zone)
+}
+
 fn cidrs_of(cidr: ServiceCIDR) -> (String, Vec<String>) {
     let name = cidr.name_any();
     let cidrs = cidr.spec.and_then(|spec| spec.cidrs).unwrap_or_default();
@@ -475,6 +519,16 @@ impl LocalData {
     /// that may change any service.
     pub fn take_all_touched(&mut self) -> bool {
         std::mem::take(&mut self.all_touched)
+    }
+
+    /// The set of zones; a new or vanished zone may change the hints of
+    /// any local-first service (a Node joining a known zone changes none).
+    fn recompute_zones(&mut self) {
+        let zones: BTreeSet<String> = self.nodes.values().cloned().collect();
+        if zones != self.node_zones {
+            self.node_zones = zones;
+            self.all_touched = true;
+        }
     }
 
     /// The families of the ServiceCIDRs, the default one (`kubernetes`,

@@ -13,11 +13,12 @@
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::Client;
 use kube::api::Api;
+use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event as WatcherEvent};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -65,6 +66,8 @@ pub enum WatchEvent {
     Namespaces(Result<WatcherEvent<Namespace>, watcher::Error>),
     /// ServiceCIDRs (local only): which IP families Services can have.
     ServiceCidrs(Result<WatcherEvent<ServiceCIDR>, watcher::Error>),
+    /// Nodes' metadata (local only): the zones local-first hints name.
+    Nodes(Result<WatcherEvent<PartialObjectMeta<Node>>, watcher::Error>),
 }
 
 /// What a cluster task reports.
@@ -207,9 +210,15 @@ pub fn connect(
                 reports.clone(),
             ));
             tasks.push(forward(
-                key,
-                watch::stream(Api::<ServiceCIDR>::all(client), all),
+                key.clone(),
+                watch::stream(Api::<ServiceCIDR>::all(client.clone()), all.clone()),
                 WatchEvent::ServiceCidrs,
+                reports.clone(),
+            ));
+            tasks.push(forward(
+                key,
+                watch::stream(Api::<PartialObjectMeta<Node>>::all(client), all),
+                WatchEvent::Nodes,
                 reports,
             ));
         }

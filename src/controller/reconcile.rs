@@ -30,11 +30,14 @@ use super::cluster::{ClusterData, LocalData, is_ours};
 use super::conditions::{ImportReadiness, export_conditions, import_ready};
 use super::merge::{ExportedService, Invalid, Merged, merge, project};
 use super::naming::derived_service_name;
+use crate::api::locality::Locality;
 use crate::api::{
     ClusterStatus, EndpointSliceObjects, ServiceImport, ServiceImportStatus, ServiceImportType,
 };
 use crate::model::ServiceRef;
 
+use self::hints::Hints;
+pub use self::hints::LocalFirst;
 pub use self::objects::export_status_object;
 use self::objects::{
     delete, derived_differs, derived_service, import_differs, import_object, owner_reference,
@@ -195,6 +198,8 @@ pub struct Plan {
     pub export_reason: Option<&'static str>,
     /// Every usable cluster's valid export (what was merged).
     pub exports: Vec<ExportedService>,
+    /// For a local-first clusterset IP, what its hints make kube-proxy do.
+    pub local_first: Option<LocalFirst>,
 }
 
 /// Plans the writes for `service`: its import, derived Service, slices and
@@ -221,6 +226,11 @@ pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
     let mut creating_import = false;
     if let Some(merged) = merged.as_ref().filter(|_| observed.namespace_exists) {
         let target = Target::new(inputs, merged, &observed);
+        let hints = target
+            .want_derived
+            .then(|| local_first_hints(inputs, service, merged))
+            .flatten();
+        plan.local_first = hints.as_ref().map(Hints::summary);
         kept.import = true;
         creating_import = observed.import.is_none();
         plan.writes
@@ -242,6 +252,7 @@ pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
                         families: &target.families,
                         derived_name: &observed.derived_name,
                         owner: &owner,
+                        hints: hints.as_ref(),
                     };
                     desired_slices = context.desired(inputs, &mut plan.rejected);
                 }
@@ -281,6 +292,23 @@ pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
     plan.merged = merged;
     plan.exports = exports;
     plan
+}
+
+/// The hints of a clusterset IP in this cluster, from this cluster's
+/// endpoints if it exports the service; `None` when the import spreads.
+fn local_first_hints(inputs: &Inputs<'_>, service: &ServiceRef, merged: &Merged) -> Option<Hints> {
+    let exported_here = merged.clusters.iter().any(|c| c == inputs.local_id);
+    let local = inputs
+        .local_only
+        .kubernetes_slices
+        .of(service)
+        .filter(|_| exported_here)
+        .flat_map(|slice| slice.endpoints.iter());
+    Hints::new(
+        Locality::of(merged.spec.traffic_distribution.as_deref()),
+        &inputs.local_only.node_zones,
+        local,
+    )
 }
 
 /// What this cluster holds now for one service, as far as we own it.
@@ -560,6 +588,7 @@ fn names_unknown_peer(import: &ServiceImport, unknown: &BTreeSet<String>) -> boo
             .is_some_and(|status| status.clusters.iter().any(|c| unknown.contains(&c.cluster)))
 }
 
+mod hints;
 mod objects;
 mod slices;
 

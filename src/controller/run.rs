@@ -146,6 +146,7 @@ struct LocalWatches {
     imports: Watch<Lean<ServiceImport>, Objects<ServiceImport>>,
     namespaces: Watch<k8s_openapi::api::core::v1::Namespace, LocalData>,
     cidrs: Watch<k8s_openapi::api::networking::v1::ServiceCIDR, LocalData>,
+    nodes: Watch<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node>, LocalData>,
 }
 
 impl LocalWatches {
@@ -158,6 +159,7 @@ impl LocalWatches {
             imports: Watch::new("serviceimports"),
             namespaces: Watch::new("namespaces"),
             cidrs: Watch::new("servicecidrs"),
+            nodes: Watch::new("nodes"),
         }
     }
 
@@ -169,6 +171,7 @@ impl LocalWatches {
             && self.imports.health().synced()
             && self.namespaces.health().synced()
             && self.cidrs.health().synced()
+            && self.nodes.health().synced()
     }
 }
 
@@ -336,6 +339,7 @@ impl Controller {
                     }
                     WatchEvent::Namespaces(e) => w.namespaces.handle(&mut self.local_only, e, now),
                     WatchEvent::ServiceCidrs(e) => w.cidrs.handle(&mut self.local_only, e, now),
+                    WatchEvent::Nodes(e) => w.nodes.handle(&mut self.local_only, e, now),
                 };
                 match outcome.verdict() {
                     Verdict::Fatal(message) => {
@@ -466,6 +470,7 @@ impl Controller {
             "conflict": plan.merged.as_ref().and_then(|m| m.conflict.as_ref()).map(|c| serde_json::json!({"reason": c.reason, "message": c.message})),
             "spec": plan.merged.as_ref().map(|m| serde_json::to_value(&m.spec).unwrap_or_default()),
             "fields": plan.merged.as_ref().map(|m| super::merge::field_decisions(&plan.exports, m)),
+            "local_first": plan.local_first,
             "pending_writes": plan.writes.iter().map(|w| format!("{:?}", w.kind())).collect::<Vec<_>>(),
             "deferred": plan.deferred,
         })

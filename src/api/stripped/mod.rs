@@ -4,8 +4,8 @@
 //!
 //! `managedFields`, a Service's annotations (often the whole object again,
 //! in `kubectl.kubernetes.io/last-applied-configuration`) and status, the
-//! endpoint fields that name objects of the source cluster (node names,
-//! target references, hints) are skipped by the JSON parser without being
+//! endpoint fields the reader does not use (target references; for the DNS
+//! source also node names and hints) are skipped by the JSON parser without being
 //! built. At thousands of slices that is most of the decoding work and of
 //! the transient memory of a list.
 //!
@@ -21,7 +21,9 @@ use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::api::discovery::v1::{
+    Endpoint, EndpointConditions, EndpointHints, EndpointPort, EndpointSlice,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::Resource;
 use kube::core::DynamicObject;
@@ -84,7 +86,7 @@ impl Side for Dns {
 
 impl Side for Controller {
     type Meta = ControllerMeta<KeptAnnotations>;
-    type Endpoint = CrossCluster;
+    type Endpoint = ControllerEndpoint;
 }
 
 /// Metadata the DNS source reads: names, labels (the service and cluster
@@ -217,25 +219,32 @@ impl From<DnsEndpoint> for Endpoint {
     }
 }
 
-/// An endpoint as it crosses clusters: addresses, conditions, hostname and
-/// zone. Node names, target references and hints name objects of the
-/// source cluster, which in another cluster would name foreign objects.
+/// An endpoint as the controller reads it: what crosses clusters
+/// ([`cross_cluster`]), and the node name and hints that a local-first
+/// import's hints are computed from and compared with (src/controller
+/// reconcile/hints.rs). Target references name objects the controller never
+/// reads.
 #[derive(Deserialize)]
-pub struct CrossCluster {
+#[serde(rename_all = "camelCase")]
+pub struct ControllerEndpoint {
     #[serde(default)]
     addresses: Vec<String>,
     conditions: Option<EndpointConditions>,
     hostname: Option<String>,
     zone: Option<String>,
+    node_name: Option<String>,
+    hints: Option<EndpointHints>,
 }
 
-impl From<CrossCluster> for Endpoint {
-    fn from(endpoint: CrossCluster) -> Self {
-        let CrossCluster {
+impl From<ControllerEndpoint> for Endpoint {
+    fn from(endpoint: ControllerEndpoint) -> Self {
+        let ControllerEndpoint {
             mut addresses,
             conditions,
             hostname,
             zone,
+            node_name,
+            hints,
         } = endpoint;
         // A decoded Vec grows by doubling (four slots for one address):
         // thousands of slices make the slack count.
@@ -245,21 +254,25 @@ impl From<CrossCluster> for Endpoint {
             conditions,
             hostname,
             zone,
+            node_name,
+            hints,
             ..Endpoint::default()
         }
     }
 }
 
 /// `endpoint` as it is mirrored into, and copied from, another cluster:
-/// the fields the controller's watches decode ([`CrossCluster`]).
+/// addresses, conditions, hostname and zone. Node names and hints belong to
+/// the cluster that wrote them; in another cluster they would name foreign
+/// nodes and zones.
 pub fn cross_cluster(endpoint: &Endpoint) -> Endpoint {
-    CrossCluster {
+    Endpoint {
         addresses: endpoint.addresses.clone(),
         conditions: endpoint.conditions.clone(),
         hostname: endpoint.hostname.clone(),
         zone: endpoint.zone.clone(),
+        ..Endpoint::default()
     }
-    .into()
 }
 
 impl<'de, S: Side> Deserialize<'de> for Stripped<EndpointSlice, S> {

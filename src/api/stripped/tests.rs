@@ -79,13 +79,11 @@ fn a_service_keeps_metadata_and_spec_but_not_annotations_or_status() {
 }
 
 #[test]
-fn the_controller_keeps_of_a_slice_what_is_copied_and_drops_what_names_the_source_cluster() {
+fn the_controller_keeps_of_a_slice_what_it_copies_and_hints_from_but_not_target_references() {
     let value = slice();
     let mut expected: EndpointSlice = full(&value);
     for endpoint in &mut expected.endpoints {
-        endpoint.node_name = None;
         endpoint.target_ref = None;
-        endpoint.hints = None;
     }
     let slice: EndpointSlice = lean(&value);
     assert_eq!(slice, expected);
@@ -96,9 +94,17 @@ fn the_controller_keeps_of_a_slice_what_is_copied_and_drops_what_names_the_sourc
     );
     // Held whole (as a peer's slice is read), an endpoint crosses clusters
     // with what the decoding keeps.
+    // Node names and hints are read (local-first hints) but never cross.
+    assert_eq!(slice.endpoints[0].node_name.as_deref(), Some("n1"));
+    assert!(slice.endpoints[0].hints.is_some());
     let whole: EndpointSlice = serde_json::from_value(value).unwrap();
     let crossed: Vec<Endpoint> = whole.endpoints.iter().map(cross_cluster).collect();
-    assert_eq!(crossed, slice.endpoints);
+    let mut without_local_fields = slice.endpoints.clone();
+    for endpoint in &mut without_local_fields {
+        endpoint.node_name = None;
+        endpoint.hints = None;
+    }
+    assert_eq!(crossed, without_local_fields);
 }
 
 /// The DNS source's memory per endpoint: nothing beyond what the index

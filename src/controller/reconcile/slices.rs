@@ -1,7 +1,8 @@
 //! The MCS EndpointSlices of one service: this cluster's own Kubernetes
 //! slices mirrored, and usable peers' mirrored slices copied, each checked
 //! as untrusted input (routable addresses of the slice's family, the API's
-//! endpoint limit).
+//! endpoint limit); for a local-first clusterset IP, every endpoint hinted
+//! ([`super::hints`]).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -11,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use kube::ResourceExt;
 
+use super::hints::Hints;
 use super::{Inputs, MAX_SLICE_ENDPOINTS};
 use crate::api::stripped::cross_cluster;
 use crate::api::well_known::{
@@ -27,6 +29,10 @@ pub(super) struct SliceContext<'a> {
     pub(super) families: &'a [String],
     pub(super) derived_name: &'a str,
     pub(super) owner: &'a OwnerReference,
+    /// The hints of a local-first clusterset IP; `None` when it spreads,
+    /// and for a headless import (its answers are the DNS server's to
+    /// order).
+    pub(super) hints: Option<&'a Hints>,
 }
 
 impl SliceContext<'_> {
@@ -39,10 +45,11 @@ impl SliceContext<'_> {
         rejected: &mut Vec<(String, &'static str)>,
     ) -> BTreeMap<String, EndpointSlice> {
         let mut desired = BTreeMap::new();
+        let hints = self.hints;
         for cluster in &self.merged.clusters {
             if cluster == inputs.local_id {
                 for source in inputs.local_only.kubernetes_slices.of(self.service) {
-                    if let Some(slice) = self.mirror(inputs.local_id, source) {
+                    if let Some(slice) = self.mirror(inputs.local_id, source, hints) {
                         desired.insert(slice.name_any(), slice);
                     }
                 }
@@ -52,7 +59,7 @@ impl SliceContext<'_> {
                 .find(|peer| peer.usable && peer.id == cluster)
             {
                 for source in peer.data.mcs_slices.of(self.service) {
-                    match self.copy(peer.id, source) {
+                    match self.copy(peer.id, source, hints) {
                         Ok(Some(slice)) => {
                             desired.insert(slice.name_any(), slice);
                         }
@@ -125,14 +132,27 @@ impl SliceContext<'_> {
 
     /// This cluster's Kubernetes slice of an exported Service as an MCS
     /// slice: endpoints without the references to local objects (peers copy
-    /// it verbatim, and there those would name foreign objects).
-    fn mirror(&self, local_id: &str, source: &EndpointSlice) -> Option<EndpointSlice> {
+    /// it verbatim, and there those would name foreign objects), with this
+    /// cluster's hints (peers drop them).
+    fn mirror(
+        &self,
+        local_id: &str,
+        source: &EndpointSlice,
+        hints: Option<&Hints>,
+    ) -> Option<EndpointSlice> {
         let family = Self::family_of(&source.address_type)?;
         if !self.families.iter().any(|f| f == family) {
             return None;
         }
         let source_name = source.metadata.name.clone()?;
-        let endpoints = source.endpoints.iter().map(cross_cluster).collect();
+        let endpoints = source
+            .endpoints
+            .iter()
+            .map(|endpoint| Endpoint {
+                hints: hints.map(|hints| hints.local(endpoint)),
+                ..cross_cluster(endpoint)
+            })
+            .collect();
         let name = mirrored_slice_name(
             &self.service.namespace,
             &self.service.name,
@@ -149,11 +169,13 @@ impl SliceContext<'_> {
         ))
     }
 
-    /// A peer's mirrored slice, checked as untrusted input.
+    /// A peer's mirrored slice, checked as untrusted input, with this
+    /// cluster's hints for another cluster's endpoints.
     fn copy(
         &self,
         peer: &str,
         source: &EndpointSlice,
+        hints: Option<&Hints>,
     ) -> Result<Option<EndpointSlice>, &'static str> {
         let labels = source.labels();
         if labels.get(LABEL_SOURCE_CLUSTER).map(String::as_str) != Some(peer)
@@ -181,7 +203,10 @@ impl SliceContext<'_> {
             if !valid {
                 return Err("slice has an address that is not a routable unicast IP");
             }
-            endpoints.push(cross_cluster(endpoint));
+            endpoints.push(Endpoint {
+                hints: hints.map(Hints::remote),
+                ..cross_cluster(endpoint)
+            });
         }
         let source_name = source
             .annotations()

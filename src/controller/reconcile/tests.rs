@@ -538,3 +538,151 @@ fn only_routable_unicast_addresses_of_the_family_pass() {
         assert!(!routable(bad, "IPv6"), "{bad}");
     }
 }
+
+/// A local-first clusterset IP: exported from here (a) and from b, both
+/// with `trafficDistribution: PreferClose`, on nodes of zones x and y.
+fn local_first_world(local_ips: &[(&str, &str, bool)]) -> World {
+    let local_first = |mut svc: Service| {
+        svc.spec.as_mut().unwrap().traffic_distribution = Some("PreferClose".into());
+        svc
+    };
+    let mut world = World::new();
+    world.local_only.node_zones = ["x".to_owned(), "y".to_owned()].into();
+    world.local.exports.apply(export("web", 0));
+    world.local.services.apply(local_first(service("web", 80)));
+    let mut slice = kubernetes_slice("web", &[]);
+    slice.endpoints = local_ips
+        .iter()
+        .map(|(ip, zone, ready)| Endpoint {
+            zone: Some((*zone).into()),
+            conditions: Some(EndpointConditions {
+                ready: Some(*ready),
+                ..EndpointConditions::default()
+            }),
+            ..endpoint(ip)
+        })
+        .collect();
+    world.local_only.kubernetes_slices.apply(slice);
+    let peer = world.peer("b");
+    peer.exports.apply(export("web", 1));
+    peer.services.apply(local_first(service("web", 80)));
+    peer.mcs_slices
+        .apply(peer_slice("b", "web", &["10.3.0.1", "10.3.0.2"]));
+    world
+}
+
+/// Each slice's endpoints as (address, zone hints, node hints).
+fn hints_of(world: &World) -> BTreeSet<(String, Vec<String>, Option<Vec<String>>)> {
+    world
+        .slices()
+        .iter()
+        .flat_map(|slice| slice.endpoints.iter())
+        .map(|e| {
+            let hints = e.hints.as_ref().expect("every endpoint is hinted");
+            (
+                e.addresses[0].clone(),
+                hints
+                    .for_zones
+                    .iter()
+                    .flatten()
+                    .map(|z| z.name.clone())
+                    .collect(),
+                hints
+                    .for_nodes
+                    .as_ref()
+                    .map(|n| n.iter().map(|n| n.name.clone()).collect()),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_local_first_clusterset_ip_hints_every_endpoint_and_converges() {
+    let mut world = local_first_world(&[("10.2.0.1", "x", true), ("10.2.0.2", "x", true)]);
+    world.converge("web", 6);
+    let elsewhere = || vec![super::hints::ELSEWHERE.to_owned()];
+    let zones = |z: &[&str]| z.iter().map(|z| (*z).to_owned()).collect::<Vec<_>>();
+    // Zone y has no endpoint of a: its nodes use x's, not b's.
+    assert_eq!(
+        hints_of(&world),
+        [
+            ("10.2.0.1".to_owned(), zones(&["x", "y"]), None),
+            ("10.2.0.2".to_owned(), zones(&["x", "y"]), None),
+            ("10.3.0.1".to_owned(), elsewhere(), None),
+            ("10.3.0.2".to_owned(), elsewhere(), None),
+        ]
+        .into()
+    );
+    // The import itself says what was asked.
+    assert_eq!(
+        world
+            .import("web")
+            .unwrap()
+            .spec
+            .traffic_distribution
+            .as_deref(),
+        Some("PreferClose")
+    );
+
+    // One of a's endpoints stops being ready: only its own hints change.
+    world.local_only.kubernetes_slices.apply(
+        local_first_world(&[("10.2.0.1", "x", true), ("10.2.0.2", "y", false)])
+            .local_only
+            .kubernetes_slices
+            .get(NS, "web-abcde")
+            .map(|s| (**s).clone())
+            .unwrap(),
+    );
+    let writes = world.converge("web", 3);
+    assert_eq!(
+        kinds(&writes),
+        [Kind::EndpointSlice],
+        "only a's slice changes"
+    );
+    let hinted = hints_of(&world);
+    assert!(hinted.contains(&("10.2.0.1".to_owned(), zones(&["x", "y"]), None)));
+    assert!(hinted.contains(&("10.2.0.2".to_owned(), zones(&["y"]), None)));
+}
+
+#[test]
+fn a_spread_import_and_a_headless_one_have_no_hints() {
+    let mut world = local_first_world(&[("10.2.0.1", "x", true)]);
+    for (_, data, _) in &mut world.peers {
+        let mut svc = (**data.services.get(NS, "web").unwrap()).clone();
+        svc.spec.as_mut().unwrap().traffic_distribution = None;
+        data.services.apply(svc);
+    }
+    let mut svc = (**world.local.services.get(NS, "web").unwrap()).clone();
+    svc.spec.as_mut().unwrap().traffic_distribution = None;
+    world.local.services.apply(svc);
+    world.converge("web", 6);
+    let slices = world.slices();
+    assert_eq!(slices.len(), 2);
+    assert!(
+        slices
+            .iter()
+            .flat_map(|s| s.endpoints.iter())
+            .all(|e| e.hints.is_none())
+    );
+
+    let mut headless = local_first_world(&[("10.2.0.1", "x", true)]);
+    let make_headless = |data: &mut ClusterData| {
+        let mut svc = (**data.services.get(NS, "web").unwrap()).clone();
+        let spec = svc.spec.as_mut().unwrap();
+        spec.cluster_ip = Some("None".into());
+        spec.cluster_ips = Some(vec!["None".into()]);
+        data.services.apply(svc);
+    };
+    make_headless(&mut headless.local);
+    for (_, data, _) in &mut headless.peers {
+        make_headless(data);
+    }
+    headless.converge("web", 6);
+    assert!(
+        headless
+            .slices()
+            .iter()
+            .flat_map(|s| s.endpoints.iter())
+            .all(|e| e.hints.is_none())
+    );
+}

@@ -1,0 +1,103 @@
+//! The YAML and JSON examples of the README and docs/ parse: a YAML block
+//! is Kubernetes objects that decode as their kind (a typo in a field
+//! name of a known kind fails here), a JSON block is one JSON value. The
+//! Corefiles, shell commands and tutorials have tests of their own
+//! (tests/corefiles.rs, tests/install.rs, tests/tutorials.rs).
+
+mod markdown;
+
+use k8s_openapi::api::core::v1::{Secret, Service};
+use serde_json::Value;
+
+fn files() -> Vec<String> {
+    let mut files = vec!["README.md".to_owned()];
+    files.extend(markdown::markdown_files("docs"));
+    files
+}
+
+/// Decodes `value` as `K` and fails on a field `K` does not have: the
+/// typed object, serialized back, must hold every field the YAML had.
+fn decodes_as<K: serde::de::DeserializeOwned + serde::Serialize>(value: &Value, place: &str) {
+    let typed: K = serde_json::from_value(value.clone())
+        .unwrap_or_else(|e| panic!("{place}: not a valid object of its kind: {e}"));
+    let back = serde_json::to_value(&typed).unwrap();
+    fn missing(want: &Value, have: &Value, path: &str, out: &mut Vec<String>) {
+        match (want, have) {
+            (Value::Object(w), Value::Object(h)) => {
+                for (key, value) in w {
+                    match h.get(key) {
+                        Some(inner) => missing(value, inner, &format!("{path}.{key}"), out),
+                        None => out.push(format!("{path}.{key}")),
+                    }
+                }
+            }
+            (Value::Array(w), Value::Array(h)) => {
+                for (i, (value, inner)) in w.iter().zip(h).enumerate() {
+                    missing(value, inner, &format!("{path}[{i}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut unknown = Vec::new();
+    missing(value, &back, "", &mut unknown);
+    assert!(unknown.is_empty(), "{place}: unknown fields {unknown:?}");
+}
+
+#[test]
+fn yaml_examples_are_kubernetes_objects_of_their_kind() {
+    let mut checked = 0;
+    for file in files() {
+        for block in markdown::blocks(&file) {
+            if block.language() != "yaml" {
+                continue;
+            }
+            let place = block.place();
+            let objects: Vec<Value> = serde_saphyr::from_multiple(&block.text)
+                .unwrap_or_else(|e| panic!("{place}: not YAML: {e}"));
+            assert!(!objects.is_empty(), "{place}: empty");
+            for object in &objects {
+                let kind = object["kind"].as_str();
+                assert!(
+                    object["apiVersion"].is_string() && kind.is_some(),
+                    "{place}: not a Kubernetes object (apiVersion, kind): {object}"
+                );
+                assert!(
+                    object["metadata"]["name"].is_string(),
+                    "{place}: no metadata.name"
+                );
+                match kind {
+                    Some("Service") => decodes_as::<Service>(object, &place),
+                    Some("Secret") => decodes_as::<Secret>(object, &place),
+                    Some(other) => panic!("{place}: add a decoder for kind {other} here"),
+                    None => unreachable!(),
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 0, "no YAML example found: the test looks in the wrong place");
+}
+
+#[test]
+fn json_examples_parse() {
+    for file in files() {
+        for block in markdown::blocks(&file) {
+            if block.language() == "json" {
+                serde_json::from_str::<Value>(&block.text)
+                    .unwrap_or_else(|e| panic!("{}: not JSON: {e}", block.place()));
+            }
+        }
+    }
+}
+
+/// The checker itself: a misspelt field is caught.
+#[test]
+fn a_misspelt_field_is_caught() {
+    let value = serde_json::json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"},
+        "spec": {"trafficDistributon": "PreferClose"}
+    });
+    let caught = std::panic::catch_unwind(|| decodes_as::<Service>(&value, "here"));
+    assert!(caught.is_err());
+}
