@@ -76,7 +76,10 @@ fn yaml_examples_are_kubernetes_objects_of_their_kind() {
             }
         }
     }
-    assert!(checked > 0, "no YAML example found: the test looks in the wrong place");
+    assert!(
+        checked > 0,
+        "no YAML example found: the test looks in the wrong place"
+    );
 }
 
 #[test]

@@ -335,14 +335,25 @@ fn run_tutorial(demo: &Demo, tutorial: &Path) {
     for step in &steps {
         let want = normalise(&step.expected);
         let started = Instant::now();
+        let mut runs = 0;
         let got = loop {
             let got = shell.run(&step.command);
+            runs += 1;
             if normalise(&got) == want || !read_only(&step.command) || started.elapsed() > CONVERGE
             {
                 break got;
             }
             std::thread::sleep(Duration::from_secs(1));
         };
+        // Where a slow tutorial spends its time (shown with --nocapture).
+        let took = started.elapsed();
+        if runs > 1 || took > Duration::from_secs(2) {
+            eprintln!(
+                "{name}:{}: {:.1} s, {runs} run(s)",
+                step.line,
+                took.as_secs_f64()
+            );
+        }
         assert_eq!(
             normalise(&got),
             want,
