@@ -366,6 +366,10 @@ fn main() {
             "a_large_slice_is_copied_one_to_one_and_removed_exactly",
             |cs| Box::pin(large_slices(cs)),
         ),
+        (
+            "a_local_first_import_hints_every_slice_for_this_clusters_zones",
+            |cs| Box::pin(local_first_hints(cs)),
+        ),
         ("a_converged_clusterset_makes_no_writes", |cs| {
             Box::pin(idle(cs))
         }),
@@ -1647,6 +1651,205 @@ async fn conflicts(cs: &Clusterset) {
 }
 
 /// C13: after convergence, no input change means no write.
+/// Each endpoint's (source cluster, zone, zone hints) in `slices`, sorted;
+/// `None` hints for an endpoint without any.
+fn zone_hints(slices: &[EndpointSlice]) -> Vec<(String, Option<String>, Option<Vec<String>>)> {
+    let mut rows: Vec<_> = slices
+        .iter()
+        .flat_map(|s| {
+            let source = s
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("multicluster.kubernetes.io/source-cluster").cloned())
+                .unwrap_or_default();
+            s.endpoints.iter().map(move |e| {
+                (
+                    source.clone(),
+                    e.zone.clone(),
+                    e.hints
+                        .as_ref()
+                        .and_then(|h| h.for_zones.as_ref())
+                        .map(|z| z.iter().map(|z| z.name.clone()).collect()),
+                )
+            })
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// A clusterset IP exported from cluster0 and cluster1 with
+/// `trafficDistribution: PreferClose`: every endpoint of every MCS slice
+/// of the derived Service is hinted, and the apiserver accepts the hints
+/// (the zone no cluster has for other clusters' endpoints, the empty zone
+/// of a Node without the zone label); cluster0's endpoints carry the zones
+/// of cluster0's Nodes, nobody else's; cluster2, which does not export,
+/// sends everywhere (`/explain`). A Node leaving takes its zone out of the
+/// hints. The import spreads again when the field is removed.
+async fn local_first_hints(cs: &Clusterset) {
+    use k8s_openapi::api::core::v1::Node;
+    let (members, ns) = (&cs.members(), "nearby");
+    for m in members {
+        create_namespace(&m.client, ns).await;
+    }
+    // A Node without the zone label in cluster0, tainted so that nothing
+    // of any test runs on it.
+    let nodes: Api<Node> = Api::all(members[0].client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "metadata": {"name": "unzoned", "labels": {"type": "kwok"},
+                    "annotations": {"kwok.x-k8s.io/node": "fake"}},
+                "spec": {"taints": [{"key": "test", "value": "unzoned", "effect": "NoSchedule"}]},
+                "status": {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "10"}},
+            })),
+        )
+        .await
+        .unwrap();
+    for m in &members[..2] {
+        deploy(
+            &m.client,
+            ns,
+            "api",
+            2,
+            false,
+            json!([{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]),
+        )
+        .await;
+        Api::<Service>::namespaced(m.client.clone(), ns)
+            .patch(
+                "api",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"trafficDistribution": "PreferClose"}})),
+            )
+            .await
+            .unwrap();
+        m.cluster
+            .wait_deployment_ready(&m.client, ns, "api", 2)
+            .await;
+        export(&m.client, ns, "api").await;
+    }
+    let elsewhere = Some(vec!["elsewhere.clusterset.invalid".to_owned()]);
+    let hinted = |m: &Member<'_>, own_zones: Vec<String>| {
+        let (client, id, elsewhere) = (m.client.clone(), m.id().to_owned(), elsewhere.clone());
+        async move {
+            let rows = zone_hints(&mcs_slices(&client, ns, "api").await);
+            let sources: std::collections::BTreeSet<&str> =
+                rows.iter().map(|(source, _, _)| source.as_str()).collect();
+            if sources.len() < 2 || rows.len() < 4 {
+                return Err(format!("not both exporters' endpoints yet: {rows:?}"));
+            }
+            for (source, zone, hints) in &rows {
+                if *source != id {
+                    if *hints != elsewhere {
+                        return Err(format!("{source}'s endpoint hinted {hints:?}: {rows:?}"));
+                    }
+                    continue;
+                }
+                let hints = hints.clone().unwrap_or_default();
+                let zone = zone.clone().unwrap_or_default();
+                if !hints.contains(&zone) || hints.iter().any(|z| !own_zones.contains(z)) {
+                    return Err(format!(
+                        "own endpoint in zone {zone:?} hinted {hints:?}, node zones {own_zones:?}"
+                    ));
+                }
+            }
+            // Every zone of this cluster's nodes is someone's hint.
+            let named: std::collections::BTreeSet<&String> = rows
+                .iter()
+                .filter(|(source, _, _)| *source == id)
+                .flat_map(|(_, _, hints)| hints.iter().flatten())
+                .collect();
+            if own_zones.iter().any(|z| !named.contains(z)) {
+                return Err(format!("zones {own_zones:?}, hinted {named:?}"));
+            }
+            Ok(rows)
+        }
+    };
+    let with_unzoned: Vec<String> = vec![String::new(), "zone-a".into(), "zone-b".into()];
+    let rows = members[0]
+        .cluster
+        .wait_for("hints on cluster0's slices", WAIT, || {
+            hinted(&members[0], with_unzoned.clone())
+        })
+        .await;
+    eprintln!("cluster0's hints: {rows:?}");
+    members[1]
+        .cluster
+        .wait_for("hints on cluster1's slices", WAIT, || {
+            hinted(&members[1], vec!["zone-a".into(), "zone-b".into()])
+        })
+        .await;
+    let explained = |m: &Member<'_>| {
+        let port = m.controller.admin_port();
+        async move {
+            let body = http_get(port, "/explain?service=nearby/api").await;
+            serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default()
+        }
+    };
+    let here = explained(&members[0]).await;
+    assert_eq!(here["local_first"]["locality"], "PreferSameZone", "{here}");
+    assert_eq!(here["local_first"]["local_ready"], 2, "{here}");
+    let c = &members[2];
+    let rows = c
+        .cluster
+        .wait_for("cluster2's slices, all hinted elsewhere", WAIT, || async {
+            let rows = zone_hints(&mcs_slices(&c.client, ns, "api").await);
+            if rows.len() == 4 && rows.iter().all(|(_, _, h)| *h == elsewhere) {
+                Ok(rows)
+            } else {
+                Err(format!("{rows:?}"))
+            }
+        })
+        .await;
+    assert_eq!(rows.len(), 4);
+    let there = explained(c).await;
+    assert!(
+        there["local_first"]["kube_proxy"]
+            .as_str()
+            .is_some_and(|s| s.contains("this cluster has none ready")),
+        "{there}"
+    );
+
+    // The unzoned Node goes: its zone leaves the hints.
+    nodes
+        .delete("unzoned", &DeleteParams::default())
+        .await
+        .unwrap();
+    members[0]
+        .cluster
+        .wait_for("hints without the empty zone", WAIT, || {
+            hinted(&members[0], vec!["zone-a".into(), "zone-b".into()])
+        })
+        .await;
+
+    // Without the field the import spreads: no hints anywhere.
+    for m in &members[..2] {
+        Api::<Service>::namespaced(m.client.clone(), ns)
+            .patch(
+                "api",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"trafficDistribution": null}})),
+            )
+            .await
+            .unwrap();
+    }
+    for m in members {
+        m.cluster
+            .wait_for("no hints once the import spreads", WAIT, || async {
+                let rows = zone_hints(&mcs_slices(&m.client, ns, "api").await);
+                if rows.len() == 4 && rows.iter().all(|(_, _, h)| h.is_none()) {
+                    Ok(())
+                } else {
+                    Err(format!("{rows:?}"))
+                }
+            })
+            .await;
+    }
+}
+
 async fn idle(cs: &Clusterset) {
     let members = &cs.members();
     writes_settled(members).await;
