@@ -3,7 +3,10 @@
 //! (`tests/dataplane`: pods in network namespaces, a real kube-proxy per
 //! node, pod CIDRs routed between clusters, cluster DNS at the kube-dns
 //! ClusterIP), and per cluster the controller, clusterset-dns and CoreDNS as
-//! shipped. Clusters a and c are IPv4, b is dual-stack.
+//! shipped. Clusters a and c are IPv4, b is dual-stack. Every cluster's
+//! Nodes alternate between zones `zone-a` and `zone-b` (`kwok-node-0` in
+//! zone-a, `kwok-node-1` in zone-b); a has a third, `kwok-node-2`, in
+//! zone-a.
 //!
 //! Every connection is made from a client pod with `kubectl exec … -- sh -c
 //! 'socat …'`: the name is resolved by the pod's resolver (kube-proxy →
@@ -22,8 +25,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clusterset::{
-    CONVERGE, Clusterset, Dial, IDS, PORTS, assert_routed, export_yaml, namespace_everywhere,
-    ready_pods, server_yaml, service_yaml,
+    CONVERGE, Clusterset, Dial, IDS, PORTS, PodSet, assert_answered_by, assert_routed, export_yaml,
+    namespace_everywhere, pod_set, ready_pods, server_yaml, server_yaml_with, service_yaml,
 };
 use controlplane::ClusterSpec;
 use k8s_openapi::api::core::v1::Pod;
@@ -71,6 +74,21 @@ fn main() {
         ("leftovers_of_a_killed_run_are_removed", |cs| {
             Box::pin(leftovers_of_a_killed_run_are_removed(cs))
         }),
+        ("local_first_failover_and_back", |cs| {
+            Box::pin(local_first_failover_and_back(cs))
+        }),
+        ("spread_without_traffic_distribution", |cs| {
+            Box::pin(spread_without_traffic_distribution(cs))
+        }),
+        ("headless_local_first", |cs| {
+            Box::pin(headless_local_first(cs))
+        }),
+        ("prefer_same_zone_in_cluster", |cs| {
+            Box::pin(prefer_same_zone_in_cluster(cs))
+        }),
+        ("prefer_same_node_in_cluster", |cs| {
+            Box::pin(prefer_same_node_in_cluster(cs))
+        }),
         ("lost_cluster_failover", |cs| {
             Box::pin(lost_cluster_failover(cs))
         }),
@@ -88,7 +106,12 @@ fn main() {
         Some(Arc::new(std::sync::Mutex::new(runtime.block_on(
             Clusterset::start(
                 &[
-                    ClusterSpec::member(0),
+                    // A third node in a: zone-a holds two nodes, so that
+                    // node and zone locality differ there.
+                    ClusterSpec {
+                        nodes: 3,
+                        ..ClusterSpec::member(0)
+                    },
                     ClusterSpec::member_dual_stack(1),
                     ClusterSpec::member(2),
                 ],
@@ -627,6 +650,573 @@ async fn without_root_it_fails_saying_so(_cs: &Clusterset) {
         stderr.contains("needs root") && stderr.contains("network namespaces"),
         "as nobody, the failure does not say what is missing:\n{stderr}"
     );
+}
+
+/// How long a failover, a failback or a move within a cluster through the
+/// clusterset IP may take: the source cluster's EndpointSlice controller,
+/// the MCS controller's slices and hints, kube-proxy's next sync (at most
+/// one a second), and a SYN to a just-programmed address sent again.
+const SWITCH: Duration = Duration::from_secs(30);
+
+/// A Service's `trafficDistribution: PreferClose` (a spec line).
+const PREFER_CLOSE: &str = "  trafficDistribution: PreferClose\n";
+
+/// Pod spec lines spreading the pods of `app` one per zone (hard), so that
+/// a client's zone holds a server whichever node the client is on.
+fn one_per_zone(app: &str) -> String {
+    format!(
+        "      topologySpreadConstraints:\n      - {{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, \
+         whenUnsatisfiable: DoNotSchedule, labelSelector: {{matchLabels: {{app: {app}}}}}}}\n"
+    )
+}
+
+/// Issue 22, local first by connections: `web` is exported from a and b,
+/// both Services with `trafficDistribution: PreferClose` (their pods one
+/// per zone). From a, every connection to the clusterset IP lands on a's
+/// pods; a's Deployment scaled to 0, every one lands on b within
+/// [`SWITCH`], none failing after the switch, and on both of b's pods;
+/// scaled back, every one returns to a. The same from b. From c, which
+/// does not export, connections spread over a and b.
+async fn local_first_failover_and_back(cs: &Clusterset) {
+    let ns = "lfirst";
+    namespace_everywhere(cs, ns).await;
+    for i in [0, 1] {
+        cs.apply(
+            i,
+            &server_yaml_with(ns, "web", "web", 2, IDS[i], &one_per_zone("web")),
+        )
+        .await;
+        cs.apply(i, &service_yaml(ns, "web", PORTS, PREFER_CLOSE))
+            .await;
+        cs.wait_serving(i, ns, "web", 2).await;
+        cs.apply(i, &export_yaml(ns, "web")).await;
+    }
+    for i in 0..3 {
+        cs.wait_import(i, ns, "web", &IDS[..2], Some("PreferClose"))
+            .await;
+    }
+    let dial = Dial::new("web.lfirst.svc.clusterset.local", "tcp", 4, 80);
+    let mut both = BTreeMap::new();
+    for i in [0, 1] {
+        both.insert(IDS[i].to_owned(), ready_pods(cs, i, ns, "web").await);
+    }
+    cs.wait_routed(2, ns, &dial, &IDS[..2]).await;
+    let answers = cs.connect(2, ns, &dial, 30);
+    assert_routed(
+        "cluster-c (exports nothing) → web, PreferClose",
+        &answers,
+        &both,
+        &IDS[..2],
+    );
+
+    for (local, remote) in [(0, 1), (1, 0)] {
+        let (here, there) = (IDS[local], IDS[remote]);
+        let local_pods = pod_set(local, &cs.wait_serving(local, ns, "web", 2).await);
+        let remote_pods = pod_set(remote, &cs.wait_serving(remote, ns, "web", 2).await);
+        cs.wait_answered_by(
+            local,
+            ns,
+            "client",
+            &dial,
+            &local_pods,
+            10,
+            CONVERGE,
+            &format!("{here} → web, local first"),
+        )
+        .await;
+        let answers = cs.connect(local, ns, &dial, 30);
+        assert_answered_by(
+            &format!("{here} → web while {here} has ready pods"),
+            &answers,
+            &local_pods,
+            false,
+        );
+
+        cs.scale(local, ns, "deployment/web", 0);
+        let (switched, failed) = cs
+            .wait_answered_by(
+                local,
+                ns,
+                "client",
+                &dial,
+                &remote_pods,
+                5,
+                SWITCH,
+                &format!("{here} → web after {here} was scaled to 0"),
+            )
+            .await;
+        eprintln!(
+            "local_first_failover_and_back: {here} scaled to 0 → every connection from {here} \
+             on {there} {:.1} s later ({} failed on the way)",
+            switched.as_secs_f64(),
+            failed.len()
+        );
+        let answers = cs.connect(local, ns, &dial, 30);
+        assert_answered_by(
+            &format!("{here} → web after the switch to {there}"),
+            &answers,
+            &remote_pods,
+            true,
+        );
+
+        cs.scale(local, ns, "deployment/web", 2);
+        let scaled = Instant::now();
+        let local_pods = pod_set(local, &cs.wait_serving(local, ns, "web", 2).await);
+        let serving = scaled.elapsed();
+        let (returned, _) = cs
+            .wait_answered_by(
+                local,
+                ns,
+                "client",
+                &dial,
+                &local_pods,
+                5,
+                SWITCH,
+                &format!("{here} → web after {here} was scaled back"),
+            )
+            .await;
+        eprintln!(
+            "local_first_failover_and_back: {here} scaled back → its pods serving {:.1} s later, \
+             every connection from {here} on {here} again {:.1} s after that",
+            serving.as_secs_f64(),
+            returned.as_secs_f64()
+        );
+        let answers = cs.connect(local, ns, &dial, 30);
+        assert_answered_by(
+            &format!("{here} → web after {here} came back"),
+            &answers,
+            &local_pods,
+            false,
+        );
+    }
+}
+
+/// Without `trafficDistribution` nothing changes: from a and from b,
+/// connections through the clusterset IP land on both exporting clusters.
+async fn spread_without_traffic_distribution(cs: &Clusterset) {
+    let ns = "spread";
+    namespace_everywhere(cs, ns).await;
+    for i in [0, 1] {
+        cs.deploy_server(i, ns, "web", 2, &service_yaml(ns, "web", PORTS, ""))
+            .await;
+        cs.apply(i, &export_yaml(ns, "web")).await;
+    }
+    let mut both = BTreeMap::new();
+    for i in [0, 1] {
+        cs.wait_import(i, ns, "web", &IDS[..2], None).await;
+        both.insert(IDS[i].to_owned(), ready_pods(cs, i, ns, "web").await);
+    }
+    let dial = Dial::new("web.spread.svc.clusterset.local", "tcp", 4, 80);
+    for client in [0, 1] {
+        cs.wait_routed(client, ns, &dial, &IDS[..2]).await;
+        let answers = cs.connect(client, ns, &dial, 30);
+        assert_routed(
+            &format!("{} → web, no trafficDistribution", IDS[client]),
+            &answers,
+            &both,
+            &IDS[..2],
+        );
+    }
+}
+
+/// Waits until `ns/app` of cluster `i` has `count` Running and Ready pods
+/// (any workload); returns name → IPs.
+async fn wait_ready_pods(
+    cs: &Clusterset,
+    i: usize,
+    ns: &str,
+    app: &str,
+    count: usize,
+) -> BTreeMap<String, Vec<String>> {
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        let pods = ready_pods(cs, i, ns, app).await;
+        if pods.len() == count {
+            return pods;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: {ns}/{app}: {} ready pods after {CONVERGE:?}, want {count}: {pods:?}",
+            IDS[i],
+            pods.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The IPv4 addresses of `pods`, sorted (what an A query answers).
+fn ipv4s<'a>(pods: impl IntoIterator<Item = &'a Vec<String>>) -> Vec<String> {
+    let mut ips: Vec<String> = pods
+        .into_iter()
+        .flatten()
+        .filter(|ip| ip.contains('.'))
+        .cloned()
+        .collect();
+    ips.sort();
+    ips
+}
+
+/// Polls `dig +short NAME TYPE` from pod `ns/client` of cluster `i` every
+/// 200 ms until the answer is `want` (sorted lines); returns how long it
+/// took. Panics after `within`, saying `what`, with the last answer.
+#[allow(clippy::too_many_arguments)]
+async fn wait_dig(
+    cs: &Clusterset,
+    i: usize,
+    ns: &str,
+    name: &str,
+    qtype: &str,
+    want: &[String],
+    within: Duration,
+    what: &str,
+) -> Duration {
+    let started = Instant::now();
+    loop {
+        let got = cs.dig_in_pod(i, ns, "client", name, qtype);
+        if got == want {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "{what}: {} `dig {name} {qtype}` from {ns}/client: want {want:?}, still {got:?} \
+             after {within:?}",
+            IDS[i]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The SRV targets (last field of each `dig +short` line), sorted.
+fn srv_targets(lines: &[String]) -> Vec<String> {
+    let mut targets: Vec<String> = lines
+        .iter()
+        .filter_map(|l| l.split_whitespace().last().map(str::to_owned))
+        .collect();
+    targets.sort();
+    targets
+}
+
+/// Issue 22, headless: the StatefulSet `db` is exported from a and b, both
+/// headless Services with `trafficDistribution: PreferClose`. Through each
+/// client pod's resolver (CoreDNS → clusterset-dns), a's apex name answers
+/// a's ready pods only, b's b's, and c's (exporting nothing) both; SRV and
+/// b's per-pod names keep answering for every cluster. With a's pods not
+/// ready (Ready=False; they keep running) a's apex answers b's pods, and
+/// b's per-pod names still resolve; ready again, a's apex is a's again.
+async fn headless_local_first(cs: &Clusterset) {
+    let ns = "hlfirst";
+    namespace_everywhere(cs, ns).await;
+    for i in [0, 1] {
+        let sts = server_yaml(ns, "db", 2, IDS[i])
+            .replace("kind: Deployment", "kind: StatefulSet")
+            .replace("  replicas: 2\n", "  replicas: 2\n  serviceName: db\n");
+        cs.apply(i, &sts).await;
+        cs.apply(
+            i,
+            &service_yaml(
+                ns,
+                "db",
+                PORTS,
+                &format!("  clusterIP: None\n{PREFER_CLOSE}"),
+            ),
+        )
+        .await;
+        cs.apply(i, &export_yaml(ns, "db")).await;
+    }
+    let mut ips = Vec::new();
+    for i in [0, 1] {
+        ips.push(ipv4s(wait_ready_pods(cs, i, ns, "db", 2).await.values()));
+    }
+    for i in 0..3 {
+        cs.wait_import(i, ns, "db", &IDS[..2], Some("PreferClose"))
+            .await;
+    }
+    let apex = "db.hlfirst.svc.clusterset.local";
+    let srv = "_tcp._tcp.db.hlfirst.svc.clusterset.local";
+    let per_pod = |pod: &str, i: usize| format!("{pod}.{}.{apex}", IDS[i]);
+    let b_pods = ready_pods(cs, 1, ns, "db").await;
+    let mut every_target: Vec<String> = (0..2)
+        .flat_map(|i| ["db-0", "db-1"].map(|pod| format!("{}.", per_pod(pod, i))))
+        .collect();
+    every_target.sort();
+    let mut all = [ips[0].clone(), ips[1].clone()].concat();
+    all.sort();
+
+    // b's per-pod names answer from a: a's clusterset-dns holds b's
+    // endpoints, so an apex answer without them is the locality rule.
+    for (pod, pod_ips) in &b_pods {
+        let what = format!("b's per-pod name {pod}, from a");
+        wait_dig(
+            cs,
+            0,
+            ns,
+            &per_pod(pod, 1),
+            "A",
+            &ipv4s([pod_ips]),
+            CONVERGE,
+            &what,
+        )
+        .await;
+    }
+    let b_per_pod_names_answer = |phase: &str| {
+        for (pod, pod_ips) in &b_pods {
+            let got = cs.dig_in_pod(0, ns, "client", &per_pod(pod, 1), "A");
+            assert_eq!(
+                got,
+                ipv4s([pod_ips]),
+                "cluster-a: {} ({phase})",
+                per_pod(pod, 1)
+            );
+        }
+    };
+    let apex_stays = |i: usize, want: &[String], phase: &str| {
+        for _ in 0..5 {
+            let got = cs.dig_in_pod(i, ns, "client", apex, "A");
+            assert_eq!(got, want, "{}: {apex} A ({phase})", IDS[i]);
+        }
+    };
+    let srv_every_cluster = |phase: &str| {
+        let got = srv_targets(&cs.dig_in_pod(0, ns, "client", srv, "SRV"));
+        assert_eq!(got, every_target, "cluster-a: {srv} SRV ({phase})");
+    };
+    let what = "a's apex, while a has ready pods";
+    wait_dig(cs, 0, ns, apex, "A", &ips[0], CONVERGE, what).await;
+    apex_stays(0, &ips[0], what);
+    srv_every_cluster(what);
+    let what = "b's apex, while b has ready pods";
+    wait_dig(cs, 1, ns, apex, "A", &ips[1], CONVERGE, what).await;
+    apex_stays(1, &ips[1], what);
+    let what = "c's apex (c exports nothing)";
+    wait_dig(cs, 2, ns, apex, "A", &all, CONVERGE, what).await;
+    apex_stays(2, &all, what);
+
+    for pod in ["db-0", "db-1"] {
+        cs.set_pod_ready(0, ns, pod, false).await;
+    }
+    let what = "a's apex, a's pods not ready";
+    let switched = wait_dig(cs, 0, ns, apex, "A", &ips[1], SWITCH, what).await;
+    eprintln!(
+        "headless_local_first: a's pods not ready → a's apex answered b's pods {:.1} s later",
+        switched.as_secs_f64()
+    );
+    apex_stays(0, &ips[1], what);
+    b_per_pod_names_answer(what);
+
+    for pod in ["db-0", "db-1"] {
+        cs.set_pod_ready(0, ns, pod, true).await;
+    }
+    let what = "a's apex, a's pods ready again";
+    let returned = wait_dig(cs, 0, ns, apex, "A", &ips[0], SWITCH, what).await;
+    eprintln!(
+        "headless_local_first: a's pods ready again → a's apex answered a's pods {:.1} s later",
+        returned.as_secs_f64()
+    );
+    apex_stays(0, &ips[0], what);
+    srv_every_cluster(what);
+    b_per_pod_names_answer(what);
+}
+
+/// In-cluster locality, shared by the zone and node behaviours: in a, one
+/// single-pod Deployment `<app>-<n>` pinned to each `kwok-node-<n>` (zone-a
+/// holds nodes 0 and 2, zone-b node 1), all behind Service `<app>` with
+/// `trafficDistribution` `td_a`; in b, two pods behind `<app>` with `td_b`;
+/// both exported, the import's merged value `merged`. Client pods
+/// `client-0` on kwok-node-0 (zone-a) and `client-1` on kwok-node-1
+/// (zone-b) in a. Returns a's pod on each node.
+async fn per_node_servers(
+    cs: &Clusterset,
+    ns: &str,
+    app: &str,
+    td: [&str; 2],
+    merged: &str,
+) -> Vec<PodSet> {
+    namespace_everywhere(cs, ns).await;
+    for n in 0..3 {
+        let pin = format!("      nodeSelector: {{kubernetes.io/hostname: kwok-node-{n}}}\n");
+        cs.apply(
+            0,
+            &server_yaml_with(ns, &format!("{app}-{n}"), app, 1, IDS[0], &pin),
+        )
+        .await;
+    }
+    for (i, td) in td.iter().enumerate() {
+        let spec = format!("  trafficDistribution: {td}\n");
+        if i == 0 {
+            cs.apply(0, &service_yaml(ns, app, PORTS, &spec)).await;
+        } else {
+            cs.deploy_server(1, ns, app, 2, &service_yaml(ns, app, PORTS, &spec))
+                .await;
+        }
+    }
+    let mut on_node = Vec::new();
+    for n in 0..3 {
+        let pods = cs.wait_serving(0, ns, &format!("{app}-{n}"), 1).await;
+        let node = pods[0].spec.as_ref().and_then(|s| s.node_name.clone());
+        assert_eq!(
+            node.as_deref(),
+            Some(format!("kwok-node-{n}").as_str()),
+            "{app}-{n}'s pod is not on its node"
+        );
+        on_node.push(pod_set(0, &pods));
+    }
+    for i in [0, 1] {
+        cs.apply(i, &export_yaml(ns, app)).await;
+    }
+    for i in 0..3 {
+        cs.wait_import(i, ns, app, &IDS[..2], Some(merged)).await;
+    }
+    for n in 0..2 {
+        let node = format!("kwok-node-{n}");
+        cs.client_pod_on(0, ns, &format!("client-{n}"), Some(&node))
+            .await;
+    }
+    on_node
+}
+
+/// Connections from `client` (in a) land on `want` alone, each of its
+/// pods answering, within [`CONVERGE`] and then 30 in a row.
+async fn lands_on(
+    cs: &Clusterset,
+    ns: &str,
+    client: &str,
+    dial: &Dial<'_>,
+    want: &PodSet,
+    what: &str,
+) {
+    cs.wait_answered_by(0, ns, client, dial, want, 10, CONVERGE, what)
+        .await;
+    let answers = cs.connect_from(0, ns, client, dial, 30);
+    assert_answered_by(what, &answers, want, true);
+}
+
+/// Issue 22, `PreferSameZone` inside a cluster: `zs` exported from a
+/// (`PreferSameZone`) and b (`PreferClose`, the same value). From a's
+/// client in zone-a, connections land on a's two zone-a pods (nodes 0 and
+/// 2), each of them, never zone-b's or b's; from a's client in zone-b, on
+/// a's zone-b pod alone. With zone-b's pod scaled away, zone-b's client
+/// stays in a, on zone-a's pods (this cluster first, then the others);
+/// scaled back, it returns to its zone's pod.
+async fn prefer_same_zone_in_cluster(cs: &Clusterset) {
+    let ns = "zonal";
+    let on_node = per_node_servers(
+        cs,
+        ns,
+        "zs",
+        ["PreferSameZone", "PreferClose"],
+        "PreferClose",
+    )
+    .await;
+    let dial = Dial::new("zs.zonal.svc.clusterset.local", "tcp", 4, 80);
+    let zone_a: PodSet = on_node[0].union(&on_node[2]).cloned().collect();
+    lands_on(cs, ns, "client-0", &dial, &zone_a, "a's zone-a client → zs").await;
+    lands_on(
+        cs,
+        ns,
+        "client-1",
+        &dial,
+        &on_node[1],
+        "a's zone-b client → zs",
+    )
+    .await;
+
+    cs.scale(0, ns, "deployment/zs-1", 0);
+    let what = "a's zone-b client → zs, zone-b's pod scaled away";
+    let (moved, failed) = cs
+        .wait_answered_by(0, ns, "client-1", &dial, &zone_a, 5, SWITCH, what)
+        .await;
+    eprintln!(
+        "prefer_same_zone_in_cluster: zone-b's pod scaled away → zone-b's client on zone-a's \
+         pods {:.1} s later ({} failed on the way)",
+        moved.as_secs_f64(),
+        failed.len()
+    );
+    let answers = cs.connect_from(0, ns, "client-1", &dial, 30);
+    assert_answered_by(what, &answers, &zone_a, true);
+    let answers = cs.connect_from(0, ns, "client-0", &dial, 30);
+    assert_answered_by(
+        "a's zone-a client → zs, zone-b's pod scaled away",
+        &answers,
+        &zone_a,
+        true,
+    );
+
+    cs.scale(0, ns, "deployment/zs-1", 1);
+    let zone_b = pod_set(0, &cs.wait_serving(0, ns, "zs-1", 1).await);
+    let what = "a's zone-b client → zs, zone-b's pod back";
+    let (returned, _) = cs
+        .wait_answered_by(0, ns, "client-1", &dial, &zone_b, 5, SWITCH, what)
+        .await;
+    eprintln!(
+        "prefer_same_zone_in_cluster: zone-b's pod serving again → zone-b's client on it {:.1} s \
+         later",
+        returned.as_secs_f64()
+    );
+    let answers = cs.connect_from(0, ns, "client-1", &dial, 30);
+    assert_answered_by(what, &answers, &zone_b, true);
+}
+
+/// Issue 22, `PreferSameNode` inside a cluster: `zn` exported from a and b
+/// with `PreferSameNode`. A client on kwok-node-0 lands on a's pod there
+/// alone, not on node 2's in the same zone; a client on kwok-node-1 on
+/// node 1's. With node 0's pod scaled away, node 0's client lands on its
+/// zone's other pod (node 2's) alone; scaled back, on node 0's again.
+async fn prefer_same_node_in_cluster(cs: &Clusterset) {
+    let ns = "nodal";
+    let on_node = per_node_servers(
+        cs,
+        ns,
+        "zn",
+        ["PreferSameNode", "PreferSameNode"],
+        "PreferSameNode",
+    )
+    .await;
+    let dial = Dial::new("zn.nodal.svc.clusterset.local", "tcp", 4, 80);
+    lands_on(
+        cs,
+        ns,
+        "client-0",
+        &dial,
+        &on_node[0],
+        "a's node-0 client → zn",
+    )
+    .await;
+    lands_on(
+        cs,
+        ns,
+        "client-1",
+        &dial,
+        &on_node[1],
+        "a's node-1 client → zn",
+    )
+    .await;
+
+    cs.scale(0, ns, "deployment/zn-0", 0);
+    let what = "a's node-0 client → zn, node 0's pod scaled away";
+    let (moved, failed) = cs
+        .wait_answered_by(0, ns, "client-0", &dial, &on_node[2], 5, SWITCH, what)
+        .await;
+    eprintln!(
+        "prefer_same_node_in_cluster: node 0's pod scaled away → node 0's client on node 2's \
+         (same zone) {:.1} s later ({} failed on the way)",
+        moved.as_secs_f64(),
+        failed.len()
+    );
+    let answers = cs.connect_from(0, ns, "client-0", &dial, 30);
+    assert_answered_by(what, &answers, &on_node[2], true);
+
+    cs.scale(0, ns, "deployment/zn-0", 1);
+    let back = pod_set(0, &cs.wait_serving(0, ns, "zn-0", 1).await);
+    let what = "a's node-0 client → zn, node 0's pod back";
+    let (returned, _) = cs
+        .wait_answered_by(0, ns, "client-0", &dial, &back, 5, SWITCH, what)
+        .await;
+    eprintln!(
+        "prefer_same_node_in_cluster: node 0's pod serving again → node 0's client on it {:.1} s \
+         later",
+        returned.as_secs_f64()
+    );
+    let answers = cs.connect_from(0, ns, "client-0", &dial, 30);
+    assert_answered_by(what, &answers, &back, true);
 }
 
 /// A lost cluster: `lose` is exported from b and c; c's apiserver stops.

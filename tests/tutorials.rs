@@ -335,14 +335,25 @@ fn run_tutorial(demo: &Demo, tutorial: &Path) {
     for step in &steps {
         let want = normalise(&step.expected);
         let started = Instant::now();
+        let mut runs = 0;
         let got = loop {
             let got = shell.run(&step.command);
+            runs += 1;
             if normalise(&got) == want || !read_only(&step.command) || started.elapsed() > CONVERGE
             {
                 break got;
             }
             std::thread::sleep(Duration::from_secs(1));
         };
+        // Where a slow tutorial spends its time (shown with --nocapture).
+        let took = started.elapsed();
+        if runs > 1 || took > Duration::from_secs(2) {
+            eprintln!(
+                "{name}:{}: {:.1} s, {runs} run(s)",
+                step.line,
+                took.as_secs_f64()
+            );
+        }
         assert_eq!(
             normalise(&got),
             want,
@@ -489,7 +500,7 @@ fn tutorials_run_as_written() {
         })
         .collect();
     tutorials.sort();
-    assert_eq!(tutorials.len(), 4, "tutorials found: {tutorials:?}");
+    assert_eq!(tutorials.len(), 5, "tutorials found: {tutorials:?}");
     for tutorial in &tutorials {
         let t0 = Instant::now();
         let blue_green = tutorial.to_string_lossy().contains("blue-green");

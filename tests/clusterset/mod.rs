@@ -170,20 +170,29 @@ impl Clusterset {
 
     /// A client pod `client` in namespace `ns` of cluster `i`, running.
     pub async fn client_pod(&self, i: usize, ns: &str) {
+        self.client_pod_on(i, ns, "client", None).await;
+    }
+
+    /// A client pod `name` in namespace `ns` of cluster `i`, running; on
+    /// Node `node` (its `spec.nodeName`, past the scheduler) when given.
+    pub async fn client_pod_on(&self, i: usize, ns: &str, name: &str, node: Option<&str>) {
+        let node_name = node
+            .map(|n| format!("  nodeName: {n}\n"))
+            .unwrap_or_default();
         self.apply(
             i,
             &format!(
-                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: client\n  namespace: {ns}\nspec:\n  containers:\n  \
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n{node_name}  containers:\n  \
                  - name: client\n    image: registry.example/toolbox:1   # never pulled; the command runs on the host\n    \
                  command: [sleep, infinity]\n"
             ),
         )
         .await;
         let deadline = Instant::now() + CONVERGE;
-        while self.dp.pod_netns(i, ns, "client").is_none() {
+        while self.dp.pod_netns(i, ns, name).is_none() {
             assert!(
                 Instant::now() < deadline,
-                "{}: client pod in {ns} never got a network namespace; notes:\n{}",
+                "{}: client pod {ns}/{name} never got a network namespace; notes:\n{}",
                 IDS[i],
                 self.dp.notes().join("\n")
             );
@@ -198,6 +207,19 @@ impl Clusterset {
         &self,
         i: usize,
         ns: &str,
+        dial: &Dial<'_>,
+        count: usize,
+    ) -> Vec<Result<Answer, String>> {
+        self.connect_from(i, ns, "client", dial, count)
+    }
+
+    /// [`Clusterset::connect`] from pod `ns/client` (any pod made by
+    /// [`Clusterset::client_pod_on`]).
+    pub fn connect_from(
+        &self,
+        i: usize,
+        ns: &str,
+        client: &str,
         dial: &Dial<'_>,
         count: usize,
     ) -> Vec<Result<Answer, String>> {
@@ -227,7 +249,7 @@ impl Clusterset {
                if {attempt}; then echo \"ok $r\"; else echo \"fail $r\"; fi; \
              done"
         );
-        let out = self.kubectl(i, &["exec", "-n", ns, "client", "--", "sh", "-c", &script]);
+        let out = self.kubectl(i, &["exec", "-n", ns, client, "--", "sh", "-c", &script]);
         let answers: Vec<Result<Answer, String>> = out
             .lines()
             .map(|line| match line.strip_prefix("ok ") {
@@ -269,6 +291,214 @@ impl Clusterset {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+
+    /// Polls batches of `batch` connections from pod `ns/client` of
+    /// cluster `i` (no pause between them) until one batch succeeds whole
+    /// with every answer from a pod of `want`; returns how long that took,
+    /// to the end of that batch, and the failed connections on the way.
+    /// Panics after `within`, saying `what` and showing the last batch.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn wait_answered_by(
+        &self,
+        i: usize,
+        ns: &str,
+        client: &str,
+        dial: &Dial<'_>,
+        want: &PodSet,
+        batch: usize,
+        within: Duration,
+        what: &str,
+    ) -> (Duration, Vec<String>) {
+        let started = Instant::now();
+        let mut failed = Vec::new();
+        loop {
+            let answers = self.connect_from(i, ns, client, dial, batch);
+            failed.extend(answers.iter().filter_map(|a| a.as_ref().err().cloned()));
+            if answers
+                .iter()
+                .all(|a| a.as_ref().is_ok_and(|a| want.contains(&a.key())))
+            {
+                return (started.elapsed(), failed);
+            }
+            assert!(
+                started.elapsed() < within,
+                "{what}: {} from {ns}/{client}: not answered by {want:?} alone within \
+                 {within:?}; last batch: {answers:?}",
+                IDS[i]
+            );
+        }
+    }
+
+    /// `kubectl scale WORKLOAD --replicas=N` in cluster `i` (`workload`:
+    /// `deployment/web`, `statefulset/db`).
+    pub fn scale(&self, i: usize, ns: &str, workload: &str, replicas: usize) {
+        self.kubectl(
+            i,
+            &[
+                "scale",
+                workload,
+                "-n",
+                ns,
+                &format!("--replicas={replicas}"),
+            ],
+        );
+    }
+
+    /// Sets the `Ready` (and `ContainersReady`) condition of pod `ns/name`
+    /// in cluster `i` through the status subresource, as a kubelet does when
+    /// a readiness probe starts failing or passes again. The pod keeps
+    /// running and listening; kwok leaves a Running pod's conditions alone
+    /// (its pod-ready Stage matches Pending pods only).
+    pub async fn set_pod_ready(&self, i: usize, ns: &str, name: &str, ready: bool) {
+        use kube::api::{Patch, PatchParams};
+        let status = if ready { "True" } else { "False" };
+        let patch = serde_json::json!({"status": {"conditions": [
+            {"type": "Ready", "status": status},
+            {"type": "ContainersReady", "status": status},
+        ]}});
+        Api::<Pod>::namespaced(self.client(i).await, ns)
+            .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .unwrap_or_else(|e| panic!("{}: setting pod {ns}/{name} Ready={status}: {e}", IDS[i]));
+    }
+
+    /// `dig +short NAME TYPE` inside pod `ns/pod` of cluster `i`, through
+    /// the pod's resolver (the cluster's CoreDNS, which forwards
+    /// `clusterset.local` to clusterset-dns): the answer's lines, sorted;
+    /// none for NXDOMAIN or NODATA.
+    pub fn dig_in_pod(
+        &self,
+        i: usize,
+        ns: &str,
+        pod: &str,
+        name: &str,
+        qtype: &str,
+    ) -> Vec<String> {
+        let out = self.dp.sh_in_pod(
+            i,
+            ns,
+            pod,
+            &format!("dig +short +tries=3 +time=2 {name} {qtype}"),
+        );
+        let mut lines: Vec<String> = out.lines().map(str::to_owned).collect();
+        lines.sort();
+        lines
+    }
+
+    /// Waits until cluster `i`'s ServiceImport `ns/name` is exported by
+    /// exactly `exporters` (`status.clusters`) with `trafficDistribution`
+    /// `traffic_distribution`, and holds imported EndpointSlices from each
+    /// exporter: until then a count of who answers proves nothing.
+    pub async fn wait_import(
+        &self,
+        i: usize,
+        ns: &str,
+        name: &str,
+        exporters: &[&str],
+        traffic_distribution: Option<&str>,
+    ) {
+        use k8s_openapi::api::discovery::v1::EndpointSlice;
+        use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("multicluster.x-k8s.io", "v1beta1", "ServiceImport"),
+            "serviceimports",
+        );
+        let client = self.client(i).await;
+        let imports: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+        let slices: Api<EndpointSlice> = Api::namespaced(client, ns);
+        let want: BTreeSet<String> = exporters.iter().map(|c| c.to_string()).collect();
+        let what = format!(
+            "ServiceImport {ns}/{name} exported by {want:?} with trafficDistribution \
+             {traffic_distribution:?}, and their slices"
+        );
+        self.cluster(i)
+            .wait_for(&what, CONVERGE, || {
+                let (imports, slices, want) = (imports.clone(), slices.clone(), want.clone());
+                async move {
+                    let import = imports.get(name).await.map_err(|e| e.to_string())?;
+                    let clusters: BTreeSet<String> = import.data["status"]["clusters"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|c| c["cluster"].as_str().map(str::to_owned))
+                        .collect();
+                    let td = import.data["spec"]["trafficDistribution"].as_str();
+                    let list = slices
+                        .list(
+                            &ListParams::default()
+                                .labels(&format!("multicluster.kubernetes.io/service-name={name}")),
+                        )
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let sources: BTreeSet<String> = list
+                        .items
+                        .iter()
+                        .filter_map(|s| {
+                            s.metadata
+                                .labels
+                                .as_ref()?
+                                .get("multicluster.kubernetes.io/source-cluster")
+                                .cloned()
+                        })
+                        .collect();
+                    if clusters == want && td == traffic_distribution && sources == want {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "exported by {clusters:?}, trafficDistribution {td:?}, slices from \
+                             {sources:?}"
+                        ))
+                    }
+                }
+            })
+            .await;
+    }
+}
+
+/// Pods by (cluster id, pod name).
+pub type PodSet = BTreeSet<(String, String)>;
+
+/// `pods` (by name) of cluster `i`, as a [`PodSet`].
+pub fn pod_set<'a>(i: usize, pods: impl IntoIterator<Item = &'a Pod>) -> PodSet {
+    pods.into_iter()
+        .map(|p| {
+            (
+                IDS[i].to_owned(),
+                p.metadata.name.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Asserts that every answer succeeded and came from a pod of `want`,
+/// and, with `each`, that every pod of `want` answered at least once.
+pub fn assert_answered_by(
+    what: &str,
+    answers: &[Result<Answer, String>],
+    want: &PodSet,
+    each: bool,
+) {
+    let failed: Vec<&String> = answers.iter().filter_map(|a| a.as_ref().err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{what}: {} of {} connections failed: {failed:?}",
+        failed.len(),
+        answers.len()
+    );
+    let got: PodSet = answers.iter().flatten().map(Answer::key).collect();
+    let strangers: Vec<&(String, String)> = got.difference(want).collect();
+    assert!(
+        strangers.is_empty(),
+        "{what}: answered by {strangers:?}, which are not of {want:?}; all answers: {answers:?}"
+    );
+    if each {
+        let silent: Vec<&(String, String)> = want.difference(&got).collect();
+        assert!(
+            silent.is_empty(),
+            "{what}: {silent:?} never answered in {} connections: {answers:?}",
+            answers.len()
+        );
+    }
 }
 
 /// Where a client connects: a name (or address), `tcp` or `udp`, IPv4 or
@@ -301,6 +531,11 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// (cluster id, pod name), as in a [`PodSet`].
+    pub fn key(&self) -> (String, String) {
+        (self.cluster.clone(), self.pod.clone())
+    }
+
     pub fn parse(reply: &str) -> Option<Self> {
         let mut words = reply.split_whitespace();
         let answer = Self {
@@ -315,6 +550,21 @@ impl Answer {
 /// A Deployment whose pods answer every connection with `POD IP CLUSTER`:
 /// TCP on 8080 and 8082, UDP on 8081 (socat, on both families).
 pub fn server_yaml(ns: &str, name: &str, replicas: usize, cluster: &str) -> String {
+    server_yaml_with(ns, name, name, replicas, cluster, "")
+}
+
+/// [`server_yaml`] with a Deployment `deployment` whose pods carry
+/// `app: <app>` (the selector of [`service_yaml`]`(…, app, …)`, so that
+/// several Deployments can back one Service) and `pod_spec`: lines added
+/// to the pod spec, indented by 6 spaces (say a `nodeSelector`).
+pub fn server_yaml_with(
+    ns: &str,
+    deployment: &str,
+    app: &str,
+    replicas: usize,
+    cluster: &str,
+    pod_spec: &str,
+) -> String {
     let container = |cname: &str, listen: &str| {
         format!(
             "      - name: {cname}\n        image: registry.example/echo:1   # never pulled; the command runs on the host\n        \
@@ -324,10 +574,15 @@ pub fn server_yaml(ns: &str, name: &str, replicas: usize, cluster: &str) -> Stri
              - name: POD_IP\n          valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}\n"
         )
     };
+    let labels = if deployment == app {
+        format!("{{app: {app}}}")
+    } else {
+        format!("{{app: {app}, deployment: {deployment}}}")
+    };
     format!(
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n---\n\
-         apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  replicas: {replicas}\n  \
-         selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n{}{}{}",
+         apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {deployment}\n  namespace: {ns}\nspec:\n  replicas: {replicas}\n  \
+         selector:\n    matchLabels: {labels}\n  template:\n    metadata:\n      labels: {labels}\n    spec:\n{pod_spec}      containers:\n{}{}{}",
         container("tcp", "TCP6-LISTEN:8080,fork,reuseaddr,ipv6only=0"),
         container("udp", "UDP6-RECVFROM:8081,fork,reuseaddr,ipv6only=0"),
         container("tcp2", "TCP6-LISTEN:8082,fork,reuseaddr,ipv6only=0"),

@@ -155,7 +155,9 @@ pub struct ClusterSpec {
     pub pod_cidrs: Vec<String>,
     /// Run kube-controller-manager, kube-scheduler and kwok as well.
     pub member: bool,
-    /// Fake Nodes created (and waited for) at start; member clusters only.
+    /// Fake Nodes created (and waited for) at start; member clusters only:
+    /// `kwok-node-<n>` in `topology.kubernetes.io/zone` `zone-a` for even
+    /// `n`, `zone-b` for odd.
     pub nodes: usize,
 }
 
@@ -689,7 +691,9 @@ impl ControlPlane {
             }
             let client = cluster.admin_client().await;
             for n in 0..cluster.spec.nodes {
-                let zone = format!("zone-{}", (b'a' + (n % 3) as u8) as char);
+                // Two zones, alternating: a third Node shares zone-a with
+                // the first (tests/connectivity.rs: same zone, other node).
+                let zone = format!("zone-{}", (b'a' + (n % 2) as u8) as char);
                 cluster
                     .create_node(&client, &format!("kwok-node-{n}"), &zone)
                     .await;
