@@ -10,6 +10,9 @@
 //! - Namespaces are watched as metadata only: an import is served only while
 //!   its namespace exists locally and is not terminating (KEP-1645 creates
 //!   imports only "where the namespace exists").
+//! - The ClusterProperty `cluster.clusterset.k8s.io` is watched by name: this
+//!   cluster's id, for local-first answers. Optional: its failures never
+//!   stop the server nor make it stale (see [`state`]).
 //!
 //! Objects are projected at ingest; nothing but the projections is kept.
 //! EndpointSlices and ServiceImports are even decoded stripped
