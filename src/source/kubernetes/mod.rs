@@ -395,11 +395,12 @@ impl KubeSource {
         )
         .map(Input::Namespace);
         // This cluster's id, the one object (at the API version the
-        // controller reads it).
-        let cluster_id = crate::watch::stream_with(
+        // controller reads it). Optional, so a failure is retried slowly.
+        let cluster_id = crate::watch::stream_with_backoff(
             Api::<ClusterProperty>::all(self.client.clone()),
             config.fields(&format!("metadata.name={CLUSTER_ID_PROPERTY}")),
             initial,
+            crate::watch::backoff::optional_watch_backoff,
         )
         .map(Input::ClusterProperty);
         futures::stream::select_all([
