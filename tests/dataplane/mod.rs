@@ -605,13 +605,33 @@ pub fn host_network_snapshot() -> String {
             })
             .collect::<String>()
     };
-    format!(
+    let snapshot = format!(
         "links:\n{}\nIPv4 routes:\n{}\nIPv6 routes:\n{}\nnftables:\n{}",
         run(&["ip", "-br", "link", "show"]),
         routes("-4"),
         routes("-6"),
         run(&["nft", "list", "ruleset"])
-    )
+    );
+    // Another run's host veth ends (a second test process on the machine)
+    // come and go on their own: they are not this run's to keep or remove.
+    snapshot
+        .lines()
+        .filter(|line| !line.split_whitespace().any(of_another_run))
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
+/// Whether `word` names a device of another run: `csd<pid>x…` or
+/// `csd<pid>probe` (the names this module gives its host-side devices) with
+/// a pid not ours.
+fn of_another_run(word: &str) -> bool {
+    let Some(rest) = word.strip_prefix("csd") else {
+        return false;
+    };
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    !digits.is_empty()
+        && (rest[digits.len()..].starts_with('x') || rest[digits.len()..].starts_with("probe"))
+        && digits != std::process::id().to_string()
 }
 
 /// Runs `f` on a thread that has entered network namespace `netns`
