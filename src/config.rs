@@ -83,6 +83,11 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub nameserver_addresses: Option<Vec<IpAddr>>,
+    /// A headless import with no ready endpoint in any cluster answers
+    /// with its terminating but still serving endpoints, as kube-proxy
+    /// falls back to them for a ClusterIP (KEP-1669).
+    #[arg(long, env = "CLUSTERSET_DNS_SERVE_TERMINATING")]
+    pub serve_terminating: Option<bool>,
     /// UDP sockets/threads; 0 = one per CPU.
     #[arg(long, env = "CLUSTERSET_DNS_UDP_WORKERS")]
     pub udp_workers: Option<usize>,
@@ -165,6 +170,7 @@ pub const ZONE_OPTIONS: &[&str] = &[
     "negative_ttl",
     "max_records",
     "nameserver_addresses",
+    "serve_terminating",
 ];
 
 /// The options `check` reads.
@@ -198,6 +204,7 @@ impl ServeArgs {
             negative_ttl: Some(zone.negative_ttl),
             max_records: Some(zone.max_records),
             nameserver_addresses: None,
+            serve_terminating: Some(zone.serve_terminating),
             udp_workers: Some(dns.udp_workers),
             fast_path: Some(dns.fast_path),
             tcp_idle_timeout: Some(dns.tcp_idle_timeout.into()),
@@ -382,6 +389,7 @@ impl Config {
         zone.negative_ttl = set(options.negative_ttl);
         zone.max_records = set(options.max_records);
         zone.nameserver_addresses = options.nameserver_addresses.unwrap_or_default();
+        zone.serve_terminating = set(options.serve_terminating);
         if zone.max_records == 0 {
             return Err(ConfigError::Invalid(
                 "max_records must be at least 1".into(),
@@ -564,6 +572,23 @@ mod tests {
         // `config` is a flag, not a key of the file it names.
         assert!(toml::from_str::<ServeArgs>("config = \"x.toml\"").is_err());
         assert!(toml::from_str::<ServeArgs>("log_format = \"xml\"").is_err());
+    }
+
+    #[test]
+    fn the_serving_fallback_is_off_by_default_and_can_be_turned_on() {
+        assert!(
+            !Config::resolve(&ServeArgs::default())
+                .unwrap()
+                .zone
+                .serve_terminating
+        );
+        let file: ServeArgs = toml::from_str("serve_terminating = true").unwrap();
+        assert!(Config::resolve(&file).unwrap().zone.serve_terminating);
+        let args = ServeArgs {
+            serve_terminating: Some(false),
+            ..Default::default()
+        };
+        assert!(!layered(args, file).unwrap().zone.serve_terminating);
     }
 
     #[test]

@@ -19,8 +19,9 @@ use serde::Serialize;
 
 use crate::api::ServiceImportType;
 use crate::dns::plan::{CLASS_IN, Plan, Query, Question};
-use crate::inquiry::SourceReport;
+use crate::inquiry::{ImportReport, SourceReport};
 use crate::model::ServiceRef;
+use crate::zone::tier::{Census, Choice, Tier, choose};
 use crate::zone::{Below, MAX_LABELS, QueryName, Zone};
 
 /// How a name reads against the zone's naming scheme.
@@ -173,6 +174,10 @@ pub struct ResponseReport {
     pub authority: Vec<String>,
     /// Additional records (before any UDP size limit).
     pub additional: Vec<String>,
+    /// The tier the answer's endpoints come from (`local`, `all`,
+    /// `local_serving`, `all_serving`), for the answers of local-first
+    /// imports and of the serving fallback; `null` for every other answer.
+    pub tier: Option<&'static str>,
 }
 
 impl ResponseReport {
@@ -201,6 +206,7 @@ impl ResponseReport {
                 .soa
                 .map_or_else(Vec::new, |zone| vec![render(zone.soa())]),
             additional: records.map_or_else(Vec::new, |r| lines(&r.additionals)),
+            tier: plan.tier(false).map(Tier::label),
         }
     }
 }
@@ -393,10 +399,25 @@ fn service_notes(
     }
     let ready = report.ready_hosts();
     let not_ready = report.not_ready();
+    let serving_fallback = ready.is_empty() && !report.serving_hosts().is_empty();
     match import.kind {
-        ServiceImportType::Headless if ready.is_empty() => notes.push(format!(
-            "headless import without ready endpoints ({not_ready} not ready): its names are \
-             NXDOMAIN (MCS DNS specification §2.4.1)"
+        ServiceImportType::Headless if ready.is_empty() && !serving_fallback => {
+            notes.push(format!(
+                "headless import without ready endpoints ({not_ready} not ready): its names are \
+                 NXDOMAIN (MCS DNS specification §2.4.1)"
+            ));
+            let serving = report.serving_count();
+            if serving > 0 && !report.serve_terminating {
+                notes.push(format!(
+                    "{serving} of the not-ready endpoints are terminating but still serving: \
+                     with serve_terminating = true the names would answer with them, as \
+                     kube-proxy falls back to them for a ClusterIP"
+                ));
+            }
+        }
+        ServiceImportType::Headless if serving_fallback => notes.push(format!(
+            "headless import without ready endpoints ({not_ready} not ready): the serving \
+             fallback (serve_terminating) answers with the terminating but still serving ones"
         )),
         ServiceImportType::Headless => notes.push(format!(
             "headless import: {} ready endpoint(s) in {} cluster(s); {not_ready} not ready \
@@ -414,6 +435,7 @@ fn service_notes(
         ),
         _ => {}
     }
+    locality_notes(notes, import, report, reading, rtype);
     match reading {
         NameReading::Service { .. }
             if nodata && matches!(rtype, RecordType::A | RecordType::AAAA) =>
@@ -439,6 +461,142 @@ fn service_notes(
             ));
         }
         _ => {}
+    }
+}
+
+/// `n` and a noun, singular or plural.
+fn count(n: usize, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        _ => format!("{n} {noun}s"),
+    }
+}
+
+/// What the local-first rule and the serving fallback make of this import
+/// (`tier::choose`, the rule the zone was built by), and for a ClusterSetIP
+/// import what kube-proxy in this cluster does by the same rule.
+fn locality_notes(
+    notes: &mut Vec<String>,
+    import: &ImportReport,
+    report: &SourceReport,
+    reading: &NameReading,
+    rtype: RecordType,
+) {
+    let locality = import.locality;
+    let own = report.cluster_id.as_deref();
+    let is_local = |cluster: &str| own == Some(cluster);
+    let ready = report.ready_hosts();
+    let serving = report.serving_hosts();
+    let local = |hosts: &BTreeSet<(&str, &str)>| hosts.iter().filter(|(c, _)| is_local(c)).count();
+    let census = Census {
+        ready: ready.len(),
+        local_ready: local(&ready),
+        serving: serving.len(),
+        local_serving: local(&serving),
+    };
+    let this = |id: &str| format!("{id} (this cluster)");
+    let unknown = || {
+        report
+            .cluster_id_unknown
+            .clone()
+            .unwrap_or_else(|| "no reason given".to_owned())
+    };
+    if locality.local_first() {
+        let spelled = format!(
+            "local-first import (trafficDistribution {})",
+            locality.as_str()
+        );
+        match (import.kind, own) {
+            (ServiceImportType::ClusterSetIp, None) => notes.push(format!(
+                "{spelled}: kube-proxy sends connections to the clusterset IP to this cluster's \
+                 ready endpoints while it has one, else to every cluster's (the controller's \
+                 EndpointSlice hints); this server does not know this cluster's id ({}), so it \
+                 cannot say which endpoints those are",
+                unknown()
+            )),
+            (ServiceImportType::ClusterSetIp, Some(id)) if census.local_ready > 0 => {
+                notes.push(format!(
+                    "{spelled}: DNS answers the clusterset IP; kube-proxy in this cluster sends \
+                     its connections to {}'s {} (the controller's EndpointSlice hints{}), and to \
+                     every cluster's once it has none",
+                    this(id),
+                    count(census.local_ready, "ready endpoint"),
+                    match locality {
+                        crate::api::locality::Locality::PreferSameNode => {
+                            "; the client's node first, then its zone, where they have some"
+                        }
+                        _ => "; the client's zone first, where it has some",
+                    }
+                ))
+            }
+            (ServiceImportType::ClusterSetIp, Some(id)) => notes.push(format!(
+                "{spelled}: DNS answers the clusterset IP; {} has no ready endpoint, so \
+                 kube-proxy in this cluster sends its connections to every cluster's {}",
+                this(id),
+                count(census.ready, "ready endpoint")
+            )),
+            (ServiceImportType::Headless, None) => notes.push(format!(
+                "{spelled}, but this cluster's id is unknown ({}): the service name answers \
+                 from every cluster, as for a spread import",
+                unknown()
+            )),
+            (ServiceImportType::Headless, Some(_)) => notes.push(format!(
+                "{spelled}: the service name's A and AAAA answer with this cluster's ready \
+                 endpoints while it has one, else with every cluster's; per-endpoint names and \
+                 SRV answer for every cluster"
+            )),
+        }
+    }
+    if import.kind != ServiceImportType::Headless {
+        return;
+    }
+    let local_first = locality.local_first() && own.is_some();
+    let Some(choice) = choose(local_first, report.serve_terminating, census) else {
+        return;
+    };
+    let Choice { apex, names, .. } = choice;
+    let id = own.unwrap_or_default();
+    let why = match apex {
+        Some(Tier::Local) => format!(
+            "{} has {}",
+            this(id),
+            count(census.local_ready, "ready endpoint")
+        ),
+        Some(Tier::All) => format!(
+            "this cluster ({id}) has no ready endpoint: every cluster's {}",
+            count(census.ready, "ready endpoint")
+        ),
+        Some(Tier::LocalServing) => format!(
+            "serving fallback: no endpoint is ready in any cluster; {} has {}",
+            this(id),
+            count(census.local_serving, "terminating but serving endpoint")
+        ),
+        Some(Tier::AllServing) if local_first => format!(
+            "serving fallback: no endpoint is ready in any cluster, and this cluster ({id}) \
+             has no serving one: every cluster's {}",
+            count(census.serving, "terminating but serving endpoint")
+        ),
+        Some(Tier::AllServing) => format!(
+            "serving fallback: no endpoint is ready in any cluster: every cluster's {}",
+            count(census.serving, "terminating but serving endpoint")
+        ),
+        None => return,
+    };
+    let tier = apex.map_or("", Tier::label);
+    let addresses = matches!(reading, NameReading::Service { .. })
+        && matches!(rtype, RecordType::A | RecordType::AAAA | RecordType::ANY);
+    match (names, addresses) {
+        (_, true) => notes.push(format!("tier {tier}: {why}")),
+        // Every other name answers for every cluster.
+        (None, false) => notes.push(format!(
+            "the service name's A and AAAA answer from tier {tier} ({why}); this answers for \
+             every cluster"
+        )),
+        (Some(names), false) => notes.push(format!(
+            "tier {}: this answers from every cluster's terminating but serving endpoints (the \
+             service name's A and AAAA from tier {tier}: {why})",
+            names.label()
+        )),
     }
 }
 

@@ -17,8 +17,9 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::api::ServiceImportType;
+use crate::api::locality::Locality;
 use crate::index::Index;
-use crate::model::{Port, ServiceRef, dashed_address};
+use crate::model::{Endpoint, OwnCluster, Port, ServiceRef, dashed_address};
 
 /// A question for the source task: what it holds for one service.
 #[derive(Debug)]
@@ -119,6 +120,13 @@ pub struct SourceReport {
     pub rejected: Vec<Rejection>,
     /// Why the source is failing, while it is.
     pub source_problem: Option<String>,
+    /// This cluster's id, when the source knows it (the ClusterProperty
+    /// `cluster.clusterset.k8s.io`).
+    pub cluster_id: Option<String>,
+    /// Why this cluster's id is unknown, while it is.
+    pub cluster_id_unknown: Option<String>,
+    /// Whether the serving fallback (`serve_terminating`) is on.
+    pub serve_terminating: bool,
 }
 
 /// What the index keeps of a ServiceImport.
@@ -131,6 +139,14 @@ pub struct ImportReport {
     pub ips: Vec<IpAddr>,
     /// `spec.ports`, as `name/port/PROTOCOL` (`port/PROTOCOL` when unnamed).
     pub ports: Vec<String>,
+    /// `spec.trafficDistribution` as read: `Spread`, `PreferSameZone` or
+    /// `PreferSameNode`.
+    #[serde(serialize_with = "locality_name")]
+    pub locality: Locality,
+}
+
+fn locality_name<S: serde::Serializer>(locality: &Locality, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(locality.as_str())
 }
 
 /// What the index keeps of an EndpointSlice.
@@ -142,11 +158,16 @@ pub struct SliceReport {
     pub cluster: String,
     /// Its ready endpoints (`conditions.ready` true or unset).
     pub ready: Vec<EndpointReport>,
-    /// How many of its endpoints are not ready (in no answer, not kept).
+    /// How many of its endpoints are not ready (in no answer unless the
+    /// serving fallback takes them).
     pub not_ready: u32,
+    /// How many of the not-ready ones are terminating but still serving.
+    pub serving_count: u32,
+    /// Those endpoints, kept with the serving fallback on (else none).
+    pub serving: Vec<EndpointReport>,
 }
 
-/// One ready endpoint of a slice.
+/// One endpoint of a slice.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EndpointReport {
     /// The host label of its per-endpoint name: `hostname`, else the first
@@ -174,36 +195,48 @@ impl SourceReport {
             kind: import.import_type,
             ips: import.ips.clone(),
             ports: import.ports.iter().map(port_text).collect(),
+            locality: import.locality,
         });
+        let reports = |endpoints: &[Endpoint]| -> Vec<EndpointReport> {
+            endpoints
+                .iter()
+                .filter_map(|endpoint| {
+                    let first = endpoint.addresses.first()?;
+                    Some(EndpointReport {
+                        host: endpoint
+                            .hostname
+                            .as_deref()
+                            .map_or_else(|| dashed_address(first), String::from),
+                        addresses: endpoint.addresses.to_vec(),
+                    })
+                })
+                .collect()
+        };
         let mut slices: Vec<SliceReport> = index
             .slices_of(service)
             .map(|(key, slice)| SliceReport {
                 name: key.name.clone(),
                 cluster: slice.cluster.clone(),
                 not_ready: slice.not_ready,
-                ready: slice
-                    .endpoints
-                    .iter()
-                    .filter_map(|endpoint| {
-                        let first = endpoint.addresses.first()?;
-                        Some(EndpointReport {
-                            host: endpoint
-                                .hostname
-                                .as_deref()
-                                .map_or_else(|| dashed_address(first), String::from),
-                            addresses: endpoint.addresses.to_vec(),
-                        })
-                    })
-                    .collect(),
+                ready: reports(&slice.endpoints),
+                serving_count: slice.serving_count,
+                serving: reports(&slice.serving),
             })
             .collect();
         slices.sort_by(|a, b| (&a.cluster, &a.name).cmp(&(&b.cluster, &b.name)));
+        let (cluster_id, cluster_id_unknown) = match index.own_cluster() {
+            OwnCluster::Known(id) => (Some(id.clone()), None),
+            OwnCluster::Unknown(why) => (None, Some(why.clone())),
+        };
         Self {
             import,
             namespace_exists: index.namespace_known(&service.namespace),
             slices,
             rejected: Vec::new(),
             source_problem: None,
+            cluster_id,
+            cluster_id_unknown,
+            serve_terminating: index.settings().serve_terminating,
         }
     }
 
@@ -220,8 +253,25 @@ impl SourceReport {
             .collect()
     }
 
+    /// Serving endpoints kept (the fallback is on), as `(cluster, host)`.
+    pub(crate) fn serving_hosts(&self) -> BTreeSet<(&str, &str)> {
+        self.slices
+            .iter()
+            .flat_map(|s| {
+                s.serving
+                    .iter()
+                    .map(move |e| (s.cluster.as_str(), e.host.as_str()))
+            })
+            .collect()
+    }
+
     pub(crate) fn not_ready(&self) -> u32 {
         self.slices.iter().map(|s| s.not_ready).sum()
+    }
+
+    /// Not-ready endpoints that are terminating but serving, kept or not.
+    pub(crate) fn serving_count(&self) -> u32 {
+        self.slices.iter().map(|s| s.serving_count).sum()
     }
 }
 
@@ -256,6 +306,7 @@ mod tests {
             import_type: ServiceImportType::Headless,
             ips: vec![],
             ports: vec![Port::from_api(Some("pg"), None, 5432).unwrap()],
+            locality: Default::default(),
         });
         let slice = |cluster: &str, ip: &str, not_ready| SliceEndpoints {
             service: db.clone(),
@@ -266,6 +317,8 @@ mod tests {
                 addresses: vec![ip.parse().unwrap()].into(),
             }],
             not_ready,
+            serving: vec![],
+            serving_count: 0,
         };
         let key = |name: &str| SliceKey {
             namespace: "shop".into(),
@@ -288,10 +341,23 @@ mod tests {
         );
         assert_eq!(report.not_ready(), 2);
         assert_eq!(report.namespace_exists, None);
-        assert_eq!(
-            SourceReport::from_index(&index, &ServiceRef::new("shop", "web")),
-            SourceReport::default()
+        let missing = SourceReport::from_index(&index, &ServiceRef::new("shop", "web"));
+        assert_eq!(missing.import, None);
+        assert!(missing.slices.is_empty());
+        // What the index knows of this cluster comes with every report.
+        assert_eq!(missing.cluster_id, None);
+        assert!(
+            missing
+                .cluster_id_unknown
+                .as_deref()
+                .is_some_and(|why| why.contains("has not been read yet")),
+            "{missing:?}"
         );
+        assert!(!missing.serve_terminating);
+        index.set_own_cluster(OwnCluster::Known("east".into()));
+        let known = SourceReport::from_index(&index, &db);
+        assert_eq!(known.cluster_id.as_deref(), Some("east"));
+        assert_eq!(known.cluster_id_unknown, None);
     }
 
     #[test]

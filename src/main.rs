@@ -126,8 +126,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let (_, text) = read_manifest(&config)?;
             let parsed = manifest::parse(&text)?;
             let mut index = Index::new(config.zone.clone());
-            index.reset_imports(parsed.imports);
-            index.reset_slices(parsed.slices);
+            // As the server loads it: the cluster id of a ClusterProperty
+            // in the manifest shapes local-first answers.
+            manifest::Update::Whole(parsed).apply_to(&mut index);
             let (zone, _) = index.publish();
             print!("{}", clusterset_dns::zone::master_file(&zone));
             Ok(())

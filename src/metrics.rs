@@ -12,6 +12,7 @@ use prometheus::{
 };
 
 use crate::log_limit::{LogLimiter, NETWORK_LOG_INTERVAL};
+use crate::zone::Tier;
 
 /// Transport a query arrived on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,6 +144,9 @@ pub struct Metrics {
     pub rrl_dropped: IntCounter,
     /// UDP queries response rate limiting answered truncated (slipped).
     pub rrl_slipped: IntCounter,
+    /// Answers of local-first imports and of the serving fallback, by
+    /// [`Tier`] (in [`Tier::ALL`] order).
+    local_first_answers: Vec<IntCounter>,
     network_events: Vec<IntCounter>,
     network_logs: std::sync::Arc<[LogLimiter]>,
 }
@@ -197,6 +201,21 @@ impl Metrics {
             &["action"],
         )
         .expect("static metric is valid");
+        let tiers = IntCounterVec::new(
+            Opts::new(
+                "local_first_answers_total",
+                "Answers with records taken by the local-first rule or the serving fallback, by \
+                 tier: local (this cluster's ready endpoints), all (every cluster's, this one \
+                 having none ready), local_serving and all_serving (terminating but serving \
+                 endpoints, none being ready anywhere; serve_terminating on).",
+            ),
+            &["tier"],
+        )
+        .expect("static metric is valid");
+        let local_first_answers = Tier::ALL
+            .iter()
+            .map(|tier| tiers.with_label_values(&[tier.label()]))
+            .collect();
         let counter =
             |name: &str, help: &str| IntCounter::new(name, help).expect("static metric is valid");
         let gauge =
@@ -313,6 +332,7 @@ impl Metrics {
             tcp_connections: gauge("tcp_connections", "Open DNS TCP connections."),
             rrl_dropped: rrl.with_label_values(&["dropped"]),
             rrl_slipped: rrl.with_label_values(&["slipped"]),
+            local_first_answers,
             network_events,
             network_logs,
             responses,
@@ -342,6 +362,7 @@ impl Metrics {
             Box::new(metrics.tcp_connections.clone()),
             Box::new(events),
             Box::new(rrl),
+            Box::new(tiers),
             Box::new(build_info("")),
         ];
         for c in collectors {
@@ -391,6 +412,13 @@ impl Metrics {
             Outcome::Code(_) => 4,
         };
         self.responses[(t * QTYPES.len() + q) * RCODES.len() + r].inc();
+    }
+
+    /// Counts one answer sent with the records of `tier` (one relaxed
+    /// atomic add; only answers that carry a tier get here).
+    #[inline]
+    pub fn count_tier(&self, tier: Tier) {
+        self.local_first_answers[tier as usize].inc();
     }
 
     /// Counts a [`NetworkEvent`]; `Some(suppressed)` when its log line is

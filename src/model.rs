@@ -6,6 +6,7 @@
 use std::net::IpAddr;
 
 use crate::api::ServiceImportType;
+use crate::api::locality::Locality;
 
 /// Identifies one imported service: `<name>.<namespace>`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -113,6 +114,9 @@ pub struct ImportedService {
     pub ips: Vec<IpAddr>,
     /// `spec.ports`.
     pub ports: Vec<Port>,
+    /// `spec.trafficDistribution` read as a [`Locality`]: whether a headless
+    /// import's service name answers with this cluster's endpoints first.
+    pub locality: Locality,
 }
 
 /// Address family of an EndpointSlice.
@@ -124,9 +128,11 @@ pub enum AddressFamily {
     V6,
 }
 
-/// One ready endpoint of an imported slice (`conditions.ready` true or
-/// unset; not-ready endpoints are in no answer and only counted). Boxed slices rather than `String`
-/// and `Vec`: an index holds ~10^5 of these and they never grow.
+/// One endpoint of an imported slice that can answer: ready
+/// (`conditions.ready` true or unset), or, for the opt-in serving fallback,
+/// terminating but still serving (see [`SliceEndpoints::serving`]). Boxed
+/// slices rather than `String` and `Vec`: an index holds ~10^5 of these and
+/// they never grow.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
     /// The endpoint's `hostname`, lower-case, when set and a valid DNS label.
@@ -144,10 +150,77 @@ pub struct SliceEndpoints {
     pub cluster: String,
     /// Slice ports (used for headless SRV; the import's ports are the fallback).
     pub ports: Vec<Port>,
-    /// The ready endpoints (not-ready ones are in no answer and not kept).
+    /// The ready endpoints.
     pub endpoints: Vec<Endpoint>,
-    /// How many not-ready endpoints the slice had (for `/explain`).
+    /// The endpoints that are not ready but terminating and still serving
+    /// (`conditions.serving` true or unset, `conditions.terminating` true:
+    /// those kube-proxy falls back to when a Service has no ready endpoint,
+    /// KEP-1669). They answer only with `serve_terminating` on, and the
+    /// index keeps them only then (see [`SliceEndpoints::drop_serving`]);
+    /// other not-ready endpoints are never kept.
+    pub serving: Vec<Endpoint>,
+    /// How many not-ready endpoints the slice had, the serving ones
+    /// included (for `/explain`).
     pub not_ready: u32,
+    /// How many of the not-ready endpoints are terminating and still
+    /// serving, kept or not (for `/explain`).
+    pub serving_count: u32,
+}
+
+impl SliceEndpoints {
+    /// Forgets the serving endpoints (the fallback is off: they would
+    /// answer nothing), keeping their count.
+    pub fn drop_serving(&mut self) {
+        if !self.serving.is_empty() {
+            self.serving = Vec::new();
+        }
+    }
+}
+
+/// What the DNS server knows of its own cluster's id: the KEP-2149
+/// `ClusterProperty` `cluster.clusterset.k8s.io`, which local-first answers
+/// need to tell this cluster's endpoints from the others'.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OwnCluster {
+    /// The id, lower-case (as the `source-cluster` labels are compared).
+    Known(String),
+    /// Not known; why, for `/explain` and the log. Local-first imports
+    /// answer from every cluster meanwhile.
+    Unknown(String),
+}
+
+impl OwnCluster {
+    /// The state of a source that has not read the property yet.
+    pub fn not_read() -> Self {
+        Self::Unknown(format!(
+            "the ClusterProperty {} has not been read yet",
+            crate::api::well_known::CLUSTER_ID_PROPERTY
+        ))
+    }
+
+    /// The id a `ClusterProperty` `cluster.clusterset.k8s.io` holds, checked
+    /// as a cluster id (a DNS subdomain, as the `source-cluster` label of
+    /// imported slices is checked); an invalid value is unknown, with why.
+    pub fn from_property(value: &str) -> Self {
+        let value = value.trim();
+        if is_dns_subdomain(value) {
+            Self::Known(value.to_ascii_lowercase())
+        } else {
+            Self::Unknown(format!(
+                "the ClusterProperty {} holds {value:?}, which is not a valid cluster id \
+                 (a DNS subdomain of at most 253 characters)",
+                crate::api::well_known::CLUSTER_ID_PROPERTY
+            ))
+        }
+    }
+
+    /// The id, when known.
+    pub fn id(&self) -> Option<&str> {
+        match self {
+            Self::Known(id) => Some(id),
+            Self::Unknown(_) => None,
+        }
+    }
 }
 
 /// Why an object could not be projected.
@@ -344,6 +417,7 @@ impl ImportedService {
             import_type: spec.type_,
             ips,
             ports,
+            locality: Locality::of(spec.traffic_distribution.as_deref()),
         })
     }
 }
@@ -407,6 +481,7 @@ impl SliceEndpoints {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let mut endpoints = Vec::with_capacity(slice.endpoints.len());
+        let mut serving = Vec::new();
         let mut not_ready = 0;
         for (i, e) in slice.endpoints.iter().enumerate() {
             let mut addresses = Vec::with_capacity(e.addresses.len());
@@ -438,24 +513,38 @@ impl SliceEndpoints {
                     }));
                 }
             };
-            let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
-            // A not-ready endpoint is in no answer (spec §2.4): keep nothing of it.
+            let conditions = e.conditions.as_ref();
+            let ready = conditions.and_then(|c| c.ready).unwrap_or(true);
+            // As kube-proxy reads them: serving unset means true,
+            // terminating unset means false.
+            let terminating_but_serving = conditions
+                .is_some_and(|c| c.serving.unwrap_or(true) && c.terminating.unwrap_or(false));
+            let endpoint = || Endpoint {
+                hostname,
+                addresses: addresses.into_boxed_slice(),
+            };
+            // A not-ready endpoint is in no answer (spec §2.4) unless the
+            // serving fallback takes it: keep nothing of the others.
             if ready {
-                endpoints.push(Endpoint {
-                    hostname,
-                    addresses: addresses.into_boxed_slice(),
-                });
+                endpoints.push(endpoint());
             } else {
                 not_ready += 1;
+                if terminating_but_serving {
+                    serving.push(endpoint());
+                }
             }
         }
         endpoints.shrink_to_fit();
+        serving.shrink_to_fit();
+        let serving_count = serving.len() as u32;
         Ok(Some(Self {
             service: ServiceRef::new(namespace, service),
             cluster: cluster.to_ascii_lowercase(),
             ports,
             endpoints,
+            serving,
             not_ready,
+            serving_count,
         }))
     }
 }

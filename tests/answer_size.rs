@@ -251,3 +251,51 @@ async fn answers_are_no_larger_than_knots_for_the_same_records() {
     assert!(rows[0].contains("| 1000 | 0 |"), "{}", rows[0]);
     assert!(rows[3].contains("| 400 | 800 |"), "{}", rows[3]);
 }
+
+/// A local-first zone as this cluster's server builds it (a ClusterProperty
+/// in the manifest) is the zone `dump-zone` writes: Knot serving the dump
+/// answers every name as we do, the service name with this cluster's
+/// endpoints only and SRV with every cluster's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_first_zone_dumps_to_the_answers_it_serves() {
+    use common::{NOT_READY, READY, local_first_clusterset};
+    for yaml in [
+        local_first_clusterset(Some("cluster-a"), [READY, READY], READY),
+        local_first_clusterset(Some("cluster-a"), [NOT_READY, NOT_READY], READY),
+        local_first_clusterset(None, [READY, READY], READY),
+    ] {
+        let ours = TestServer::from_yaml(&yaml, Options::fast_path(true)).await;
+        let dir = tempfile::tempdir().expect("create tempdir");
+        let port = common::free_udp_and_tcp_port();
+        let knot_addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let conf = knot_files(dir.path(), ours.manifest(), port);
+        let mut knot = start_knot(&conf, knot_addr).await;
+        let db = "db.shop.svc.clusterset.local.";
+        let mut failures = Vec::new();
+        for (name, rtype) in [
+            (db.to_owned(), RecordType::A),
+            (db.to_owned(), RecordType::AAAA),
+            (db.to_owned(), RecordType::SRV),
+            (format!("_pg._tcp.{db}"), RecordType::SRV),
+            (format!("db-0.cluster-b.{db}"), RecordType::A),
+            (format!("db-1.cluster-a.{db}"), RecordType::A),
+            ("web.shop.svc.clusterset.local.".to_owned(), RecordType::A),
+        ] {
+            for transport in [Transport::Udp, Transport::Tcp] {
+                let message = query(&name, rtype);
+                let (mine, _) = exchange_sized(ours.dns(), transport, &message).await;
+                let (theirs, _) = exchange_sized(knot_addr, transport, &message).await;
+                if mine.metadata.response_code != theirs.metadata.response_code
+                    || sections(&mine) != sections(&theirs)
+                {
+                    failures.push(format!(
+                        "{name} {rtype} over {transport:?}\n--- ours\n{mine}\n--- Knot\n{theirs}"
+                    ));
+                }
+            }
+        }
+        knot.kill().await.expect("stop knotd");
+        ours.stop().await;
+        assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    }
+}

@@ -229,6 +229,61 @@ fn peer_reader_only_reads_four_resources() {
     );
 }
 
+/// The DNS server's role lists and watches exactly what it reads, and the
+/// Helm chart grants the same rules.
+#[test]
+fn the_dns_server_only_lists_and_watches_four_resources() {
+    let objects = parse("rbac.yaml");
+    let roles: Vec<&ClusterRole> = objects
+        .iter()
+        .filter_map(|o| match o {
+            Object::ClusterRole(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(roles.len(), 1, "one ClusterRole");
+    let rules = roles[0].rules.clone().unwrap_or_default();
+    let mut granted = BTreeSet::new();
+    for rule in &rules {
+        assert!(rule.non_resource_urls.is_none() && rule.resource_names.is_none());
+        for group in rule.api_groups.as_deref().unwrap_or_default() {
+            for resource in rule.resources.as_deref().unwrap_or_default() {
+                granted.insert((group.clone(), resource.clone()));
+            }
+        }
+    }
+    let expected: BTreeSet<(String, String)> = [
+        ("multicluster.x-k8s.io", "serviceimports"),
+        ("discovery.k8s.io", "endpointslices"),
+        ("", "namespaces"),
+        // This cluster's id, for local-first answers.
+        ("about.k8s.io", "clusterproperties"),
+    ]
+    .iter()
+    .map(|(g, r)| (g.to_string(), r.to_string()))
+    .collect();
+    assert_eq!(granted, expected);
+    for (g, r) in &expected {
+        assert_eq!(verbs(&rules, g, r), set(&["list", "watch"]), "{g}/{r}");
+    }
+    // The chart's template is YAML only once rendered: compare the rules
+    // as text.
+    let rules_of = |text: &str| -> String {
+        let start = text.find("\nrules:\n").expect("a rules: block");
+        let rest = &text[start..];
+        rest[..rest.find("\n---").expect("a document after the role")].to_owned()
+    };
+    let plain = std::fs::read_to_string(deploy_dir().join("rbac.yaml")).unwrap();
+    let chart =
+        std::fs::read_to_string(deploy_dir().join("helm/clusterset-dns/templates/rbac.yaml"))
+            .unwrap();
+    assert_eq!(
+        rules_of(&chart),
+        rules_of(&plain),
+        "the chart's DNS role differs"
+    );
+}
+
 #[test]
 fn controller_install_is_consistent() {
     let objects = parse("controller.yaml");

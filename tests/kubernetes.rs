@@ -1090,3 +1090,203 @@ async fn the_deploy_manifests_are_accepted_by_the_apiserver() {
         "{args:?}"
     );
 }
+
+/// The server reads this cluster's id from the ClusterProperty
+/// `cluster.clusterset.k8s.io` with the shipped role (which grants it),
+/// answers a local-first headless import with this cluster's ready
+/// endpoints once the property appears, fails over as they go not ready
+/// and back, follows a changed id and answers from every cluster when the
+/// property goes; a role without ClusterProperties still serves, without
+/// local-first, and says why.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cluster_id_comes_from_the_cluster_property_and_steers_local_first_answers() {
+    use clusterset_dns::api::ClusterProperty;
+    use clusterset_dns::api::well_known::CLUSTER_ID_PROPERTY;
+    let plane = ControlPlane::start(1).await;
+    let api = &plane.apiservers[0];
+    let admin = api.admin_client().await;
+    create_namespace(&admin, "shop").await;
+    let mut db = import(
+        "shop",
+        "db",
+        ServiceImportType::Headless,
+        &[],
+        &[("db", "TCP", 5432)],
+    );
+    db.spec.traffic_distribution = Some("PreferClose".into());
+    let imports: Api<ServiceImport> = Api::namespaced(admin.clone(), "shop");
+    imports.create(&PostParams::default(), &db).await.unwrap();
+    let slices: Api<EndpointSlice> = Api::namespaced(admin.clone(), "shop");
+    let a_slice = |ready: bool| {
+        slice(
+            "shop",
+            "db-a",
+            "db",
+            "cluster-a",
+            "IPv4",
+            &[
+                ("10.1.0.10", Some("db-0"), Some(ready)),
+                ("10.1.0.11", Some("db-1"), Some(ready)),
+            ],
+        )
+    };
+    slices
+        .create(&PostParams::default(), &a_slice(true))
+        .await
+        .unwrap();
+    slices
+        .create(
+            &PostParams::default(),
+            &slice(
+                "shop",
+                "db-b",
+                "db",
+                "cluster-b",
+                "IPv4",
+                &[("10.2.0.10", Some("db-0"), Some(true))],
+            ),
+        )
+        .await
+        .unwrap();
+    let db_name = "db.shop.svc.clusterset.local.";
+    let a = |ip: &str| format!("{db_name} 5 IN A {ip}");
+    let (local, every) = (
+        [a("10.1.0.10"), a("10.1.0.11")],
+        [a("10.1.0.10"), a("10.1.0.11"), a("10.2.0.10")],
+    );
+    let local_lines: Vec<&str> = local.iter().map(String::as_str).collect();
+    let every_lines: Vec<&str> = every.iter().map(String::as_str).collect();
+
+    // A role without ClusterProperties: served, from every cluster, and
+    // /explain says why.
+    let mut narrow = deploy_cluster_role();
+    narrow.metadata.name = Some("clusterset-dns-narrow".into());
+    narrow.rules.as_mut().unwrap().retain(|r| {
+        !r.resources
+            .as_ref()
+            .unwrap()
+            .contains(&"clusterproperties".to_string())
+    });
+    bind_role(&admin, &narrow).await;
+    controlplane::set_cluster_properties(&admin, "cluster-a", "set-1").await;
+    let running = start_dns(&api.dns_kubeconfig, |_| {}).await;
+    eventually("ready without ClusterProperties", || async {
+        is_ready(&running).await
+    })
+    .await;
+    answers_become(
+        &running,
+        db_name,
+        RecordType::A,
+        ResponseCode::NoError,
+        &every_lines,
+    )
+    .await;
+    let notes = common::explain_notes(&common::explain(running.admin_addr(), db_name, "A").await);
+    assert!(
+        notes.contains("this cluster's id is unknown (the ClusterProperty cluster.clusterset.k8s.io cannot be read")
+            && notes.contains("forbidden"),
+        "{notes}"
+    );
+    running.stop().await;
+
+    // The shipped role: the id is read at start ...
+    bind_role(&admin, &deploy_cluster_role()).await;
+    let running = start_dns(&api.dns_kubeconfig, |_| {}).await;
+    answers_become(
+        &running,
+        db_name,
+        RecordType::A,
+        ResponseCode::NoError,
+        &local_lines,
+    )
+    .await;
+    let explained = common::explain(running.admin_addr(), db_name, "A").await;
+    assert_eq!(
+        explained["service"]["cluster_id"], "cluster-a",
+        "{explained:#}"
+    );
+    assert_eq!(explained["tier"], "local");
+
+    // ... this cluster's endpoints go not ready and come back ...
+    let params = PatchParams::apply("clusterset-dns-test").force();
+    slices
+        .patch("db-a", &params, &Patch::Apply(&a_slice(false)))
+        .await
+        .unwrap();
+    answers_become(
+        &running,
+        db_name,
+        RecordType::A,
+        ResponseCode::NoError,
+        &[&a("10.2.0.10")],
+    )
+    .await;
+    slices
+        .patch("db-a", &params, &Patch::Apply(&a_slice(true)))
+        .await
+        .unwrap();
+    answers_become(
+        &running,
+        db_name,
+        RecordType::A,
+        ResponseCode::NoError,
+        &local_lines,
+    )
+    .await;
+
+    // ... the id changes, goes, and appears again.
+    controlplane::set_cluster_properties(&admin, "cluster-b", "set-1").await;
+    answers_become(
+        &running,
+        db_name,
+        RecordType::A,
+        ResponseCode::NoError,
+        &[&a("10.2.0.10")],
+    )
+    .await;
+    let properties: Api<ClusterProperty> = Api::all(admin.clone());
+    properties
+        .delete(CLUSTER_ID_PROPERTY, &DeleteParams::default())
+        .await
+        .unwrap();
+    answers_become(
+        &running,
+        db_name,
+        RecordType::A,
+        ResponseCode::NoError,
+        &every_lines,
+    )
+    .await;
+    let notes = common::explain_notes(&common::explain(running.admin_addr(), db_name, "A").await);
+    assert!(
+        notes.contains(
+            "the ClusterProperty cluster.clusterset.k8s.io does not exist in this cluster"
+        ),
+        "{notes}"
+    );
+    controlplane::set_cluster_properties(&admin, "cluster-a", "set-1").await;
+    answers_become(
+        &running,
+        db_name,
+        RecordType::A,
+        ResponseCode::NoError,
+        &local_lines,
+    )
+    .await;
+    // Answers of every tier were counted; the ClusterProperty watch never
+    // made the source stale.
+    let metrics = common::http_get(running.admin_addr(), "/metrics").await;
+    for tier in ["local", "all"] {
+        let name = format!("clusterset_dns_local_first_answers_total{{tier=\"{tier}\"}}");
+        assert!(
+            common::metric(&metrics, &name).is_some_and(|n| n >= 1.0),
+            "{name}:\n{metrics}"
+        );
+    }
+    assert_eq!(
+        common::metric(&metrics, "clusterset_dns_source_stale"),
+        Some(0.0)
+    );
+    running.stop().await;
+}

@@ -688,8 +688,8 @@ async fn other_classes_and_zone_transfers_are_refused() {
 async fn max_records_caps_headless_answers_to_one_subset_of_endpoints() {
     let yaml = big_headless("shop", "pets", 30, 200, true);
     let options = Options {
-        fast_path: true,
         max_records: Some(50),
+        ..Options::fast_path(true)
     };
     let servers = both_paths(&yaml, options).await;
     let index_of = |ip: &IpAddr| -> usize {

@@ -125,6 +125,9 @@ impl Handler {
             if truncated {
                 self.metrics.truncated.inc();
             }
+            if let Some(tier) = plan.tier(truncated) {
+                self.metrics.count_tier(tier);
+            }
             return out;
         }
 

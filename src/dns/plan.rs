@@ -27,7 +27,7 @@ use hickory_proto::rr::RecordType;
 
 use crate::metrics::Outcome;
 use crate::zone::wire::{HEADER_LEN, OPT_RECORD_LEN};
-use crate::zone::{Lookup, RrSet, Zone};
+use crate::zone::{Lookup, RrSet, Tier, Zone};
 
 /// The UDP payload size we advertise and never exceed (DNS Flag Day 2020).
 pub const MAX_UDP_PAYLOAD: u16 = 1232;
@@ -176,6 +176,15 @@ impl<'z> Plan<'z> {
         }
         plan.authoritative = true;
         plan
+    }
+
+    /// The tier of the answer's records when they go out (`truncated`:
+    /// they do not), for `clusterset_dns_local_first_answers_total`.
+    #[inline]
+    pub fn tier(&self, truncated: bool) -> Option<Tier> {
+        self.answer
+            .and_then(|rrset| rrset.tier)
+            .filter(|_| !truncated)
     }
 
     fn error(mut self, rcode: ResponseCode) -> Self {

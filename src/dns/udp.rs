@@ -289,12 +289,16 @@ pub(crate) fn answer_datagram(
             truncated,
             qtype,
             outcome,
+            tier,
         } => {
             metrics.fast_path_hits.inc();
             if truncated {
                 metrics.truncated.inc();
             }
             metrics.count_response(Transport::Udp, qtype, outcome);
+            if let Some(tier) = tier {
+                metrics.count_tier(tier);
+            }
             Some(len)
         }
         Fast::Drop => {

@@ -19,7 +19,7 @@ use super::render::render;
 use super::wire_check;
 use crate::metrics::Outcome;
 use crate::zone::wire::{HEADER_LEN, OPT_RECORD_LEN};
-use crate::zone::{MAX_LABELS, Zone};
+use crate::zone::{MAX_LABELS, Tier, Zone};
 
 /// Largest response the fast path writes.
 pub const MAX_RESPONSE: usize = MAX_UDP_PAYLOAD as usize;
@@ -37,6 +37,9 @@ pub enum Fast {
         qtype: RecordType,
         /// Outcome, for metrics.
         outcome: Outcome,
+        /// The tier of the answer's records, when it has one and they
+        /// went out (not truncated), for metrics.
+        tier: Option<Tier>,
     },
     /// Hand the datagram to the hickory handler.
     Slow,
@@ -155,6 +158,7 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
         truncated,
         qtype: rtype,
         outcome: plan.outcome,
+        tier: plan.tier(truncated),
     }
 }
 

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::model::{ImportedService, ServiceRef, SliceEndpoints};
+use crate::model::{ImportedService, OwnCluster, ServiceRef, SliceEndpoints};
 use crate::zone::{ServiceZone, Zone, ZoneSettings};
 
 /// Identifies one EndpointSlice: namespace and object name.
@@ -57,6 +57,8 @@ pub struct Index {
     /// When set, only imports in these namespaces have names (see
     /// [`Index::require_namespaces`]).
     namespaces: Option<HashSet<String>>,
+    /// This cluster's id, which local-first imports answer by.
+    own_cluster: OwnCluster,
     zone: Zone,
 }
 
@@ -70,7 +72,61 @@ impl Index {
             slices_by_service: HashMap::new(),
             dirty: HashSet::new(),
             namespaces: None,
+            own_cluster: OwnCluster::not_read(),
             zone: Zone::new(settings),
+        }
+    }
+
+    /// The settings its zones are built with.
+    pub fn settings(&self) -> &ZoneSettings {
+        self.zone.settings()
+    }
+
+    /// What the index knows of this cluster's id.
+    pub fn own_cluster(&self) -> &OwnCluster {
+        &self.own_cluster
+    }
+
+    /// Records this cluster's id (or why it is unknown), as the source
+    /// read it from the `ClusterProperty` `cluster.clusterset.k8s.io`. A
+    /// change rebuilds the local-first imports and is logged; the same
+    /// value again changes nothing.
+    pub fn set_own_cluster(&mut self, own: OwnCluster) {
+        if self.own_cluster == own {
+            return;
+        }
+        let local_first = self
+            .imports
+            .values()
+            .filter(|import| import.locality.local_first())
+            .count();
+        match &own {
+            OwnCluster::Known(id) => tracing::info!(
+                cluster_id = %id,
+                local_first_imports = local_first,
+                "this cluster's id is known: local-first imports answer with its endpoints first"
+            ),
+            OwnCluster::Unknown(why) => tracing::info!(
+                reason = %why,
+                local_first_imports = local_first,
+                "this cluster's id is unknown: local-first imports answer from every cluster"
+            ),
+        }
+        let known_before = self.own_cluster.id().is_some();
+        self.own_cluster = own;
+        // Only headless answers depend on it, and only while an id is known
+        // before or after.
+        if known_before || self.own_cluster.id().is_some() {
+            let affected: Vec<ServiceRef> = self
+                .imports
+                .values()
+                .filter(|import| {
+                    import.locality.local_first()
+                        && import.import_type == crate::api::ServiceImportType::Headless
+                })
+                .map(|import| import.service.clone())
+                .collect();
+            self.dirty.extend(affected);
         }
     }
 
@@ -139,8 +195,12 @@ impl Index {
     }
 
     /// Adds or replaces an EndpointSlice. A slice may move between services
-    /// when its service-name label changes; both are rebuilt.
-    pub fn apply_slice(&mut self, key: SliceKey, slice: SliceEndpoints) {
+    /// when its service-name label changes; both are rebuilt. Its serving
+    /// endpoints are kept only with the serving fallback on.
+    pub fn apply_slice(&mut self, key: SliceKey, mut slice: SliceEndpoints) {
+        if !self.zone.settings().serve_terminating {
+            slice.drop_serving();
+        }
         match self.slices.get(&key) {
             Some(old) if *old == slice => return,
             Some(old) if old.service != slice.service => {
@@ -332,6 +392,7 @@ impl Index {
             import,
             &slices,
             self.zone.settings(),
+            self.own_cluster.id(),
         )))
     }
 

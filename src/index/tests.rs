@@ -27,6 +27,7 @@ fn import(ns: &str, name: &str, kind: (ServiceImportType, Vec<IpAddr>)) -> Impor
             protocol: PortProtocol::Tcp,
             port: 80,
         }],
+        locality: Default::default(),
     }
 }
 
@@ -51,6 +52,8 @@ fn slice(ns: &str, service: &str, cluster: &str, ips: &[&str]) -> SliceEndpoints
             })
             .collect(),
         not_ready: 0,
+        serving: vec![],
+        serving_count: 0,
     }
 }
 
@@ -305,4 +308,84 @@ fn the_endpoint_count_follows_applies_replacements_deletes_and_relists() {
         slice("prod", "db", "c", &["10.0.2.1", "10.0.2.2", "10.0.2.3"]),
     )]);
     assert_eq!(count(&index), 3);
+}
+
+/// A slice with `ready` ready endpoints and `serving` terminating but
+/// serving ones, of headless `prod/db` in `cluster`.
+fn mixed_slice(cluster: &str, ready: &[&str], serving: &[&str]) -> SliceEndpoints {
+    let mut slice = slice("prod", "db", cluster, ready);
+    slice.serving = serving
+        .iter()
+        .map(|ip| Endpoint {
+            hostname: None,
+            addresses: vec![ip.parse().unwrap()].into(),
+        })
+        .collect();
+    slice.not_ready = serving.len() as u32;
+    slice.serving_count = serving.len() as u32;
+    slice
+}
+
+#[test]
+fn serving_endpoints_are_kept_only_with_the_fallback_on() {
+    let mut off = index();
+    off.apply_slice(key("prod", "db-a"), mixed_slice("a", &[], &["10.0.9.1"]));
+    let kept = off.slice(&key("prod", "db-a")).unwrap();
+    assert!(kept.serving.is_empty(), "{kept:?}");
+    assert_eq!(kept.serving_count, 1, "the count stays for /explain");
+    let mut settings = ZoneSettings::new(Name::from_ascii("clusterset.local.").unwrap());
+    settings.serve_terminating = true;
+    let mut on = Index::new(settings);
+    on.apply_import(import("prod", "db", headless()));
+    on.apply_slice(key("prod", "db-a"), mixed_slice("a", &[], &["10.0.9.1"]));
+    assert_eq!(on.slice(&key("prod", "db-a")).unwrap().serving.len(), 1);
+    let (zone, _) = on.publish();
+    assert_eq!(a_records(&zone, DB), Some(vec!["10.0.9.1".into()]));
+    // Readiness comes back: the ready endpoint answers, the serving one not.
+    on.apply_slice(
+        key("prod", "db-a"),
+        mixed_slice("a", &["10.0.0.1"], &["10.0.9.1"]),
+    );
+    let (zone, _) = on.publish();
+    assert_eq!(a_records(&zone, DB), Some(vec!["10.0.0.1".into()]));
+}
+
+/// The cluster id rebuilds the local-first headless imports (and only
+/// them) when it changes; readiness changes switch tiers at the next
+/// publish.
+#[test]
+fn the_cluster_id_and_readiness_switch_local_first_answers() {
+    use crate::api::locality::Locality;
+    let mut index = index();
+    let mut db = import("prod", "db", headless());
+    db.locality = Locality::PreferSameZone;
+    index.apply_import(db);
+    index.apply_import(import("prod", "web", vip("10.96.0.1")));
+    index.apply_slice(key("prod", "db-a"), slice("prod", "db", "a", &["10.0.0.1"]));
+    index.apply_slice(key("prod", "db-b"), slice("prod", "db", "b", &["10.0.1.1"]));
+    let (zone, _) = index.publish();
+    let both = Some(vec!["10.0.0.1".to_string(), "10.0.1.1".into()]);
+    assert_eq!(a_records(&zone, DB), both);
+
+    index.set_own_cluster(OwnCluster::Known("a".into()));
+    let (zone, stats) = index.publish();
+    assert_eq!(stats.rebuilt, 1, "only the local-first headless import");
+    assert_eq!(a_records(&zone, DB), Some(vec!["10.0.0.1".into()]));
+    index.set_own_cluster(OwnCluster::Known("a".into()));
+    assert!(!index.has_changes(), "the same id again changes nothing");
+
+    // a's endpoint goes not ready: b's answer; back: a's again.
+    index.apply_slice(key("prod", "db-a"), slice("prod", "db", "a", &[]));
+    let (zone, _) = index.publish();
+    assert_eq!(a_records(&zone, DB), Some(vec!["10.0.1.1".into()]));
+    index.apply_slice(key("prod", "db-a"), slice("prod", "db", "a", &["10.0.0.1"]));
+    let (zone, _) = index.publish();
+    assert_eq!(a_records(&zone, DB), Some(vec!["10.0.0.1".into()]));
+
+    index.set_own_cluster(OwnCluster::Unknown("gone".into()));
+    let (zone, _) = index.publish();
+    assert_eq!(a_records(&zone, DB), both);
+    // Unknown for another reason: nothing to rebuild.
+    index.set_own_cluster(OwnCluster::Unknown("still gone".into()));
+    assert!(!index.has_changes());
 }

@@ -29,6 +29,24 @@ pub fn watch_backoff() -> impl Backoff {
     )
 }
 
+/// Retry delays for the watch of an optional resource, which may fail for
+/// as long as a CRD is not installed or a role does not grant it (the DNS
+/// server's ClusterProperty watch): 100 ms doubling to 60 s, each delay
+/// stretched by a random 0–100 %. A DaemonSet's replicas on an old role
+/// then cost the apiserver one refused list a minute or two each rather
+/// than one every few seconds; the fixed role is noticed within two
+/// minutes.
+pub fn optional_watch_backoff() -> impl Backoff {
+    ExponentialBackoff::from(
+        ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(60))
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times(),
+    )
+}
+
 /// Spacing of whole restarts (every watch relisted at once after an
 /// outage): at least 1 s after the previous one, doubling to 60 s while
 /// restarts keep being needed, back to 1 s after 5 minutes without one.

@@ -324,6 +324,20 @@ where
     watcher::watcher(api, config).backoff(backoff::watch_backoff())
 }
 
+/// [`stream`] retried with `backoff` instead (a watch that may fail for
+/// long, where retrying every few seconds would only load the apiserver).
+fn stream_backing_off<K, B>(
+    api: Api<K>,
+    config: watcher::Config,
+    backoff: B,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    B: kube::runtime::utils::Backoff + Send + 'static,
+{
+    watcher::watcher(api, config).backoff(backoff)
+}
+
 /// How a watch receives the objects that exist when it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InitialList {
@@ -371,6 +385,22 @@ pub fn stream_with<K>(
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
+    stream_with_backoff(api, config, initial, backoff::watch_backoff)
+}
+
+/// [`stream_with`], retrying failures with a fresh `backoff()` per
+/// stream: for an optional resource that may fail for long (a CRD not
+/// installed, a role without it), [`backoff::optional_watch_backoff`].
+pub fn stream_with_backoff<K, B>(
+    api: Api<K>,
+    config: watcher::Config,
+    initial: InitialList,
+    backoff: fn() -> B,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    B: kube::runtime::utils::Backoff + Send + 'static,
+{
     use futures::StreamExt;
     use std::task::Poll;
 
@@ -380,7 +410,7 @@ where
     };
     let resource = api.resource_url().to_owned();
     let mut fallback = (initial == InitialList::Streaming).then(|| (api.clone(), config));
-    let mut current = stream(api, first).boxed();
+    let mut current = stream_backing_off(api, first, backoff()).boxed();
     futures::stream::poll_fn(move |cx| {
         loop {
             let item = std::task::ready!(current.poll_next_unpin(cx));
@@ -393,7 +423,7 @@ where
                     error = %crate::error::Chain(error),
                     "the apiserver does not stream initial lists (WatchList feature gate off); using paged lists"
                 );
-                current = stream(api, config).boxed();
+                current = stream_backing_off(api, config, backoff()).boxed();
                 continue;
             }
             return Poll::Ready(item);

@@ -8,6 +8,7 @@
 pub mod compress;
 pub mod name;
 mod service;
+pub mod tier;
 pub mod wire;
 
 use std::net::IpAddr;
@@ -18,6 +19,7 @@ use hickory_proto::rr::{Name, RData, Record, RecordType};
 
 pub use name::{Below, LabelKey, QueryName};
 pub use service::{Node, RrSet, ServiceZone};
+pub use tier::Tier;
 pub use wire::SoaWire;
 
 use crate::model::ServiceRef;
@@ -55,6 +57,10 @@ pub struct ZoneSettings {
     pub max_records: usize,
     /// Addresses of `ns.dns.<zone>`, the name server named by NS and SOA.
     pub nameserver_addresses: Vec<IpAddr>,
+    /// The serving fallback (`serve_terminating`): a headless import with
+    /// no ready endpoint anywhere answers with its terminating but still
+    /// serving endpoints ([`tier`]).
+    pub serve_terminating: bool,
 }
 
 impl ZoneSettings {
@@ -75,6 +81,7 @@ impl ZoneSettings {
             negative_ttl: 5,
             max_records: 1000,
             nameserver_addresses: Vec::new(),
+            serve_terminating: false,
         }
     }
 

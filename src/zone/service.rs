@@ -10,10 +10,11 @@ use hickory_proto::rr::rdata::{A, AAAA, SRV};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
 use super::name::LabelKey;
+use super::tier::{Census, Tier, choose};
 use super::wire::WireAnswer;
 use super::{FastHash, ZoneSettings, owner_name};
 use crate::api::ServiceImportType;
-use crate::model::{ImportedService, Port, ServiceRef, SliceEndpoints, dashed_address};
+use crate::model::{Endpoint, ImportedService, Port, ServiceRef, SliceEndpoints, dashed_address};
 
 /// One RRset at one owner name, kept in its precompiled wire form (answer
 /// records, then the address records of SRV targets for the additional
@@ -27,6 +28,10 @@ pub struct RrSet {
     pub rtype: RecordType,
     /// The precompiled answer and additional sections.
     pub wire: WireAnswer,
+    /// The endpoints the answer was taken from, when a local-first import
+    /// or the serving fallback chose them ([`super::tier`]); `None` for
+    /// every other answer. Answers with a tier are counted by it.
+    pub tier: Option<Tier>,
     records: OnceLock<Option<Box<Records>>>,
 }
 
@@ -50,8 +55,15 @@ impl RrSet {
         Self {
             rtype,
             wire: WireAnswer::encode(owner, rtype, &records, &additionals),
+            tier: None,
             records: OnceLock::new(),
         }
+    }
+
+    /// The same RRset, counted as answering from `tier`.
+    pub fn with_tier(mut self, tier: Option<Tier>) -> Self {
+        self.tier = tier;
+        self
     }
 
     /// The answer and additional records. `owner` is the owner name (any
@@ -159,11 +171,14 @@ impl ServiceZone {
         self.nodes.iter()
     }
 
-    /// Builds the names of `service` from its slices.
+    /// Builds the names of `service` from its slices. `own_cluster` is this
+    /// cluster's id when known: a local-first headless import's service
+    /// name then answers with this cluster's endpoints first.
     pub fn build(
         service: &ImportedService,
         slices: &[&SliceEndpoints],
         settings: &ZoneSettings,
+        own_cluster: Option<&str>,
     ) -> Self {
         let mut zone = Self {
             service: service.service.clone(),
@@ -179,7 +194,9 @@ impl ServiceZone {
             ServiceImportType::ClusterSetIp => {
                 zone.build_cluster_set_ip(&base, &service.ips, &service.ports, settings)
             }
-            ServiceImportType::Headless => zone.build_headless(&base, service, slices, settings),
+            ServiceImportType::Headless => {
+                zone.build_headless(&base, service, slices, settings, own_cluster)
+            }
         }
         zone.record_count = zone
             .nodes
@@ -244,42 +261,34 @@ impl ServiceZone {
         service: &ImportedService,
         slices: &[&SliceEndpoints],
         settings: &ZoneSettings,
+        own_cluster: Option<&str>,
     ) {
         let ttl = settings.ttl;
-        // Group ready endpoints by (cluster, host label): a dual-stack pod is
-        // one endpoint in the IPv4 slice and one in the IPv6 slice, and both
-        // are the same per-endpoint name.
-        let mut hosts: BTreeMap<(String, String), Host> = BTreeMap::new();
-        for slice in slices {
-            let ports = if slice.ports.is_empty() {
-                &service.ports
-            } else {
-                &slice.ports
-            };
-            for endpoint in slice.endpoints.iter() {
-                let Some(first) = endpoint.addresses.first() else {
-                    continue;
-                };
-                let label = endpoint
-                    .hostname
-                    .as_deref()
-                    .map_or_else(|| dashed_address(first), String::from);
-                let host = hosts.entry((slice.cluster.clone(), label)).or_default();
-                for ip in endpoint.addresses.iter() {
-                    if !host.addresses.contains(ip) {
-                        host.addresses.push(*ip);
-                    }
-                }
-                for port in ports {
-                    if !host.ports.contains(port) {
-                        host.ports.push(port.clone());
-                    }
-                }
-            }
-        }
-        if hosts.is_empty() {
-            return; // no ready endpoints: the service name is NXDOMAIN
-        }
+        let ready = group_hosts(service, slices, |slice| &slice.endpoints);
+        // Serving endpoints matter only when none is ready (the index
+        // keeps them only with the fallback on).
+        let serving = match ready.is_empty() && settings.serve_terminating {
+            true => group_hosts(service, slices, |slice| &slice.serving),
+            false => BTreeMap::new(),
+        };
+        let is_local = |cluster: &str| own_cluster == Some(cluster);
+        let local = |hosts: &BTreeMap<(String, String), Host>| {
+            hosts
+                .keys()
+                .filter(|(cluster, _)| is_local(cluster))
+                .count()
+        };
+        let census = Census {
+            ready: ready.len(),
+            local_ready: local(&ready),
+            serving: serving.len(),
+            local_serving: local(&serving),
+        };
+        let local_first = service.locality.local_first() && own_cluster.is_some();
+        let Some(choice) = choose(local_first, settings.serve_terminating, census) else {
+            return; // no endpoint to answer with: the service name is NXDOMAIN
+        };
+        let hosts = if choice.serving { serving } else { ready };
 
         // Per-endpoint names carry all of that endpoint's addresses. An
         // endpoint whose name would exceed 255 bytes (a long dotted cluster
@@ -305,28 +314,39 @@ impl ServiceZone {
                     (Vec::new(), Vec::new())
                 }
             };
-            host_records.push((owner, host, a, aaaa));
+            host_records.push(HostRecords {
+                owner,
+                host,
+                local: is_local(cluster),
+                a,
+                aaaa,
+            });
         }
 
-        // The service name answers for a bounded subset of endpoints, the same
-        // subset for A, AAAA and SRV.
-        let mut take = host_records.len().min(settings.max_records);
+        // The service name answers for a bounded subset of endpoints (this
+        // cluster's only, when the choice says so), the same subset for A
+        // and AAAA.
+        let candidates: Vec<&HostRecords<'_>> = host_records
+            .iter()
+            .filter(|record| record.local || !choice.local)
+            .collect();
+        let mut take = candidates.len().min(settings.max_records);
         let mut apex = Node::default();
         loop {
-            let hosts = host_records[..take].iter().map(|(_, h, _, _)| *h);
+            let hosts = candidates[..take].iter().map(|r| r.host);
             let (a, aaaa) = address_records(base, hosts.flat_map(|h| h.addresses.iter()), ttl);
             let a = (!a.is_empty()).then(|| RrSet::new(base, RecordType::A, a, vec![]));
             let aaaa = (!aaaa.is_empty()).then(|| RrSet::new(base, RecordType::AAAA, aaaa, vec![]));
             // Endpoints whose addresses all made it into both answers: the
             // subset shrinks to them if either answer was cut to fit one
             // DNS message, so that A and AAAA still hold the same subset.
-            let hosts = host_records[..take].iter().map(|(_, h, _, _)| *h);
+            let hosts = candidates[..take].iter().map(|r| r.host);
             let fitting = whole_hosts(hosts, a.as_ref(), aaaa.as_ref())
                 .take_while(|whole| *whole)
                 .count();
             if fitting == take {
-                apex.rrsets.extend(a);
-                apex.rrsets.extend(aaaa);
+                apex.rrsets.extend(a.map(|r| r.with_tier(choice.apex)));
+                apex.rrsets.extend(aaaa.map(|r| r.with_tier(choice.apex)));
                 break;
             }
             tracing::warn!(
@@ -337,18 +357,23 @@ impl ServiceZone {
             );
             take = fitting;
         }
-        let subset = &host_records[..take];
+        // SRV answers for every cluster: the same subset as A and AAAA
+        // unless those hold this cluster's endpoints only.
+        let subset: Vec<&HostRecords<'_>> = match choice.local {
+            true => host_records.iter().take(settings.max_records).collect(),
+            false => candidates[..take].to_vec(),
+        };
 
         // Bare-name SRV: one record per (endpoint, distinct port number).
         let mut targets = Vec::new();
         let mut glue = Vec::new();
-        for (owner, host, a, aaaa) in subset {
-            let Some(owner) = owner else { continue };
-            let mut numbers: Vec<u16> = host.ports.iter().map(|p| p.port).collect();
+        for record in &subset {
+            let Some(owner) = &record.owner else { continue };
+            let mut numbers: Vec<u16> = record.host.ports.iter().map(|p| p.port).collect();
             numbers.sort_unstable();
             numbers.dedup();
             targets.extend(numbers.into_iter().map(|n| (n, owner.clone())));
-            glue.extend(a.iter().chain(aaaa.iter()).cloned());
+            glue.extend(record.a.iter().chain(record.aaaa.iter()).cloned());
         }
         targets.truncate(settings.max_records);
         apex.push(
@@ -361,9 +386,9 @@ impl ServiceZone {
 
         // Named-port SRV: one record per endpoint exposing that port.
         let mut named: BTreeMap<Vec<String>, (Vec<SrvTarget>, Vec<Record>)> = BTreeMap::new();
-        for (owner, host, a, aaaa) in subset {
-            let Some(owner) = owner else { continue };
-            for port in &host.ports {
+        for record in &subset {
+            let Some(owner) = &record.owner else { continue };
+            for port in &record.host.ports {
                 let Some(name) = &port.name else { continue };
                 let entry = named
                     .entry(vec![
@@ -372,7 +397,9 @@ impl ServiceZone {
                     ])
                     .or_default();
                 entry.0.push((port.port, owner.clone()));
-                entry.1.extend(a.iter().chain(aaaa.iter()).cloned());
+                entry
+                    .1
+                    .extend(record.a.iter().chain(record.aaaa.iter()).cloned());
             }
         }
         for (relative, (mut targets, glue)) in named {
@@ -389,6 +416,21 @@ impl ServiceZone {
                 glue,
             );
             self.insert_with_parents(relative, node);
+        }
+
+        // Under the serving fallback every name answers from serving
+        // endpoints, and counts so (the service name's A and AAAA keep
+        // their own tier).
+        if let Some(tier) = choice.names {
+            for (relative, node) in &mut self.nodes {
+                for rrset in &mut node.rrsets {
+                    let apex_address = relative.labels().next().is_none()
+                        && matches!(rrset.rtype, RecordType::A | RecordType::AAAA);
+                    if !apex_address {
+                        rrset.tier = Some(tier);
+                    }
+                }
+            }
         }
     }
 
@@ -462,6 +504,57 @@ type SrvTarget = (u16, Name);
 struct Host {
     addresses: Vec<IpAddr>,
     ports: Vec<Port>,
+}
+
+/// One endpoint of a headless answer with its per-endpoint name and
+/// records.
+struct HostRecords<'h> {
+    /// `<host>.<cluster>.<svc>…`; `None` when that is longer than a name.
+    owner: Option<Name>,
+    host: &'h Host,
+    /// It is this cluster's.
+    local: bool,
+    a: Vec<Record>,
+    aaaa: Vec<Record>,
+}
+
+/// The endpoints `pick` takes of each slice, grouped by (cluster, host
+/// label): a dual-stack pod is one endpoint in the IPv4 slice and one in
+/// the IPv6 slice, and both are the same per-endpoint name.
+fn group_hosts(
+    service: &ImportedService,
+    slices: &[&SliceEndpoints],
+    pick: impl Fn(&SliceEndpoints) -> &[Endpoint],
+) -> BTreeMap<(String, String), Host> {
+    let mut hosts: BTreeMap<(String, String), Host> = BTreeMap::new();
+    for slice in slices {
+        let ports = if slice.ports.is_empty() {
+            &service.ports
+        } else {
+            &slice.ports
+        };
+        for endpoint in pick(slice) {
+            let Some(first) = endpoint.addresses.first() else {
+                continue;
+            };
+            let label = endpoint
+                .hostname
+                .as_deref()
+                .map_or_else(|| dashed_address(first), String::from);
+            let host = hosts.entry((slice.cluster.clone(), label)).or_default();
+            for ip in endpoint.addresses.iter() {
+                if !host.addresses.contains(ip) {
+                    host.addresses.push(*ip);
+                }
+            }
+            for port in ports {
+                if !host.ports.contains(port) {
+                    host.ports.push(port.clone());
+                }
+            }
+        }
+    }
+    hosts
 }
 
 /// A and AAAA records for `owner`, one per distinct address, in input order.

@@ -26,6 +26,7 @@ fn cluster_set_ip(ns: &str, name: &str, ips: &[&str], ports: Vec<Port>) -> Impor
         import_type: ServiceImportType::ClusterSetIp,
         ips: ips.iter().map(|i| i.parse().unwrap()).collect(),
         ports,
+        locality: Default::default(),
     }
 }
 
@@ -35,6 +36,7 @@ fn headless(ns: &str, name: &str, ports: Vec<Port>) -> ImportedService {
         import_type: ServiceImportType::Headless,
         ips: vec![],
         ports,
+        locality: Default::default(),
     }
 }
 
@@ -52,6 +54,8 @@ fn slice(ns: &str, service: &str, cluster: &str, endpoints: Vec<Endpoint>) -> Sl
         ports: vec![],
         endpoints,
         not_ready: 0,
+        serving: vec![],
+        serving_count: 0,
     }
 }
 
@@ -60,7 +64,7 @@ fn zone_of(services: &[(ImportedService, Vec<SliceEndpoints>)]) -> Zone {
     let mut zone = Zone::new(settings.clone());
     for (service, slices) in services {
         let refs: Vec<&SliceEndpoints> = slices.iter().collect();
-        let built = ServiceZone::build(service, &refs, &settings);
+        let built = ServiceZone::build(service, &refs, &settings, None);
         zone.set_service(&service.service, Some(Arc::new(built)));
     }
     zone
@@ -436,6 +440,7 @@ fn headless_cap_keeps_the_same_endpoints_for_a_and_aaaa() {
         &headless("prod", "db", vec![tcp("pg", 1)]),
         &[&v4, &v6],
         &settings,
+        None,
     );
     let mut zone = Zone::new(settings);
     zone.set_service(&ServiceRef::new("prod", "db"), Some(Arc::new(built)));
@@ -633,6 +638,7 @@ fn answers_larger_than_one_dns_message_are_cut_to_fit() {
         &headless("production", "database", ports),
         &[&v4, &v6],
         &settings,
+        None,
     );
     let base = "database.production.svc.clusterset.local.";
     let node = built.node(b"").unwrap();
@@ -746,6 +752,7 @@ fn a_cut_headless_answer_keeps_the_same_subset_for_a_and_aaaa() {
         &headless(&ns, &svc, vec![tcp("pg", 1)]),
         &[&v4, &v6],
         &settings,
+        None,
     );
     let mut zone = Zone::new(settings);
     zone.set_service(&ServiceRef::new(&ns, &svc), Some(Arc::new(built)));
@@ -776,4 +783,233 @@ fn a_cut_headless_answer_keeps_the_same_subset_for_a_and_aaaa() {
     );
     assert_eq!(a, aaaa);
     assert!(answer(&zone, &name, RecordType::SRV).unwrap().len() <= a.len());
+}
+
+/// A zone of one headless import of `locality` with ready endpoints
+/// `east-<i>` in cluster `east` and `west-<i>` in `west`, and serving
+/// (terminating) ones `old-<i>`, as built in cluster `own` with the
+/// fallback on or off.
+fn local_first_zone(
+    locality: crate::api::locality::Locality,
+    own: Option<&str>,
+    serve_terminating: bool,
+    ready: (usize, usize),
+    serving: (usize, usize),
+) -> Zone {
+    let mut settings = settings();
+    settings.serve_terminating = serve_terminating;
+    let mut service = headless("shop", "db", vec![tcp("pg", 5432)]);
+    service.locality = locality;
+    let cluster = |name: &str, octet: u8, ready: usize, serving: usize| {
+        let mut slice = slice(
+            "shop",
+            "db",
+            name,
+            (0..ready)
+                .map(|i| {
+                    endpoint(
+                        Some(&format!("{name}-{i}")),
+                        &[&format!("10.{octet}.0.{i}")],
+                    )
+                })
+                .collect(),
+        );
+        slice.serving = (0..serving)
+            .map(|i| endpoint(Some(&format!("old-{i}")), &[&format!("10.{octet}.9.{i}")]))
+            .collect();
+        slice.not_ready = serving as u32;
+        slice.serving_count = serving as u32;
+        slice
+    };
+    let east = cluster("east", 1, ready.0, serving.0);
+    let west = cluster("west", 2, ready.1, serving.1);
+    let built = ServiceZone::build(&service, &[&east, &west], &settings, own);
+    let mut zone = Zone::new(settings);
+    zone.set_service(&service.service, Some(Arc::new(built)));
+    zone
+}
+
+/// The tier of the answer at `qname`/`rtype`, and its addresses or targets.
+fn tiered(zone: &Zone, qname: &str, rtype: RecordType) -> (Option<Tier>, Vec<String>) {
+    let name = Name::from_ascii(qname).unwrap().to_lowercase();
+    let labels: Vec<&[u8]> = name.iter().collect();
+    let Lookup::Found(rrset) = zone.lookup(&labels, rtype) else {
+        panic!("{qname} {rtype}: no answer");
+    };
+    (rrset.tier, answer(zone, qname, rtype).unwrap())
+}
+
+const DB: &str = "db.shop.svc.clusterset.local.";
+
+#[test]
+fn a_local_first_service_name_answers_this_clusters_ready_endpoints_first() {
+    use crate::api::locality::Locality;
+    let zone = local_first_zone(
+        Locality::PreferSameZone,
+        Some("east"),
+        false,
+        (2, 3),
+        (0, 0),
+    );
+    assert_eq!(
+        tiered(&zone, DB, RecordType::A),
+        (
+            Some(Tier::Local),
+            vec!["10.1.0.0".into(), "10.1.0.1".into()]
+        )
+    );
+    // SRV and per-endpoint names answer for every cluster, uncounted.
+    let (tier, srv) = tiered(&zone, DB, RecordType::SRV);
+    assert_eq!((tier, srv.len()), (None, 5), "{srv:?}");
+    let (tier, srv) = tiered(&zone, &format!("_pg._tcp.{DB}"), RecordType::SRV);
+    assert_eq!((tier, srv.len()), (None, 5), "{srv:?}");
+    assert_eq!(
+        tiered(&zone, &format!("west-2.west.{DB}"), RecordType::A),
+        (None, vec!["10.2.0.2".into()])
+    );
+    // The other cluster's server answers with its own.
+    let zone = local_first_zone(
+        Locality::PreferSameNode,
+        Some("west"),
+        false,
+        (2, 3),
+        (0, 0),
+    );
+    assert_eq!(
+        tiered(&zone, DB, RecordType::A),
+        (
+            Some(Tier::Local),
+            vec!["10.2.0.0".into(), "10.2.0.1".into(), "10.2.0.2".into()]
+        )
+    );
+    // A cluster without ready endpoints (failed over, or not exporting).
+    let every = vec!["10.2.0.0".to_string(), "10.2.0.1".into(), "10.2.0.2".into()];
+    let zone = local_first_zone(
+        Locality::PreferSameZone,
+        Some("east"),
+        false,
+        (0, 3),
+        (0, 0),
+    );
+    assert_eq!(
+        tiered(&zone, DB, RecordType::A),
+        (Some(Tier::All), every.clone())
+    );
+    let zone = local_first_zone(
+        Locality::PreferSameZone,
+        Some("north"),
+        false,
+        (0, 3),
+        (0, 0),
+    );
+    assert_eq!(tiered(&zone, DB, RecordType::A), (Some(Tier::All), every));
+}
+
+#[test]
+fn spread_imports_and_an_unknown_cluster_id_answer_from_every_cluster_uncounted() {
+    use crate::api::locality::Locality;
+    for (locality, own) in [
+        (Locality::Spread, Some("east")),
+        (Locality::PreferSameZone, None),
+    ] {
+        let zone = local_first_zone(locality, own, true, (2, 1), (1, 1));
+        let (tier, ips) = tiered(&zone, DB, RecordType::A);
+        assert_eq!(
+            (tier, ips),
+            (
+                None,
+                vec!["10.1.0.0".into(), "10.1.0.1".into(), "10.2.0.0".into()]
+            ),
+            "{locality:?} {own:?}"
+        );
+        // Serving endpoints have no names while some are ready.
+        assert_eq!(
+            answer(&zone, &format!("old-0.east.{DB}"), RecordType::A),
+            Err("NXDOMAIN")
+        );
+    }
+}
+
+#[test]
+fn the_serving_fallback_answers_only_when_nothing_is_ready_and_only_when_on() {
+    use crate::api::locality::Locality;
+    // Off: serving endpoints answer nothing (the index does not even keep
+    // them; here they are in the slice, and still ignored).
+    let zone = local_first_zone(
+        Locality::PreferSameZone,
+        Some("east"),
+        false,
+        (0, 0),
+        (1, 2),
+    );
+    assert_eq!(answer(&zone, DB, RecordType::A), Err("NXDOMAIN"));
+    // On: this cluster's serving endpoints first at the service name ...
+    let zone = local_first_zone(Locality::PreferSameZone, Some("east"), true, (0, 0), (1, 2));
+    assert_eq!(
+        tiered(&zone, DB, RecordType::A),
+        (Some(Tier::LocalServing), vec!["10.1.9.0".into()])
+    );
+    // ... and every name answers from every cluster's serving endpoints.
+    let (tier, srv) = tiered(&zone, DB, RecordType::SRV);
+    assert_eq!((tier, srv.len()), (Some(Tier::AllServing), 3), "{srv:?}");
+    assert_eq!(
+        tiered(&zone, &format!("old-1.west.{DB}"), RecordType::A),
+        (Some(Tier::AllServing), vec!["10.2.9.1".into()])
+    );
+    // Without serving endpoints here: every cluster's.
+    let zone = local_first_zone(Locality::PreferSameZone, Some("east"), true, (0, 0), (0, 2));
+    assert_eq!(
+        tiered(&zone, DB, RecordType::A),
+        (
+            Some(Tier::AllServing),
+            vec!["10.2.9.0".into(), "10.2.9.1".into()]
+        )
+    );
+    // A spread import falls back the same way, every cluster at once.
+    let zone = local_first_zone(Locality::Spread, Some("east"), true, (0, 0), (1, 1));
+    assert_eq!(
+        tiered(&zone, DB, RecordType::A),
+        (
+            Some(Tier::AllServing),
+            vec!["10.1.9.0".into(), "10.2.9.0".into()]
+        )
+    );
+}
+
+/// `max_records` caps the local subset too, and SRV keeps its own subset
+/// of every cluster.
+#[test]
+fn the_cap_applies_to_the_local_subset_and_srv_keeps_every_cluster() {
+    use crate::api::locality::Locality;
+    let mut settings = settings();
+    settings.max_records = 2;
+    let mut service = headless("shop", "db", vec![tcp("pg", 5432)]);
+    service.locality = Locality::PreferSameZone;
+    let hosts = |prefix: &str, octet: u8| -> Vec<Endpoint> {
+        (0..3)
+            .map(|i| {
+                endpoint(
+                    Some(&format!("{prefix}-{i}")),
+                    &[&format!("10.{octet}.0.{i}")],
+                )
+            })
+            .collect()
+    };
+    let west = slice("shop", "db", "west", hosts("w", 2));
+    let east = slice("shop", "db", "east", hosts("e", 1));
+    let built = ServiceZone::build(&service, &[&east, &west], &settings, Some("west"));
+    let mut zone = Zone::new(settings);
+    zone.set_service(&service.service, Some(Arc::new(built)));
+    let (tier, a) = tiered(&zone, DB, RecordType::A);
+    assert_eq!(tier, Some(Tier::Local));
+    assert_eq!(a.len(), 2, "{a:?}");
+    assert!(
+        a.iter().all(|ip| ip.starts_with("10.2.")),
+        "{a:?} not west's"
+    );
+    // SRV: the first two endpoints of every cluster in (cluster, host)
+    // order: east's.
+    let srv = answer(&zone, DB, RecordType::SRV).unwrap();
+    assert_eq!(srv.len(), 2, "{srv:?}");
+    assert!(srv.iter().all(|r| r.contains(".east.")), "{srv:?}");
 }

@@ -62,6 +62,8 @@ pub struct Options {
     pub fast_path: bool,
     /// Most endpoints in a headless answer; `None` = the default.
     pub max_records: Option<usize>,
+    /// The serving fallback (`serve_terminating`).
+    pub serve_terminating: bool,
 }
 
 impl Options {
@@ -70,6 +72,7 @@ impl Options {
         Self {
             fast_path,
             max_records: None,
+            serve_terminating: false,
         }
     }
 }
@@ -83,6 +86,7 @@ pub fn config(file: &Path, options: Options) -> Config {
         fast_path: Some(options.fast_path),
         udp_workers: Some(2),
         max_records: options.max_records,
+        serve_terminating: Some(options.serve_terminating),
         ..Default::default()
     };
     Config::resolve(&args).expect("test configuration is valid")
@@ -613,4 +617,92 @@ pub async fn within<T>(limit: Duration, what: &str, f: impl Future<Output = T>) 
     timeout(limit, f)
         .await
         .unwrap_or_else(|_| panic!("{what} did not finish within {limit:?}"))
+}
+
+/// Endpoint conditions of [`local_first_clusterset`]: ready.
+pub const READY: &str = "{ready: true, serving: true, terminating: false}";
+/// Not ready and not serving (a failing readiness probe).
+pub const NOT_READY: &str = "{ready: false, serving: false, terminating: false}";
+/// Terminating but still serving (a pod in its grace period).
+pub const TERMINATING: &str = "{ready: false, serving: true, terminating: true}";
+
+/// The ClusterProperty that names this cluster `id`.
+pub fn cluster_id_property(id: &str) -> String {
+    format!(
+        "apiVersion: about.k8s.io/v1beta1
+kind: ClusterProperty
+metadata: {{name: cluster.clusterset.k8s.io}}
+spec: {{value: {id}}}
+---
+"
+    )
+}
+
+/// A clusterset seen from one member (this cluster's id `cluster_id`, none
+/// without the ClusterProperty): the local-first (`PreferClose`) headless
+/// import `db.shop` (port `pg` 5432) exported from `cluster-a` (`db-0`
+/// 10.1.0.10 and `db-1` 10.1.0.11, conditions `a`) and `cluster-b` (`db-0`
+/// 10.2.0.10, conditions `b`), and the local-first ClusterSetIP import
+/// `web.shop` (10.96.0.20) with one endpoint in each (conditions `a[0]`
+/// and `b`).
+pub fn local_first_clusterset(cluster_id: Option<&str>, a: [&str; 2], b: &str) -> String {
+    let mut out = cluster_id.map(cluster_id_property).unwrap_or_default();
+    out.push_str(
+        "apiVersion: multicluster.x-k8s.io/v1beta1
+kind: ServiceImport
+metadata: {name: db, namespace: shop}
+spec:
+  type: Headless
+  trafficDistribution: PreferClose
+  ports: [{name: pg, protocol: TCP, port: 5432}]
+---
+apiVersion: multicluster.x-k8s.io/v1beta1
+kind: ServiceImport
+metadata: {name: web, namespace: shop}
+spec:
+  type: ClusterSetIP
+  trafficDistribution: PreferClose
+  ips: [10.96.0.20]
+  ports: [{name: http, protocol: TCP, port: 80}]
+---
+",
+    );
+    let slice = |service: &str, cluster: &str, endpoints: &[(Option<&str>, &str, &str)]| {
+        let mut text = format!(
+            "apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: imported-{service}-{cluster}
+  namespace: shop
+  labels:
+    multicluster.kubernetes.io/service-name: {service}
+    multicluster.kubernetes.io/source-cluster: {cluster}
+addressType: IPv4
+endpoints:
+"
+        );
+        for (hostname, address, conditions) in endpoints {
+            let _ = writeln!(
+                text,
+                "- addresses: [\"{address}\"]\n  conditions: {conditions}"
+            );
+            if let Some(h) = hostname {
+                let _ = writeln!(text, "  hostname: {h}");
+            }
+        }
+        text.push_str("---\n");
+        text
+    };
+    out.push_str(&slice(
+        "db",
+        "cluster-a",
+        &[
+            (Some("db-0"), "10.1.0.10", a[0]),
+            (Some("db-1"), "10.1.0.11", a[1]),
+        ],
+    ));
+    out.push_str(&slice("db", "cluster-b", &[(Some("db-0"), "10.2.0.10", b)]));
+    out.push_str(&slice("web", "cluster-a", &[(None, "10.1.0.20", a[0])]));
+    out.push_str(&slice("web", "cluster-b", &[(None, "10.2.0.20", b)]));
+    out
 }

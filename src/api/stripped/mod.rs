@@ -186,7 +186,8 @@ impl<A: Into<KeptAnnotations>> From<ControllerMeta<A>> for ObjectMeta {
     }
 }
 
-/// An endpoint as the DNS index reads it: addresses, readiness, hostname.
+/// An endpoint as the DNS index reads it: addresses, conditions (ready,
+/// and serving and terminating for the serving fallback), hostname.
 #[derive(Deserialize)]
 pub struct DnsEndpoint {
     #[serde(default)]
@@ -198,6 +199,8 @@ pub struct DnsEndpoint {
 #[derive(Deserialize)]
 struct Readiness {
     ready: Option<bool>,
+    serving: Option<bool>,
+    terminating: Option<bool>,
 }
 
 impl From<DnsEndpoint> for Endpoint {
@@ -209,10 +212,17 @@ impl From<DnsEndpoint> for Endpoint {
         } = endpoint;
         Endpoint {
             addresses,
-            conditions: conditions.map(|Readiness { ready }| EndpointConditions {
-                ready,
-                ..EndpointConditions::default()
-            }),
+            conditions: conditions.map(
+                |Readiness {
+                     ready,
+                     serving,
+                     terminating,
+                 }| EndpointConditions {
+                    ready,
+                    serving,
+                    terminating,
+                },
+            ),
             hostname,
             ..Endpoint::default()
         }

@@ -127,10 +127,9 @@ fn the_dns_source_keeps_of_a_slice_only_what_the_index_reads() {
             .into_iter()
             .map(|endpoint| Endpoint {
                 addresses: endpoint.addresses,
-                conditions: endpoint.conditions.map(|c| EndpointConditions {
-                    ready: c.ready,
-                    ..EndpointConditions::default()
-                }),
+                // All three conditions: ready, and serving and
+                // terminating for the serving fallback.
+                conditions: endpoint.conditions,
                 hostname: endpoint.hostname,
                 ..Endpoint::default()
             })
@@ -144,6 +143,14 @@ fn the_dns_source_keeps_of_a_slice_only_what_the_index_reads() {
         Some(false)
     );
     assert_eq!(stripped.0.endpoints[2].conditions, None);
+    assert_eq!(
+        stripped.0.endpoints[0].conditions,
+        Some(EndpointConditions {
+            ready: Some(true),
+            serving: Some(true),
+            terminating: Some(false),
+        })
+    );
 }
 
 #[test]

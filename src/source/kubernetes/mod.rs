@@ -10,6 +10,9 @@
 //! - Namespaces are watched as metadata only: an import is served only while
 //!   its namespace exists locally and is not terminating (KEP-1645 creates
 //!   imports only "where the namespace exists").
+//! - The ClusterProperty `cluster.clusterset.k8s.io` is watched by name: this
+//!   cluster's id, for local-first answers. Optional: its failures never
+//!   stop the server nor make it stale (see [`state`]).
 //!
 //! Objects are projected at ingest; nothing but the projections is kept.
 //! EndpointSlices and ServiceImports are even decoded stripped
@@ -60,8 +63,9 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
 use self::state::{Effect, Input, Kind, State, WatchedImport};
+use crate::api::ClusterProperty;
 use crate::api::stripped::{Dns, Stripped};
-use crate::api::well_known::LABEL_SERVICE_NAME;
+use crate::api::well_known::{CLUSTER_ID_PROPERTY, LABEL_SERVICE_NAME};
 use crate::publish::Publisher;
 use crate::watch::backoff::RestartSchedule;
 use crate::watch::{InitialList, ProbeError};
@@ -365,7 +369,8 @@ impl KubeSource {
         Ok(())
     }
 
-    /// Fresh watches on the three resources, each starting with a list.
+    /// Fresh watches on the three resources and on this cluster's id, each
+    /// starting with a list.
     fn watches(&self) -> futures::stream::SelectAll<BoxStream<'static, Input>> {
         let config = watcher::Config::default()
             .any_semantic()
@@ -385,11 +390,25 @@ impl KubeSource {
         .map(|result| Input::Slice(result.map(unwrap_slice)));
         let namespaces = crate::watch::stream_with(
             Api::<PartialObjectMeta<Namespace>>::all(self.client.clone()),
-            config,
+            config.clone(),
             initial,
         )
         .map(Input::Namespace);
-        futures::stream::select_all([imports.boxed(), slices.boxed(), namespaces.boxed()])
+        // This cluster's id, the one object (at the API version the
+        // controller reads it). Optional, so a failure is retried slowly.
+        let cluster_id = crate::watch::stream_with_backoff(
+            Api::<ClusterProperty>::all(self.client.clone()),
+            config.fields(&format!("metadata.name={CLUSTER_ID_PROPERTY}")),
+            initial,
+            crate::watch::backoff::optional_watch_backoff,
+        )
+        .map(Input::ClusterProperty);
+        futures::stream::select_all([
+            imports.boxed(),
+            slices.boxed(),
+            namespaces.boxed(),
+            cluster_id.boxed(),
+        ])
     }
 
     /// One liveness probe: a ServiceImport list, limited to half of

@@ -1,13 +1,22 @@
 //! The Kubernetes source as a pure state machine: [`State::handle`] takes
-//! one [`Input`] (a watcher event of one of the three kinds, a restart of
-//! the watches, the end of a batch) and returns the [`Effect`]s the shell
-//! carries out (metrics, staleness, publishing, a fatal error). No I/O, no
-//! client, no runtime: the tests drive it with synthetic events.
+//! one [`Input`] (a watcher event of one of the three kinds or of the
+//! ClusterProperty watch, a restart of the watches, the end of a batch)
+//! and returns the [`Effect`]s the shell carries out (metrics, staleness,
+//! publishing, a fatal error). No I/O, no client, no runtime: the tests
+//! drive it with synthetic events.
 //!
 //! Each kind has a [`Watch`] (list buffering, health); all three feed one
 //! [`Index`] through [`Ingest`], which projects objects, keeps an invalid
 //! object at its last valid version, and remembers rejections for
 //! `/explain`.
+//!
+//! A fourth watch reads this cluster's id (the `ClusterProperty`
+//! `cluster.clusterset.k8s.io`), which only local-first answers need. It is
+//! optional: the first zone waits for its first list or its first failure,
+//! but never longer, and its failures (the CRD not installed, the role
+//! without `clusterproperties`) neither stop the server nor make it stale:
+//! the id is then unknown, local-first imports answer from every cluster,
+//! and the log and `/explain` say why.
 
 use std::time::Instant;
 
@@ -18,10 +27,12 @@ use kube::core::DynamicObject;
 use kube::runtime::watcher::{self, Event};
 
 use super::KubeSourceError;
+use crate::api::ClusterProperty;
 use crate::api::stripped::{Dns, Stripped};
+use crate::api::well_known::CLUSTER_ID_PROPERTY;
 use crate::index::{Index, PublishStats};
 use crate::inquiry::{Rejection, SourceReport};
-use crate::model::ServiceRef;
+use crate::model::{OwnCluster, ServiceRef};
 use crate::watch::{Health, Outcome, Verdict, Watch};
 use crate::zone::{Zone, ZoneSettings};
 
@@ -56,6 +67,10 @@ impl Kind {
     }
 }
 
+/// The resource name of the ClusterProperty watch, in logs and metric
+/// labels.
+pub const CLUSTER_PROPERTIES: &str = "clusterproperties";
+
 /// A ServiceImport as the watch decodes it: the metadata the index reads,
 /// its spec undecoded (see [`Stripped`]).
 pub type WatchedImport = Stripped<DynamicObject, Dns>;
@@ -69,6 +84,9 @@ pub enum Input {
     Slice(Result<Event<EndpointSlice>, watcher::Error>),
     /// An item of the Namespace watch.
     Namespace(Result<Event<PartialObjectMeta<Namespace>>, watcher::Error>),
+    /// An item of the watch of the ClusterProperty
+    /// `cluster.clusterset.k8s.io` (this cluster's id).
+    ClusterProperty(Result<Event<ClusterProperty>, watcher::Error>),
     /// The apiserver left a liveness probe unanswered (the error says
     /// how long it waited): it or the path to it is hung, so every watch is
     /// failing though none has errored.
@@ -122,6 +140,8 @@ pub struct State {
     imports: Watch<WatchedImport, Ingest>,
     slices: Watch<EndpointSlice, Ingest>,
     namespaces: Watch<PartialObjectMeta<Namespace>, Ingest>,
+    /// This cluster's id; optional (see the module documentation).
+    cluster_id: Watch<ClusterProperty, Ingest>,
     /// The watches were restarted since the last failure: wait for that
     /// relist instead of starting another.
     restarted: bool,
@@ -143,6 +163,7 @@ impl State {
             imports: Watch::new(Kind::Imports.resource()),
             slices: Watch::new(Kind::Slices.resource()),
             namespaces: Watch::new(Kind::Namespaces.resource()),
+            cluster_id: Watch::new(CLUSTER_PROPERTIES),
             restarted: false,
             published: false,
             listed: false,
@@ -162,6 +183,11 @@ impl State {
             Kind::Slices => self.slices.health(),
             Kind::Namespaces => self.namespaces.health(),
         }
+    }
+
+    /// How the watch of this cluster's id is doing.
+    pub fn cluster_id_health(&self) -> &Health {
+        self.cluster_id.health()
     }
 
     /// The kinds whose watch is failing.
@@ -194,6 +220,7 @@ impl State {
                 Kind::Namespaces,
                 self.namespaces.handle(&mut self.ingest, event, now),
             ),
+            Input::ClusterProperty(event) => return self.cluster_property(event, now),
             Input::Unresponsive(error) => return self.unresponsive(error, now),
             Input::Restarted => {
                 self.restarted = true;
@@ -257,6 +284,42 @@ impl State {
         }
     }
 
+    /// An item of the ClusterProperty watch. Its failures are counted and
+    /// logged once each, and before its first list make the id unknown,
+    /// with the error as the reason; never fatal, never stale.
+    fn cluster_property(
+        &mut self,
+        event: Result<Event<ClusterProperty>, watcher::Error>,
+        now: Instant,
+    ) -> Vec<Effect> {
+        let outcome = self.cluster_id.handle(&mut self.ingest, event, now);
+        match outcome {
+            Outcome::Expired { message } => {
+                tracing::info!(resource = CLUSTER_PROPERTIES, %message, "watch expired (410 Gone); relisting");
+                vec![Effect::WatchExpired(CLUSTER_PROPERTIES)]
+            }
+            Outcome::Failed { started, error, .. } => {
+                let synced = self.cluster_id.health().synced();
+                if started && synced {
+                    tracing::warn!(resource = CLUSTER_PROPERTIES, %error, "watch of this cluster's id failed; keeping the id last read, retrying with backoff");
+                } else if started {
+                    tracing::warn!(
+                        resource = CLUSTER_PROPERTIES,
+                        %error,
+                        "cannot read the ClusterProperty {CLUSTER_ID_PROPERTY} (is the CRD installed, and may the server list and watch clusterproperties.about.k8s.io? deploy/rbac.yaml); local-first imports answer from every cluster meanwhile, retrying with backoff"
+                    );
+                    self.ingest
+                        .index
+                        .set_own_cluster(OwnCluster::Unknown(format!(
+                            "the ClusterProperty {CLUSTER_ID_PROPERTY} cannot be read: {error}"
+                        )));
+                }
+                vec![Effect::WatchError(CLUSTER_PROPERTIES)]
+            }
+            Outcome::Listing | Outcome::Changed { .. } | Outcome::Listed { .. } => Vec::new(),
+        }
+    }
+
     /// The apiserver is hung: every watch is failing until its relist
     /// after a restart (or a change on a resumed watch), as after errors.
     fn unresponsive(&mut self, error: String, now: Instant) -> Vec<Effect> {
@@ -289,7 +352,10 @@ impl State {
 
     /// A zone of what changed, once every kind has been listed.
     fn publish(&mut self) -> Option<Effect> {
-        let synced = Kind::ALL.into_iter().all(|kind| self.health(kind).synced());
+        // This cluster's id: read, or known to be unreadable for now.
+        let cluster_id = self.cluster_id.health();
+        let synced = Kind::ALL.into_iter().all(|kind| self.health(kind).synced())
+            && (cluster_id.synced() || cluster_id.failing());
         if !synced || (self.published && !self.ingest.index.has_changes()) {
             return None;
         }

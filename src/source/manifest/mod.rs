@@ -1,8 +1,11 @@
 //! Parsing a multi-document YAML manifest — what one would `kubectl apply` —
 //! into index projections. ServiceImports (`v1alpha1` or `v1beta1`),
-//! `discovery.k8s.io/v1` EndpointSlices and `kind: List` wrappers are read;
-//! Namespaces are accepted silently (a manifest `kubectl apply` can take
-//! declares the namespaces it uses); other kinds are skipped and reported. Any invalid object rejects the whole
+//! `discovery.k8s.io/v1` EndpointSlices, the `about.k8s.io` ClusterProperty
+//! `cluster.clusterset.k8s.io` (this cluster's id, for local-first answers)
+//! and `kind: List` wrappers are read; Namespaces and other
+//! ClusterProperties are accepted silently (a manifest `kubectl apply` can
+//! take declares the namespaces it uses); other kinds are skipped and
+//! reported. Any invalid object rejects the whole
 //! manifest with an error naming the document, the object and the field, so
 //! the caller can keep serving its last good index.
 //!
@@ -22,8 +25,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::api::well_known::CLUSTER_ID_PROPERTY;
 use crate::index::{Index, SliceKey};
-use crate::model::{ImportedService, ServiceRef, SliceEndpoints};
+use crate::model::{ImportedService, OwnCluster, ServiceRef, SliceEndpoints};
 
 use self::document::{split_documents, yaml_error, yaml_options};
 use self::object::project_document;
@@ -46,6 +50,9 @@ pub struct Manifest {
     pub imports: Vec<ImportedService>,
     /// EndpointSlice projections with their keys.
     pub slices: Vec<(SliceKey, SliceEndpoints)>,
+    /// This cluster's id: the value of the ClusterProperty
+    /// `cluster.clusterset.k8s.io`, lower-case, if the manifest has one.
+    pub cluster_id: Option<String>,
     /// Objects that were skipped, as `document N: Kind ns/name (reason)`.
     pub skipped: Vec<String>,
 }
@@ -64,6 +71,9 @@ pub struct Delta {
     pub deleted_imports: Vec<ServiceRef>,
     /// EndpointSlices that are in no document any more.
     pub deleted_slices: Vec<SliceKey>,
+    /// The cluster id of the whole new manifest (not only of its changed
+    /// documents), as [`Manifest::cluster_id`].
+    pub cluster_id: Option<String>,
     /// Objects of the new or edited documents that were skipped.
     pub skipped: Vec<String>,
 }
@@ -89,9 +99,11 @@ impl Update {
             Update::Whole(manifest) => {
                 index.reset_imports(manifest.imports);
                 index.reset_slices(manifest.slices);
+                index.set_own_cluster(own_cluster(manifest.cluster_id));
                 manifest.skipped
             }
             Update::Delta(delta) => {
+                index.set_own_cluster(own_cluster(delta.cluster_id));
                 for service in &delta.deleted_imports {
                     index.delete_import(service);
                 }
@@ -107,6 +119,16 @@ impl Update {
                 delta.skipped
             }
         }
+    }
+}
+
+/// What a manifest says of this cluster's id.
+fn own_cluster(cluster_id: Option<String>) -> OwnCluster {
+    match cluster_id {
+        Some(id) => OwnCluster::Known(id),
+        None => OwnCluster::Unknown(format!(
+            "the manifest has no ClusterProperty {CLUSTER_ID_PROPERTY}"
+        )),
     }
 }
 
@@ -207,6 +229,9 @@ enum Object {
     /// meant for `kubectl apply` as well declares the namespaces its
     /// objects live in (the file source serves every namespace anyway).
     Namespace,
+    /// An `about.k8s.io` ClusterProperty: this cluster's id for
+    /// `cluster.clusterset.k8s.io` (checked), nothing for another property.
+    ClusterProperty(Option<String>),
     /// Not served by DNS: what it is and why, for the skip report.
     Skipped(String),
 }

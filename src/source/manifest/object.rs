@@ -5,10 +5,10 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::Value;
 
 use super::{DocumentObjects, ManifestError, Object};
-use crate::api::ServiceImport;
-use crate::api::well_known::MCS_GROUP;
+use crate::api::well_known::{ABOUT_GROUP, CLUSTER_ID_PROPERTY, MCS_GROUP};
+use crate::api::{ClusterProperty, ServiceImport};
 use crate::index::SliceKey;
-use crate::model::{ImportedService, SliceEndpoints};
+use crate::model::{ImportedService, OwnCluster, SliceEndpoints};
 
 /// Projects document `number` (1-based): one object or a `kind: List`.
 pub(super) fn project_document(
@@ -200,6 +200,21 @@ fn project_object(mut object: Value, at: Position) -> Result<Object, ManifestErr
             )
         }
         ("", "v1", "Namespace") => Ok(Object::Namespace),
+        (ABOUT_GROUP, "v1alpha1" | "v1beta1", "ClusterProperty") => {
+            // Both versions share one schema, as for ServiceImports.
+            let property: ClusterProperty =
+                serde_path_to_error::deserialize(&object).map_err(|e| fail(e.to_string()))?;
+            reject_unknown_fields(&object, &property).map_err(fail)?;
+            if name != CLUSTER_ID_PROPERTY {
+                // Another property (the ClusterSet's name, say): nothing
+                // DNS reads.
+                return Ok(Object::ClusterProperty(None));
+            }
+            match OwnCluster::from_property(&property.spec.value) {
+                OwnCluster::Known(id) => Ok(Object::ClusterProperty(Some(id))),
+                OwnCluster::Unknown(why) => Err(fail(format!("spec.value: {why}"))),
+            }
+        }
         _ => Ok(Object::Skipped(format!(
             "{api_version} {kind} {namespace}/{name} (not served by DNS)"
         ))),

@@ -108,10 +108,11 @@ impl Parser {
                     Object::Skipped(what) => {
                         delta.skipped.push(format!("document {number}: {what}"));
                     }
-                    Object::Namespace => {}
+                    Object::Namespace | Object::ClusterProperty(_) => {}
                 }
             }
         }
+        delta.cluster_id = cluster_id(&parsed);
         for (key, objects) in &self.cache {
             if cache.contains_key(key) {
                 continue;
@@ -167,21 +168,41 @@ type Pieces = (
     HashMap<DocumentKey, DocumentObjects>,
 );
 
+/// The cluster id the documents hold (at most one does: a second is a
+/// duplicate).
+fn cluster_id(documents: &[(usize, DocumentObjects)]) -> Option<String> {
+    documents
+        .iter()
+        .flat_map(|(_, objects)| objects.iter())
+        .find_map(|(_, object)| match object {
+            Object::ClusterProperty(Some(id)) => Some(id.clone()),
+            _ => None,
+        })
+}
+
+/// The `namespace/name` a duplicate ClusterProperty is reported as
+/// (cluster-scoped: the manifest's default namespace, as for any object).
+const CLUSTER_ID_OBJECT: (&str, &str) = ("default", crate::api::well_known::CLUSTER_ID_PROPERTY);
+
 /// The first duplicate object of `documents`, as [`assemble`] reports it,
 /// found without copying any object.
 fn first_duplicate(documents: &[(usize, DocumentObjects)]) -> Option<ManifestError> {
     let mut imports = HashSet::new();
     let mut slices = HashSet::new();
+    let mut cluster_id = false;
     for (number, objects) in documents {
         for (item, object) in objects.iter() {
             let (kind, namespace, name) = match object {
                 Object::Import(import) if !imports.insert(&import.service) => (
                     "ServiceImport",
-                    &import.service.namespace,
-                    &import.service.name,
+                    import.service.namespace.as_str(),
+                    import.service.name.as_str(),
                 ),
                 Object::Slice(key, _) if !slices.insert(key) => {
-                    ("EndpointSlice", &key.namespace, &key.name)
+                    ("EndpointSlice", key.namespace.as_str(), key.name.as_str())
+                }
+                Object::ClusterProperty(Some(_)) if std::mem::replace(&mut cluster_id, true) => {
+                    ("ClusterProperty", CLUSTER_ID_OBJECT.0, CLUSTER_ID_OBJECT.1)
                 }
                 _ => continue,
             };
@@ -242,10 +263,18 @@ pub(super) fn collect(documents: &[(usize, DocumentObjects)]) -> (Manifest, Vec<
                     }
                     manifest.slices.push((key.clone(), slice.clone()));
                 }
+                Object::ClusterProperty(Some(id)) => {
+                    if manifest.cluster_id.is_some() {
+                        let (namespace, name) = CLUSTER_ID_OBJECT;
+                        duplicates.push(duplicate("ClusterProperty", namespace, name));
+                        continue;
+                    }
+                    manifest.cluster_id = Some(id.clone());
+                }
                 Object::Skipped(what) => {
                     manifest.skipped.push(format!("document {number}: {what}"))
                 }
-                Object::Namespace => {}
+                Object::Namespace | Object::ClusterProperty(None) => {}
             }
         }
     }

@@ -377,3 +377,79 @@ fn an_alias_bomb_is_stopped_by_the_budget() {
     let m = parse(&text).unwrap();
     assert_eq!(m.imports.len(), 2);
 }
+
+const CLUSTER_ID: &str = "apiVersion: about.k8s.io/v1beta1
+kind: ClusterProperty
+metadata: {name: cluster.clusterset.k8s.io}
+spec: {value: Cluster-A}
+";
+
+/// The ClusterProperty `cluster.clusterset.k8s.io` is this cluster's id,
+/// at either version; other properties are accepted silently.
+#[test]
+fn the_cluster_id_property_is_read_and_checked() {
+    let clusterset = "apiVersion: about.k8s.io/v1alpha1\nkind: ClusterProperty\n\
+                      metadata: {name: clusterset.k8s.io}\nspec: {value: set-1}\n";
+    let text = format!("{CLUSTER_ID}---\n{clusterset}---{GOOD}");
+    let m = parse(&text).unwrap();
+    assert_eq!(m.cluster_id.as_deref(), Some("cluster-a"));
+    assert_eq!(
+        m.skipped.len(),
+        1,
+        "only the ServiceExport: {:?}",
+        m.skipped
+    );
+    assert!(check(&text).rejected.is_empty());
+    let alpha = CLUSTER_ID.replace("v1beta1", "v1alpha1");
+    assert_eq!(
+        parse(&alpha).unwrap().cluster_id.as_deref(),
+        Some("cluster-a")
+    );
+    assert_eq!(parse(GOOD).unwrap().cluster_id, None);
+    assert_eq!(parse(clusterset).unwrap().cluster_id, None);
+    // An id no source-cluster label could match, a typo, a second one.
+    let err = parse(&CLUSTER_ID.replace("Cluster-A", "cluster_a"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("ClusterProperty") && err.contains("not a valid cluster id"),
+        "{err}"
+    );
+    let err = parse(&CLUSTER_ID.replace("spec: {value", "spec: {valeu"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("ClusterProperty"), "{err}");
+    let err = parse(&format!("{CLUSTER_ID}---\n{CLUSTER_ID}"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("document 2") && err.contains("duplicate ClusterProperty"),
+        "{err}"
+    );
+}
+
+/// A reload that adds, changes or removes the property brings the index's
+/// cluster id along, whatever else the delta holds.
+#[test]
+fn deltas_carry_the_cluster_id_of_the_whole_manifest() {
+    use crate::zone::ZoneSettings;
+    let mut parser = Parser::default();
+    let mut index = Index::new(ZoneSettings::new(
+        hickory_proto::rr::Name::from_ascii("clusterset.local.").unwrap(),
+    ));
+    let mut load = |text: &str| {
+        parser.parse_update(text).unwrap().apply_to(&mut index);
+        match index.own_cluster() {
+            OwnCluster::Known(id) => id.clone(),
+            OwnCluster::Unknown(why) => format!("unknown: {why}"),
+        }
+    };
+    assert!(load(GOOD).contains("the manifest has no ClusterProperty"));
+    assert_eq!(load(&format!("{GOOD}---\n{CLUSTER_ID}")), "cluster-a");
+    // Only an unrelated document changes: the id stays.
+    let edited = GOOD.replace("10.1.0.1", "10.1.0.2");
+    assert_eq!(load(&format!("{edited}---\n{CLUSTER_ID}")), "cluster-a");
+    let moved = CLUSTER_ID.replace("Cluster-A", "cluster-b");
+    assert_eq!(load(&format!("{edited}---\n{moved}")), "cluster-b");
+    assert!(load(&edited).contains("the manifest has no ClusterProperty"));
+}

@@ -9,10 +9,10 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::PartialObjectMeta;
 
 use super::WatchedImport;
-use crate::api::ServiceImport;
-use crate::api::well_known::LABEL_SERVICE_NAME;
+use crate::api::well_known::{CLUSTER_ID_PROPERTY, LABEL_SERVICE_NAME};
+use crate::api::{ClusterProperty, ServiceImport};
 use crate::index::{Index, SliceKey};
-use crate::model::{ImportedService, ServiceRef, SliceEndpoints};
+use crate::model::{ImportedService, OwnCluster, ServiceRef, SliceEndpoints};
 use crate::watch::IndexResource;
 
 /// The kind of a rejected ServiceImport, in `/explain`.
@@ -203,6 +203,44 @@ impl IndexResource<PartialObjectMeta<Namespace>> for Ingest {
     fn reset(&mut self, listed: Vec<String>) {
         self.index.reset_namespaces(listed);
     }
+}
+
+/// The ClusterProperty watch selects `cluster.clusterset.k8s.io` by name;
+/// any other property is ignored all the same.
+impl IndexResource<ClusterProperty> for Ingest {
+    type Listed = OwnCluster;
+
+    fn apply(&mut self, property: ClusterProperty) {
+        if is_cluster_id(&property) {
+            self.index
+                .set_own_cluster(OwnCluster::from_property(&property.spec.value));
+        }
+    }
+
+    fn delete(&mut self, property: ClusterProperty) {
+        if is_cluster_id(&property) {
+            self.index.set_own_cluster(no_cluster_id());
+        }
+    }
+
+    fn listed(&mut self, property: ClusterProperty) -> Option<OwnCluster> {
+        is_cluster_id(&property).then(|| OwnCluster::from_property(&property.spec.value))
+    }
+
+    fn reset(&mut self, listed: Vec<OwnCluster>) {
+        let own = listed.into_iter().next().unwrap_or_else(no_cluster_id);
+        self.index.set_own_cluster(own);
+    }
+}
+
+fn is_cluster_id(property: &ClusterProperty) -> bool {
+    property.metadata.name.as_deref() == Some(CLUSTER_ID_PROPERTY)
+}
+
+fn no_cluster_id() -> OwnCluster {
+    OwnCluster::Unknown(format!(
+        "the ClusterProperty {CLUSTER_ID_PROPERTY} does not exist in this cluster"
+    ))
 }
 
 /// A namespace that is not terminating.

@@ -32,6 +32,16 @@ fn slice(name: &str, cluster: Option<&str>, address: &str) -> EndpointSlice {
     .unwrap()
 }
 
+fn cluster_property(id: &str) -> ClusterProperty {
+    serde_json::from_value(json!({
+        "apiVersion": "about.k8s.io/v1beta1",
+        "kind": "ClusterProperty",
+        "metadata": { "name": CLUSTER_ID_PROPERTY },
+        "spec": { "value": id },
+    }))
+    .unwrap()
+}
+
 fn namespace(name: &str) -> PartialObjectMeta<Namespace> {
     serde_json::from_value(json!({
         "apiVersion": "meta.k8s.io/v1",
@@ -120,9 +130,21 @@ impl Driver {
             .collect()
     }
 
+    /// A list of the ClusterProperty watch: this cluster's id, or none.
+    fn list_cluster_id(&mut self, id: Option<&str>) -> Vec<String> {
+        let mut events = vec![Event::Init];
+        events.extend(id.map(|id| Event::InitApply(cluster_property(id))));
+        events.push(Event::InitDone);
+        events
+            .into_iter()
+            .flat_map(|e| self.handle(Input::ClusterProperty(Ok(e))))
+            .collect()
+    }
+
     /// Every kind listed and the first zone published.
     fn synced() -> Self {
         let mut driver = Self::new();
+        driver.list_cluster_id(None);
         for kind in Kind::ALL {
             driver.list(kind);
         }
@@ -153,6 +175,7 @@ fn nothing_is_published_until_every_kind_is_listed_in_any_order() {
     ];
     for order in orders {
         let mut driver = Driver::new();
+        assert!(driver.list_cluster_id(None).is_empty());
         for (i, kind) in order.into_iter().enumerate() {
             assert!(driver.list(kind).is_empty(), "{order:?}");
             let effects = driver.state.handle(Input::Flush, Instant::now());
@@ -389,4 +412,140 @@ fn a_terminating_namespace_hides_its_imports() {
         panic!("{:?}", names(&effects));
     };
     assert_eq!(publication.zone.service_count(), 0);
+}
+
+/// The first zone waits for this cluster's id to be read, or to be
+/// unreadable; a failure of that watch is counted, never fatal nor stale,
+/// and the id then follows the property as it appears, changes and goes.
+#[test]
+fn the_cluster_id_is_read_before_the_first_zone_and_followed_after() {
+    let mut driver = Driver::new();
+    for kind in Kind::ALL {
+        driver.list(kind);
+    }
+    assert!(
+        driver.flush().is_empty(),
+        "published before the id was read"
+    );
+    // The CRD is not installed (or the role lacks clusterproperties):
+    // counted, and the zone goes out with the id unknown.
+    let refused = driver.handle(Input::ClusterProperty(Err(forbidden())));
+    assert_eq!(refused, ["error clusterproperties"]);
+    assert_eq!(driver.flush(), ["publish first"]);
+    let why = match driver.state.index().own_cluster() {
+        OwnCluster::Unknown(why) => why.clone(),
+        known => panic!("{known:?}"),
+    };
+    assert!(
+        why.contains("cannot be read") && why.contains("Forbidden"),
+        "{why}"
+    );
+    assert!(
+        driver.state.failing().is_empty(),
+        "the id's watch makes nothing stale"
+    );
+    let report = driver.report();
+    assert_eq!(report.cluster_id, None);
+    assert_eq!(report.cluster_id_unknown.as_deref(), Some(why.as_str()));
+
+    // Readable again, without the property: unknown, for that reason.
+    driver.list_cluster_id(None);
+    assert!(matches!(
+        driver.state.index().own_cluster(),
+        OwnCluster::Unknown(why) if why.contains("does not exist")
+    ));
+    // It appears, changes (upper case is the same id), and goes.
+    let apply = |driver: &mut Driver, id: &str| {
+        driver.handle(Input::ClusterProperty(Ok(Event::Apply(cluster_property(
+            id,
+        )))))
+    };
+    assert!(apply(&mut driver, "east").is_empty());
+    assert_eq!(driver.state.index().own_cluster().id(), Some("east"));
+    apply(&mut driver, "West");
+    assert_eq!(driver.state.index().own_cluster().id(), Some("west"));
+    apply(&mut driver, "not an id!");
+    assert!(matches!(
+        driver.state.index().own_cluster(),
+        OwnCluster::Unknown(why) if why.contains("not a valid cluster id")
+    ));
+    apply(&mut driver, "west");
+    // A failure after the first list keeps the id last read.
+    driver.handle(Input::ClusterProperty(Err(unreachable())));
+    assert_eq!(driver.state.index().own_cluster().id(), Some("west"));
+    driver.handle(Input::ClusterProperty(Ok(Event::Delete(cluster_property(
+        "west",
+    )))));
+    assert!(matches!(
+        driver.state.index().own_cluster(),
+        OwnCluster::Unknown(why) if why.contains("does not exist")
+    ));
+    // A 410 is routine.
+    assert_eq!(
+        driver.handle(Input::ClusterProperty(Err(gone()))),
+        ["expired clusterproperties"]
+    );
+}
+
+/// A local-first headless import answers with this cluster's endpoints
+/// once the id is read, and from every cluster while it is not.
+#[test]
+fn a_local_first_import_follows_the_cluster_id() {
+    let mut driver = Driver::new();
+    driver.list_cluster_id(Some("east"));
+    driver.list_imports(vec![
+        serde_json::from_value(json!({
+            "apiVersion": "multicluster.x-k8s.io/v1beta1",
+            "kind": "ServiceImport",
+            "metadata": { "name": "web", "namespace": "shop" },
+            "spec": { "type": "Headless", "trafficDistribution": "PreferClose",
+                      "ports": [{ "port": 80, "protocol": "TCP" }] },
+        }))
+        .unwrap(),
+    ]);
+    driver.list_slices(vec![
+        slice("web-east", Some("east"), "10.1.0.1"),
+        slice("web-west", Some("west"), "10.2.0.1"),
+    ]);
+    driver.list_namespaces(vec![namespace("shop")]);
+    let addresses = |effects: Vec<Effect>| -> Vec<String> {
+        let [Effect::Publish(publication)] = &effects[..] else {
+            panic!("{:?}", names(&effects));
+        };
+        let name = hickory_proto::rr::Name::from_ascii("web.shop.svc.clusterset.local.").unwrap();
+        let labels: Vec<&[u8]> = name.iter().collect();
+        let crate::zone::Lookup::Found(rrset) = publication
+            .zone
+            .lookup(&labels, hickory_proto::rr::RecordType::A)
+        else {
+            panic!("no A answer");
+        };
+        let mut ips: Vec<String> = rrset
+            .records(&name)
+            .unwrap()
+            .answers
+            .iter()
+            .map(|r| r.data.to_string())
+            .collect();
+        ips.sort();
+        ips
+    };
+    assert_eq!(
+        addresses(driver.state.handle(Input::Flush, Instant::now())),
+        ["10.1.0.1"]
+    );
+    driver.handle(Input::ClusterProperty(Ok(Event::Delete(cluster_property(
+        "east",
+    )))));
+    assert_eq!(
+        addresses(driver.state.handle(Input::Flush, Instant::now())),
+        ["10.1.0.1", "10.2.0.1"]
+    );
+    driver.handle(Input::ClusterProperty(Ok(Event::Apply(cluster_property(
+        "west",
+    )))));
+    assert_eq!(
+        addresses(driver.state.handle(Input::Flush, Instant::now())),
+        ["10.2.0.1"]
+    );
 }
