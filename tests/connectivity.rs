@@ -20,7 +20,7 @@ mod controlplane;
 mod dataplane;
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,7 @@ use clusterset::{
 };
 use controlplane::ClusterSpec;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use libtest_mimic::{Arguments, Failed, Trial};
 
 /// The peers' grace period: how long a lost cluster's endpoints stay.
@@ -413,24 +413,7 @@ async fn wait_import_clusters(cs: &Clusterset, i: usize, ns: &str, name: &str, c
         .wait_for("imported slices of every exporter", CONVERGE, || {
             let slices = slices.clone();
             async move {
-                let list = slices
-                    .list(
-                        &ListParams::default()
-                            .labels(&format!("multicluster.kubernetes.io/service-name={name}")),
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let sources: BTreeSet<String> = list
-                    .items
-                    .iter()
-                    .filter_map(|s| {
-                        s.metadata
-                            .labels
-                            .as_ref()?
-                            .get("multicluster.kubernetes.io/source-cluster")
-                            .cloned()
-                    })
-                    .collect();
+                let sources = clusterset::slice_sources(&slices, name).await?;
                 if sources.len() >= clusters {
                     Ok(())
                 } else {

@@ -423,24 +423,7 @@ impl Clusterset {
                         .filter_map(|c| c["cluster"].as_str().map(str::to_owned))
                         .collect();
                     let td = import.data["spec"]["trafficDistribution"].as_str();
-                    let list = slices
-                        .list(
-                            &ListParams::default()
-                                .labels(&format!("multicluster.kubernetes.io/service-name={name}")),
-                        )
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    let sources: BTreeSet<String> = list
-                        .items
-                        .iter()
-                        .filter_map(|s| {
-                            s.metadata
-                                .labels
-                                .as_ref()?
-                                .get("multicluster.kubernetes.io/source-cluster")
-                                .cloned()
-                        })
-                        .collect();
+                    let sources = slice_sources(&slices, name).await?;
                     if clusters == want && td == traffic_distribution && sources == want {
                         Ok(())
                     } else {
@@ -678,4 +661,29 @@ pub fn assert_routed(
             answers.len()
         );
     }
+}
+
+/// The source clusters of the imported EndpointSlices of `name` in `slices`.
+pub async fn slice_sources(
+    slices: &Api<k8s_openapi::api::discovery::v1::EndpointSlice>,
+    name: &str,
+) -> Result<BTreeSet<String>, String> {
+    let list = slices
+        .list(
+            &ListParams::default()
+                .labels(&format!("multicluster.kubernetes.io/service-name={name}")),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(list
+        .items
+        .iter()
+        .filter_map(|s| {
+            s.metadata
+                .labels
+                .as_ref()?
+                .get("multicluster.kubernetes.io/source-cluster")
+                .cloned()
+        })
+        .collect())
 }
