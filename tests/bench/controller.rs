@@ -424,6 +424,26 @@ fn memory_kib(pid: u32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
+/// CPU time (user + system) a process has used so far, from
+/// `/proc/<pid>/stat` (fields 14 and 15, in clock ticks of 10 ms, read
+/// after the command name, which may hold spaces).
+fn cpu_time(pid: u32) -> Duration {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_name = text.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<u64> = after_name
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    Duration::from_millis(10 * fields.iter().sum::<u64>())
+}
+
+/// The CPU time of each controller so far.
+fn controller_cpu(controllers: &[ControllerProcess]) -> Vec<Duration> {
+    controllers.iter().map(|c| cpu_time(c.pid())).collect()
+}
+
 fn mib(kib: u64) -> String {
     format!("{:.1}", kib as f64 / 1024.0)
 }
@@ -817,6 +837,7 @@ fn main() {
 
     // 1. Cold convergence.
     let cold_busy = wait_quiet(&s, "cold convergence");
+    let machine_before = cpu_busy();
     let start = Instant::now();
     let controllers: Vec<ControllerProcess> = clusters
         .iter()
@@ -849,7 +870,14 @@ fn main() {
         (ready, cold)
     });
     let cold_max = cold.iter().max().copied().unwrap();
+    let cold_cpu = controller_cpu(&controllers);
+    let machine_after = cpu_busy();
+    // Both CPUs' busy time over the phase, in clock ticks of 10 ms.
+    let cold_machine = Duration::from_millis(10 * (machine_after.0 - machine_before.0));
     eprintln!("[bench] cold convergence per cluster {cold:?} (ready {ready:?})");
+    eprintln!(
+        "[bench] CPU during cold convergence: controllers {cold_cpu:?}, whole machine {cold_machine:?}"
+    );
     let rss_after_cold: Vec<(u64, u64)> = controllers.iter().map(|c| memory_kib(c.pid())).collect();
     let cold_writes = writes_by_kind(&controllers);
     eprintln!("[bench] writes during cold convergence (3 controllers): {cold_writes:?}");
@@ -870,6 +898,7 @@ fn main() {
     let mut warm = None;
     if s.warm_services > 0 {
         wait_quiet(&s, "warm convergence");
+        let cpu_before = controller_cpu(&controllers);
         let start = Instant::now();
         rt.block_on(async {
             let loads = clients.iter().enumerate().map(|(ci, client)| {
@@ -886,8 +915,15 @@ fn main() {
             &controllers,
         );
         let max = times.iter().max().copied().unwrap();
-        eprintln!("[bench] warm: loaded in {loaded:?}, converged in {max:?}");
-        warm = Some((loaded, max));
+        let cpu: Duration = controller_cpu(&controllers)
+            .iter()
+            .zip(&cpu_before)
+            .map(|(after, before)| after.saturating_sub(*before))
+            .sum();
+        eprintln!(
+            "[bench] warm: loaded in {loaded:?}, converged in {max:?}, controllers' CPU {cpu:?}"
+        );
+        warm = Some((loaded, max, cpu));
     }
 
     // 4. Latency through clusterset-dns serve on cluster c.
@@ -1072,14 +1108,26 @@ fn main() {
         out,
         "\n(CPU busy before: cold {cold_busy:.0} %, idle {idle_busy:.0} %, latency {lat_busy:.0} %.)\n"
     );
-    if let Some((loaded, conv)) = warm {
+    let cold_cpu_sum: Duration = cold_cpu.iter().sum();
+    let _ = writeln!(
+        out,
+        "CPU time during cold convergence: the 3 controllers {} s ({} / {} / {} s), {:.0} % of the phase's {} s of busy CPU on the whole machine (both CPUs).\n",
+        secs(cold_cpu_sum),
+        secs(cold_cpu[0]),
+        secs(cold_cpu[1]),
+        secs(cold_cpu[2]),
+        100.0 * cold_cpu_sum.as_secs_f64() / cold_machine.as_secs_f64().max(0.01),
+        secs(cold_machine),
+    );
+    if let Some((loaded, conv, cpu)) = warm {
         let _ = writeln!(
             out,
-            "Warm: {} more exports per cluster created while the controllers ran ({} objects, loaded in {} s): every cluster had every import and slice {} s after the first create.\n",
+            "Warm: {} more exports per cluster created while the controllers ran ({} objects, loaded in {} s): every cluster had every import and slice {} s after the first create; the 3 controllers used {} s of CPU meanwhile.\n",
             s.warm_services,
             9 * s.warm_services,
             secs(loaded),
-            secs(conv)
+            secs(conv),
+            secs(cpu),
         );
     }
     let total = 3 * s.services;
@@ -1106,6 +1154,12 @@ fn main() {
         out,
         "| all | {:.0} | {least_total} |\n",
         written_total / 3.0
+    );
+    let _ = writeln!(
+        out,
+        "Controller CPU per cold-start write: {:.2} ms ({} s over {written_total:.0} writes of the 3 controllers).\n",
+        1000.0 * cold_cpu_sum.as_secs_f64() / written_total.max(1.0),
+        secs(cold_cpu_sum),
     );
     if let Some((applies, took, rate)) = floor {
         let _ = writeln!(
