@@ -201,7 +201,9 @@ impl ResponseReport {
         let lines = |records: &[Record]| records.iter().map(render).collect();
         Self {
             rcode: mnemonic(plan.rcode).to_owned(),
-            answer: records.map_or_else(Vec::new, |r| lines(&r.answers)),
+            answer: records
+                .as_ref()
+                .map_or_else(Vec::new, |r| lines(&r.answers)),
             authority: plan
                 .soa
                 .map_or_else(Vec::new, |zone| vec![render(zone.soa())]),

@@ -215,8 +215,8 @@ impl SourceReport {
         let mut slices: Vec<SliceReport> = index
             .slices_of(service)
             .map(|(key, slice)| SliceReport {
-                name: key.name.clone(),
-                cluster: slice.cluster.clone(),
+                name: key.name.to_string(),
+                cluster: slice.cluster.to_string(),
                 not_ready: slice.not_ready,
                 ready: reports(&slice.endpoints),
                 serving_count: slice.serving_count,
@@ -311,7 +311,7 @@ mod tests {
         let slice = |cluster: &str, ip: &str, not_ready| SliceEndpoints {
             service: db.clone(),
             cluster: cluster.into(),
-            ports: vec![],
+            ports: std::sync::Arc::from([]),
             endpoints: vec![Endpoint {
                 hostname: None,
                 addresses: vec![ip.parse().unwrap()].into(),

@@ -4,25 +4,29 @@
 //! index and the zone never see a raw Kubernetes object.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use crate::api::ServiceImportType;
 use crate::api::locality::Locality;
 
-/// Identifies one imported service: `<name>.<namespace>`.
+/// Identifies one imported service: `<name>.<namespace>`. Both parts are
+/// shared strings: the index interns them, so the import, its slices, the
+/// zone and the change sets that name one service hold one copy, and a
+/// clone costs two reference counts.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ServiceRef {
     /// Namespace, lower-case.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// ServiceImport name, lower-case.
-    pub name: String,
+    pub name: Arc<str>,
 }
 
 impl ServiceRef {
     /// Builds a reference, lower-casing both parts (DNS matching is case-insensitive).
     pub fn new(namespace: &str, name: &str) -> Self {
         Self {
-            namespace: namespace.to_ascii_lowercase(),
-            name: name.to_ascii_lowercase(),
+            namespace: namespace.to_ascii_lowercase().into(),
+            name: name.to_ascii_lowercase().into(),
         }
     }
 }
@@ -146,10 +150,13 @@ pub struct Endpoint {
 pub struct SliceEndpoints {
     /// The ServiceImport this slice belongs to (`multicluster.kubernetes.io/service-name`).
     pub service: ServiceRef,
-    /// The cluster id of the slice (`multicluster.kubernetes.io/source-cluster`), lower-case.
-    pub cluster: String,
-    /// Slice ports (used for headless SRV; the import's ports are the fallback).
-    pub ports: Vec<Port>,
+    /// The cluster id of the slice (`multicluster.kubernetes.io/source-cluster`),
+    /// lower-case; shared, as the index interns it.
+    pub cluster: Arc<str>,
+    /// Slice ports (used for headless SRV; the import's ports are the
+    /// fallback); shared, as the index interns them: the slices of a
+    /// service nearly always list the same ports.
+    pub ports: Arc<[Port]>,
     /// The ready endpoints.
     pub endpoints: Vec<Endpoint>,
     /// The endpoints that are not ready but terminating and still serving
@@ -539,8 +546,8 @@ impl SliceEndpoints {
         let serving_count = serving.len() as u32;
         Ok(Some(Self {
             service: ServiceRef::new(namespace, service),
-            cluster: cluster.to_ascii_lowercase(),
-            ports,
+            cluster: cluster.to_ascii_lowercase().into(),
+            ports: ports.into(),
             endpoints,
             serving,
             not_ready,

@@ -337,7 +337,7 @@ impl<'a> Observed<'a> {
                 .filter(|slice| is_ours(&***slice))
                 .map(|slice| (slice.metadata.name.as_deref().unwrap_or_default(), slice))
                 .collect(),
-            namespace_exists: inputs.local_only.namespaces.contains(&service.namespace),
+            namespace_exists: inputs.local_only.namespaces.contains(&*service.namespace),
         }
     }
 

@@ -4,6 +4,7 @@
 use hickory_proto::rr::{Name, RecordType};
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use super::*;
 use crate::api::ServiceImportType;
@@ -43,7 +44,7 @@ fn slice(ns: &str, service: &str, cluster: &str, ips: &[&str]) -> SliceEndpoints
     SliceEndpoints {
         service: ServiceRef::new(ns, service),
         cluster: cluster.into(),
-        ports: vec![],
+        ports: Arc::from([]),
         endpoints: ips
             .iter()
             .map(|ip| Endpoint {

@@ -224,7 +224,7 @@ impl Zone {
         };
         let has = self.services.contains_key(&key);
         if had != has {
-            let ns: Arc<str> = service.namespace.as_str().into();
+            let ns: Arc<str> = service.namespace.clone();
             let count = self.namespaces.get(&ns).copied().unwrap_or(0);
             let count = if has {
                 count + 1

@@ -2,9 +2,9 @@
 //! slices. A change to a service rebuilds only its `ServiceZone`, so the cost
 //! of an update is proportional to that service, never to the clusterset.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
-use std::sync::OnceLock;
 
 use hickory_proto::rr::rdata::{A, AAAA, SRV};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
@@ -20,8 +20,9 @@ use crate::model::{Endpoint, ImportedService, Port, ServiceRef, SliceEndpoints, 
 /// records, then the address records of SRV targets for the additional
 /// section): compressed wire data is several times smaller than hickory
 /// `Record`s, and neither DNS path needs anything else. Writers that need
-/// records (`/explain`, master files) get them from
-/// [`RrSet::records`], decoded once and kept while this zone lives.
+/// records (`/explain`, master files) decode them with [`RrSet::records`]
+/// each time: both are rare, and a cache of decoded records cost 16 bytes
+/// in every RRset of the zone.
 #[derive(Debug, Clone)]
 pub struct RrSet {
     /// The record type of the answers.
@@ -32,7 +33,6 @@ pub struct RrSet {
     /// or the serving fallback chose them ([`super::tier`]); `None` for
     /// every other answer. Answers with a tier are counted by it.
     pub tier: Option<Tier>,
-    records: OnceLock<Option<Box<Records>>>,
 }
 
 /// An RRset as hickory records.
@@ -56,7 +56,6 @@ impl RrSet {
             rtype,
             wire: WireAnswer::encode(owner, rtype, &records, &additionals),
             tier: None,
-            records: OnceLock::new(),
         }
     }
 
@@ -66,23 +65,20 @@ impl RrSet {
         self
     }
 
-    /// The answer and additional records. `owner` is the owner name (any
-    /// letter case: the first call decodes the wire form against it, and
-    /// later calls return what it decoded). `None` only if the precompiled
-    /// bytes do not decode, which would be a bug; it is logged.
-    pub fn records(&self, owner: &Name) -> Option<&Records> {
-        self.records
-            .get_or_init(|| match self.wire.decode(&owner.to_lowercase(), self.rtype) {
-                Ok((answers, additionals)) => Some(Box::new(Records {
-                    answers,
-                    additionals,
-                })),
-                Err(error) => {
-                    tracing::error!(name = %owner, rtype = %self.rtype, %error, "precompiled answer does not decode");
-                    None
-                }
-            })
-            .as_deref()
+    /// The answer and additional records, decoded from the wire form.
+    /// `owner` is the owner name (any letter case). `None` only if the
+    /// precompiled bytes do not decode, which would be a bug; it is logged.
+    pub fn records(&self, owner: &Name) -> Option<Records> {
+        match self.wire.decode(&owner.to_lowercase(), self.rtype) {
+            Ok((answers, additionals)) => Some(Records {
+                answers,
+                additionals,
+            }),
+            Err(error) => {
+                tracing::error!(name = %owner, rtype = %self.rtype, %error, "precompiled answer does not decode");
+                None
+            }
+        }
     }
 }
 
@@ -136,11 +132,22 @@ impl Node {
 /// All names of one service, keyed by the labels in front of
 /// `<svc>.<ns>.svc.<zone>` (none for the service name itself, `_http._tcp`,
 /// `web-0.cluster-a`, `cluster-a`).
+///
+/// The names sit in one array sorted by key and are found by binary
+/// search: a service has a handful of names (a headless one, one per
+/// endpoint more), and a hash table per service cost twice its entries in
+/// mostly empty buckets (`cargo bench --bench heap`).
 #[derive(Debug, Clone)]
 pub struct ServiceZone {
     service: ServiceRef,
-    nodes: HashMap<LabelKey, Node, FastHash>,
+    nodes: Box<[(LabelKey, Node)]>,
     record_count: usize,
+}
+
+/// The names of a service while they are built.
+#[derive(Default)]
+struct Builder {
+    nodes: HashMap<LabelKey, Node, FastHash>,
 }
 
 impl ServiceZone {
@@ -152,7 +159,11 @@ impl ServiceZone {
     /// The node for the labels in front of the service name, in wire form
     /// (see [`LabelKey`]).
     pub fn node(&self, relative: &[u8]) -> Option<&Node> {
-        self.nodes.get(relative)
+        let at = self
+            .nodes
+            .binary_search_by(|(key, _)| Borrow::<[u8]>::borrow(key).cmp(relative))
+            .ok()?;
+        Some(&self.nodes[at].1)
     }
 
     /// True when the service has no names at all: a headless service without
@@ -166,9 +177,9 @@ impl ServiceZone {
         self.record_count
     }
 
-    /// Iterates over `(relative labels, node)` pairs, in no particular order.
+    /// Iterates over `(relative labels, node)` pairs, in key order.
     pub fn nodes(&self) -> impl Iterator<Item = (&LabelKey, &Node)> {
-        self.nodes.iter()
+        self.nodes.iter().map(|(key, node)| (key, node))
     }
 
     /// Builds the names of `service` from its slices. `own_cluster` is this
@@ -180,33 +191,44 @@ impl ServiceZone {
         settings: &ZoneSettings,
         own_cluster: Option<&str>,
     ) -> Self {
-        let mut zone = Self {
-            service: service.service.clone(),
-            nodes: HashMap::default(),
-            record_count: 0,
-        };
-        let Some(base) = settings.service_name(&service.service) else {
+        let mut builder = Builder::default();
+        match settings.service_name(&service.service) {
+            Some(base) => match service.import_type {
+                ServiceImportType::ClusterSetIp => {
+                    builder.build_cluster_set_ip(&base, &service.ips, &service.ports, settings)
+                }
+                ServiceImportType::Headless => {
+                    builder.build_headless(&base, service, slices, settings, own_cluster)
+                }
+            },
             // Not reachable through the model, which validates both labels.
-            tracing::error!(service = %service.service, "service has no DNS name; left out");
-            return zone;
-        };
-        match service.import_type {
-            ServiceImportType::ClusterSetIp => {
-                zone.build_cluster_set_ip(&base, &service.ips, &service.ports, settings)
-            }
-            ServiceImportType::Headless => {
-                zone.build_headless(&base, service, slices, settings, own_cluster)
+            None => {
+                tracing::error!(service = %service.service, "service has no DNS name; left out")
             }
         }
-        zone.record_count = zone
+        let mut nodes: Vec<(LabelKey, Node)> = builder
             .nodes
-            .values()
-            .flat_map(|n| n.rrsets.iter())
+            .into_iter()
+            .map(|(key, mut node)| {
+                node.rrsets.shrink_to_fit();
+                (key, node)
+            })
+            .collect();
+        nodes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let record_count = nodes
+            .iter()
+            .flat_map(|(_, n)| n.rrsets.iter())
             .map(|r| usize::from(r.wire.answer_count))
             .sum();
-        zone
+        Self {
+            service: service.service.clone(),
+            nodes: nodes.into_boxed_slice(),
+            record_count,
+        }
     }
+}
 
+impl Builder {
     fn build_cluster_set_ip(
         &mut self,
         base: &Name,
@@ -528,7 +550,7 @@ fn group_hosts(
 ) -> BTreeMap<(String, String), Host> {
     let mut hosts: BTreeMap<(String, String), Host> = BTreeMap::new();
     for slice in slices {
-        let ports = if slice.ports.is_empty() {
+        let ports: &[Port] = if slice.ports.is_empty() {
             &service.ports
         } else {
             &slice.ports
@@ -541,7 +563,7 @@ fn group_hosts(
                 .hostname
                 .as_deref()
                 .map_or_else(|| dashed_address(first), String::from);
-            let host = hosts.entry((slice.cluster.clone(), label)).or_default();
+            let host = hosts.entry((slice.cluster.to_string(), label)).or_default();
             for ip in endpoint.addresses.iter() {
                 if !host.addresses.contains(ip) {
                     host.addresses.push(*ip);

@@ -1,6 +1,7 @@
 //! Zone building and lookup, without any server: projections in, lookups out.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use hickory_proto::rr::{Name, RData, RecordType};
 
@@ -51,7 +52,7 @@ fn slice(ns: &str, service: &str, cluster: &str, endpoints: Vec<Endpoint>) -> Sl
     SliceEndpoints {
         service: ServiceRef::new(ns, service),
         cluster: cluster.into(),
-        ports: vec![],
+        ports: Arc::from([]),
         endpoints,
         not_ready: 0,
         serving: vec![],
@@ -251,14 +252,14 @@ fn db_slices() -> Vec<SliceEndpoints> {
             endpoint(Some("db-1"), &["10.1.0.2"]),
         ],
     );
-    east.ports = vec![tcp("pg", 5432)];
+    east.ports = Arc::from([tcp("pg", 5432)]);
     let mut east6 = slice(
         "prod",
         "db",
         "east",
         vec![endpoint(Some("db-0"), &["fd00::1"])],
     );
-    east6.ports = vec![tcp("pg", 5432)];
+    east6.ports = Arc::from([tcp("pg", 5432)]);
     let mut west = slice(
         "prod",
         "db",
@@ -267,7 +268,7 @@ fn db_slices() -> Vec<SliceEndpoints> {
     );
     // 10.2.0.9 is not ready: the model keeps only its count.
     west.not_ready = 1;
-    west.ports = vec![tcp("pg", 5432)];
+    west.ports = Arc::from([tcp("pg", 5432)]);
     vec![east, east6, west]
 }
 

@@ -146,7 +146,7 @@ impl Run {
     fn exported(&self) -> Vec<String> {
         self.peers
             .exported_services()
-            .map(|s| s.name.clone())
+            .map(|s| s.name.to_string())
             .collect()
     }
 }

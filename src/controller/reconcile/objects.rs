@@ -38,8 +38,8 @@ pub(super) fn import_object(
     }
     ServiceImport {
         metadata: ObjectMeta {
-            name: Some(service.name.clone()),
-            namespace: Some(service.namespace.clone()),
+            name: Some(service.name.to_string()),
+            namespace: Some(service.namespace.to_string()),
             labels: Some(labels),
             annotations: (!annotations.is_empty()).then_some(annotations),
             ..ObjectMeta::default()
@@ -67,7 +67,7 @@ pub(super) fn owner_reference(service: &ServiceRef, uid: &str) -> OwnerReference
     OwnerReference {
         api_version: ServiceImport::api_version(&()).into_owned(),
         kind: ServiceImport::kind(&()).into_owned(),
-        name: service.name.clone(),
+        name: service.name.to_string(),
         uid: uid.to_owned(),
         controller: Some(true),
         block_owner_deletion: None,
@@ -82,12 +82,12 @@ pub(super) fn derived_service(
     owner: &OwnerReference,
 ) -> Service {
     let mut labels = our_labels();
-    labels.insert(LABEL_SERVICE_NAME.to_owned(), service.name.clone());
+    labels.insert(LABEL_SERVICE_NAME.to_owned(), service.name.to_string());
     let spec = &merged.spec;
     Service {
         metadata: ObjectMeta {
             name: Some(derived_name.to_owned()),
-            namespace: Some(service.namespace.clone()),
+            namespace: Some(service.namespace.to_string()),
             labels: Some(labels),
             owner_references: Some(vec![owner.clone()]),
             ..ObjectMeta::default()
@@ -212,7 +212,7 @@ pub(super) fn slice_differs(desired: &EndpointSlice, observed: Option<&EndpointS
 /// The ServiceExport object a status write applies.
 pub fn export_status_object(service: &ServiceRef, conditions: Vec<Condition>) -> ServiceExport {
     let mut export = ServiceExport::new(&service.name, Default::default());
-    export.metadata.namespace = Some(service.namespace.clone());
+    export.metadata.namespace = Some(service.namespace.to_string());
     export.status = Some(crate::api::ServiceExportStatus { conditions });
     export
 }

@@ -82,7 +82,7 @@ impl SliceContext<'_> {
 
     fn labels(&self, cluster: &str) -> BTreeMap<String, String> {
         BTreeMap::from([
-            (LABEL_SERVICE_NAME.to_owned(), self.service.name.clone()),
+            (LABEL_SERVICE_NAME.to_owned(), self.service.name.to_string()),
             (LABEL_SOURCE_CLUSTER.to_owned(), cluster.to_owned()),
             (LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned()),
             (
@@ -115,7 +115,7 @@ impl SliceContext<'_> {
         EndpointSlice {
             metadata: ObjectMeta {
                 name: Some(name),
-                namespace: Some(self.service.namespace.clone()),
+                namespace: Some(self.service.namespace.to_string()),
                 labels: Some(self.labels(cluster)),
                 annotations: Some(BTreeMap::from([(
                     ANNOTATION_SOURCE_SLICE.to_owned(),

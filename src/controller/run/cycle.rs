@@ -247,7 +247,7 @@ async fn vip_released(recorder: &Recorder, service: &ServiceRef, namespace: &str
     let reference = ObjectReference {
         api_version: Some(<ServiceImport as kube::Resource>::api_version(&()).into_owned()),
         kind: Some("ServiceImport".into()),
-        name: Some(service.name.clone()),
+        name: Some(service.name.to_string()),
         namespace: Some(namespace.to_owned()),
         ..ObjectReference::default()
     };

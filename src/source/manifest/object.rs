@@ -192,7 +192,7 @@ fn project_object(mut object: Value, at: Position) -> Result<Object, ManifestErr
             reject_unknown_fields(&object, &slice).map_err(fail)?;
             Ok(
                 match SliceEndpoints::from_api(&slice).map_err(|e| fail(e.to_string()))? {
-                    Some(projected) => Object::Slice(SliceKey { namespace, name }, projected),
+                    Some(projected) => Object::Slice(SliceKey::new(&namespace, &name), projected),
                     None => Object::Skipped(format!(
                         "EndpointSlice {namespace}/{name} (not an imported slice, or FQDN addresses)"
                     )),

@@ -1,25 +1,30 @@
 //! The cached [`Parser`] and the assembly of documents into a manifest.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::document::{Piece, split_documents, yaml_error, yaml_options};
 use super::object::project_document;
 use super::{Delta, DocumentObjects, Manifest, ManifestError, Object, Update};
+use crate::index::SliceKey;
+use crate::model::ServiceRef;
 
-/// Parses manifests, reusing the objects of documents whose text has not
-/// changed since the last successful parse: reloading a large file after a
-/// small edit parses only the edited documents.
+/// Parses manifests, projecting only the documents whose text has changed
+/// since the last successful parse: reloading a large file after a small
+/// edit parses only the edited documents.
 ///
 /// Documents are parsed one at a time, so the generic YAML value of only one
 /// document exists at once: a 20 MB manifest of 10,000 services otherwise
-/// takes some 300 MB of parse tree at its peak. The cache keeps the
-/// projections of the last good manifest (about 25 MB at 10,000 services and
-/// 100,000 endpoints), keyed by a hash of each document's text.
+/// takes some 300 MB of parse tree at its peak. The cache keeps, per
+/// document (keyed by a hash of its text), only which objects it holds
+/// ([`ObjectId`]), never their projections: the index holds those, and a
+/// second copy here cost 23 MB at 10,000 services (`cargo bench --bench
+/// heap`).
 #[derive(Debug, Default)]
 pub struct Parser {
-    cache: HashMap<DocumentKey, DocumentObjects>,
+    cache: HashMap<DocumentKey, DocumentIds>,
     /// The cache holds exactly the documents of the last manifest this
     /// parser returned (false before the first, and after a stream parsed
     /// whole), so [`Parser::parse_update`] can tell what changed.
@@ -43,6 +48,41 @@ impl DocumentKey {
     }
 }
 
+/// Which object one item of a document is: all the cache needs to find
+/// duplicates, this cluster's id and the objects of documents gone.
+#[derive(Debug)]
+enum ObjectId {
+    Import(ServiceRef),
+    Slice(SliceKey),
+    /// The ClusterProperty `cluster.clusterset.k8s.io` and its checked id.
+    ClusterId(String),
+    /// Anything the index does not hold (namespaces, other properties,
+    /// skipped objects).
+    Other,
+}
+
+impl ObjectId {
+    fn of(object: &Object) -> Self {
+        match object {
+            Object::Import(import) => Self::Import(import.service.clone()),
+            Object::Slice(key, _) => Self::Slice(key.clone()),
+            Object::ClusterProperty(Some(id)) => Self::ClusterId(id.clone()),
+            Object::ClusterProperty(None) | Object::Namespace | Object::Skipped(_) => Self::Other,
+        }
+    }
+}
+
+/// The items of one document, as the cache remembers them:
+/// `(item in a kind: List, which object)`.
+type DocumentIds = Arc<[(Option<usize>, ObjectId)]>;
+
+fn ids_of(objects: &DocumentObjects) -> DocumentIds {
+    objects
+        .iter()
+        .map(|(item, object)| (*item, ObjectId::of(object)))
+        .collect()
+}
+
 impl Parser {
     /// How many documents the cache holds.
     #[cfg(test)]
@@ -50,8 +90,8 @@ impl Parser {
         self.cache.len()
     }
 
-    /// Parses `text`; documents seen in the last successful parse are not
-    /// parsed again.
+    /// Parses `text` whole (every document projected) and remembers its
+    /// documents for the next [`Parser::parse_update`].
     pub fn parse(&mut self, text: &str) -> Result<Manifest, ManifestError> {
         let Some(pieces) = split_documents(text) else {
             self.primed = false;
@@ -65,7 +105,13 @@ impl Parser {
             }
             return assemble(&parsed);
         };
-        let (parsed, _, cache) = self.parse_pieces(text, pieces)?;
+        let mut parsed = Vec::with_capacity(pieces.len());
+        let mut cache = HashMap::with_capacity(pieces.len());
+        for piece in pieces {
+            let objects = parse_piece(text, &piece)?;
+            cache.insert(DocumentKey::of(piece.text), ids_of(&objects));
+            parsed.push((piece.number, objects));
+        }
         let manifest = assemble(&parsed)?;
         self.cache = cache;
         self.primed = true;
@@ -82,19 +128,31 @@ impl Parser {
             Some(pieces) if self.primed => pieces,
             _ => return self.parse(text).map(Update::Whole),
         };
-        let (parsed, keys, cache) = self.parse_pieces(text, pieces)?;
-        if let Some(duplicate) = first_duplicate(&parsed) {
+        // Every document's ids in order; the objects of the new ones.
+        let mut documents = Vec::with_capacity(pieces.len());
+        let mut new = Vec::new();
+        let mut cache = HashMap::with_capacity(pieces.len());
+        for piece in pieces {
+            let key = DocumentKey::of(piece.text);
+            let ids = match self.cache.get(&key) {
+                Some(ids) => ids.clone(),
+                None => {
+                    let objects = parse_piece(text, &piece)?;
+                    let ids = ids_of(&objects);
+                    new.push((piece.number, objects));
+                    ids
+                }
+            };
+            cache.insert(key, ids.clone());
+            documents.push((piece.number, ids));
+        }
+        if let Some(duplicate) = first_duplicate(&documents) {
             return Err(duplicate);
         }
         let mut delta = Delta::default();
         let mut applied_imports = HashSet::new();
         let mut applied_slices = HashSet::new();
-        for ((number, objects), key) in parsed.iter().zip(&keys) {
-            // A document is new when the last manifest had no such text;
-            // one that moved keeps its objects.
-            if self.cache.contains_key(key) {
-                continue;
-            }
+        for (number, objects) in &new {
             for (_, object) in objects.iter() {
                 match object {
                     Object::Import(import) => {
@@ -112,17 +170,17 @@ impl Parser {
                 }
             }
         }
-        delta.cluster_id = cluster_id(&parsed);
-        for (key, objects) in &self.cache {
+        delta.cluster_id = cluster_id(&documents);
+        for (key, ids) in &self.cache {
             if cache.contains_key(key) {
                 continue;
             }
-            for (_, object) in objects.iter() {
-                match object {
-                    Object::Import(import) if !applied_imports.contains(&import.service) => {
-                        delta.deleted_imports.push(import.service.clone());
+            for (_, id) in ids.iter() {
+                match id {
+                    ObjectId::Import(service) if !applied_imports.contains(service) => {
+                        delta.deleted_imports.push(service.clone());
                     }
-                    Object::Slice(key, _) if !applied_slices.contains(key) => {
+                    ObjectId::Slice(key) if !applied_slices.contains(key) => {
                         delta.deleted_slices.push(key.clone());
                     }
                     _ => {}
@@ -132,50 +190,24 @@ impl Parser {
         self.cache = cache;
         Ok(Update::Delta(delta))
     }
-
-    /// Parses each document that is not in the cache; returns every
-    /// document's objects and key in order, and the cache of this text.
-    fn parse_pieces(&self, text: &str, pieces: Vec<Piece<'_>>) -> Result<Pieces, ManifestError> {
-        let mut parsed = Vec::with_capacity(pieces.len());
-        let mut keys = Vec::with_capacity(pieces.len());
-        let mut cache = HashMap::with_capacity(pieces.len());
-        for piece in pieces {
-            let key = DocumentKey::of(piece.text);
-            let objects = match self.cache.get(&key) {
-                Some(objects) => objects.clone(),
-                None => {
-                    let document: Value = serde_saphyr::from_str_with_options(
-                        piece.text,
-                        yaml_options(piece.text.len()),
-                    )
-                    .map_err(|e| yaml_error(text, &piece, e))?;
-                    project_document(document, piece.number)?
-                }
-            };
-            cache.insert(key, objects.clone());
-            keys.push(key);
-            parsed.push((piece.number, objects));
-        }
-        Ok((parsed, keys, cache))
-    }
 }
 
-/// The documents of a text: `(number, objects)` and key of each, in order,
-/// and the cache they make.
-type Pieces = (
-    Vec<(usize, DocumentObjects)>,
-    Vec<DocumentKey>,
-    HashMap<DocumentKey, DocumentObjects>,
-);
+/// One document parsed and projected.
+fn parse_piece(text: &str, piece: &Piece<'_>) -> Result<DocumentObjects, ManifestError> {
+    let document: Value =
+        serde_saphyr::from_str_with_options(piece.text, yaml_options(piece.text.len()))
+            .map_err(|e| yaml_error(text, piece, e))?;
+    project_document(document, piece.number)
+}
 
 /// The cluster id the documents hold (at most one does: a second is a
 /// duplicate).
-fn cluster_id(documents: &[(usize, DocumentObjects)]) -> Option<String> {
+fn cluster_id(documents: &[(usize, DocumentIds)]) -> Option<String> {
     documents
         .iter()
-        .flat_map(|(_, objects)| objects.iter())
-        .find_map(|(_, object)| match object {
-            Object::ClusterProperty(Some(id)) => Some(id.clone()),
+        .flat_map(|(_, ids)| ids.iter())
+        .find_map(|(_, id)| match id {
+            ObjectId::ClusterId(id) => Some(id.clone()),
             _ => None,
         })
 }
@@ -186,22 +218,20 @@ const CLUSTER_ID_OBJECT: (&str, &str) = ("default", crate::api::well_known::CLUS
 
 /// The first duplicate object of `documents`, as [`assemble`] reports it,
 /// found without copying any object.
-fn first_duplicate(documents: &[(usize, DocumentObjects)]) -> Option<ManifestError> {
+fn first_duplicate(documents: &[(usize, DocumentIds)]) -> Option<ManifestError> {
     let mut imports = HashSet::new();
     let mut slices = HashSet::new();
     let mut cluster_id = false;
-    for (number, objects) in documents {
-        for (item, object) in objects.iter() {
-            let (kind, namespace, name) = match object {
-                Object::Import(import) if !imports.insert(&import.service) => (
-                    "ServiceImport",
-                    import.service.namespace.as_str(),
-                    import.service.name.as_str(),
-                ),
-                Object::Slice(key, _) if !slices.insert(key) => {
-                    ("EndpointSlice", key.namespace.as_str(), key.name.as_str())
+    for (number, ids) in documents {
+        for (item, id) in ids.iter() {
+            let (kind, namespace, name) = match id {
+                ObjectId::Import(service) if !imports.insert(service) => {
+                    ("ServiceImport", &*service.namespace, &*service.name)
                 }
-                Object::ClusterProperty(Some(_)) if std::mem::replace(&mut cluster_id, true) => {
+                ObjectId::Slice(key) if !slices.insert(key) => {
+                    ("EndpointSlice", &*key.namespace, &*key.name)
+                }
+                ObjectId::ClusterId(_) if std::mem::replace(&mut cluster_id, true) => {
                     ("ClusterProperty", CLUSTER_ID_OBJECT.0, CLUSTER_ID_OBJECT.1)
                 }
                 _ => continue,

@@ -33,7 +33,7 @@ fn reads_imports_slices_and_lists() {
     let m = parse(GOOD).unwrap();
     assert_eq!(m.imports.len(), 1);
     assert_eq!(m.slices.len(), 1);
-    assert_eq!(m.slices[0].1.cluster, "cluster-a");
+    assert_eq!(&*m.slices[0].1.cluster, "cluster-a");
     assert_eq!(m.skipped.len(), 1, "{:?}", m.skipped);
 }
 
@@ -180,7 +180,7 @@ fn check_reports_every_rejected_document() {
         .manifest
         .imports
         .iter()
-        .map(|i| i.service.name.as_str())
+        .map(|i| &*i.service.name)
         .collect();
     assert_eq!(served, ["ok", "web"]);
     // Duplicates are reported too, and the good manifest has no problem.
@@ -210,8 +210,8 @@ fn yaml_1_1_booleans_and_numbers_in_string_fields_stay_strings() {
     let text = "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: s\n  namespace: no\n  labels:\n    multicluster.kubernetes.io/service-name: web\n    multicluster.kubernetes.io/source-cluster: on\n    app.kubernetes.io/version: 1.2\naddressType: IPv4\nendpoints: [{addresses: [10.0.0.1], hostname: 7}]\n";
     let m = parse(text).unwrap();
     let (key, slice) = &m.slices[0];
-    assert_eq!(key.namespace, "no");
-    assert_eq!(slice.cluster, "on");
+    assert_eq!(&*key.namespace, "no");
+    assert_eq!(&*slice.cluster, "on");
     assert_eq!(slice.endpoints[0].hostname.as_deref(), Some("7"));
 }
 

@@ -282,8 +282,8 @@ fn import_ref(object: &WatchedImport) -> ServiceRef {
 }
 
 fn slice_key(slice: &EndpointSlice) -> SliceKey {
-    SliceKey {
-        namespace: slice.metadata.namespace.clone().unwrap_or_default(),
-        name: slice.metadata.name.clone().unwrap_or_default(),
-    }
+    SliceKey::new(
+        slice.metadata.namespace.as_deref().unwrap_or_default(),
+        slice.metadata.name.as_deref().unwrap_or_default(),
+    )
 }
