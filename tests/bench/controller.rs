@@ -424,24 +424,12 @@ fn memory_kib(pid: u32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-/// CPU time (user + system) a process has used so far, from
-/// `/proc/<pid>/stat` (fields 14 and 15, in clock ticks of 10 ms, read
-/// after the command name, which may hold spaces).
-fn cpu_time(pid: u32) -> Duration {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after_name = text.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<u64> = after_name
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .map(|v| v.parse().unwrap_or(0))
-        .collect();
-    Duration::from_millis(10 * fields.iter().sum::<u64>())
-}
-
 /// The CPU time of each controller so far.
 fn controller_cpu(controllers: &[ControllerProcess]) -> Vec<Duration> {
-    controllers.iter().map(|c| cpu_time(c.pid())).collect()
+    controllers
+        .iter()
+        .map(|c| Duration::from_millis(10 * support::process_cpu_ticks(c.pid())))
+        .collect()
 }
 
 fn mib(kib: u64) -> String {

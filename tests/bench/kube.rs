@@ -598,18 +598,6 @@ fn memory_kib(pid: u32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-/// utime + stime of a process, in clock ticks.
-fn process_ticks(pid: u32) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = text.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<u64> = after
-        .split_whitespace()
-        .map(|f| f.parse().unwrap_or(0))
-        .collect();
-    // After the comm: state(0) ppid(1) … utime(11) stime(12).
-    fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0)
-}
-
 /// Ticks of one line of /proc/stat.
 #[derive(Debug, Clone, Copy, Default)]
 struct Ticks {
@@ -1105,11 +1093,11 @@ fn dnsperf(
         .stdin(Stdio::null());
     support::dies_with_this_process(&mut command, false);
     let pid = server.proc.pid();
-    let (cpu0, proc0) = (cpu_ticks(), process_ticks(pid));
+    let (cpu0, proc0) = (cpu_ticks(), support::process_cpu_ticks(pid));
     let output = command
         .output()
         .expect("run dnsperf (apt-get install dnsperf)");
-    let (cpu1, proc1) = (cpu_ticks(), process_ticks(pid));
+    let (cpu1, proc1) = (cpu_ticks(), support::process_cpu_ticks(pid));
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),

@@ -149,6 +149,20 @@ pub async fn create_namespace(client: &kube::Client, name: &str) {
     }
 }
 
+/// CPU time a process has used so far (utime + stime of `/proc/<pid>/stat`,
+/// read after the command name, which may hold spaces), in clock ticks of
+/// 10 ms; 0 for a process that is gone.
+pub fn process_cpu_ticks(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = text.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<u64> = after
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    // After the comm: state(0) ppid(1) … utime(11) stime(12).
+    fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0)
+}
+
 /// Behaviours that share an expensive environment, as named trials of a
 /// `harness = false` test (libtest-mimic).
 pub mod trials {
