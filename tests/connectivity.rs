@@ -553,22 +553,41 @@ async fn exec_and_dns_inside_pods(cs: &Clusterset) {
         local.contains("hello.exec.svc.cluster.local"),
         "search path: {local}"
     );
-    // nc, as a user would: the server answers on connect.
-    let reply = cs.kubectl(
-        0,
-        &[
-            "exec",
-            "-n",
-            ns,
-            "client",
-            "--",
-            "nc",
-            "-w",
-            "2",
-            "hello.exec.svc.clusterset.local",
-            "80",
-        ],
-    );
+    // nc, as a user would: the server answers on connect. The name
+    // resolves as soon as the import is published, and kube-proxy
+    // programs the clusterset IP up to a sync period later (longer on a
+    // loaded machine: one CI run's first nc got no connection in its
+    // 2 s), so a user whose first try fails tries again.
+    let deadline = Instant::now() + CONVERGE;
+    let reply = loop {
+        let out = std::process::Command::new(controlplane::binary("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&cs.cluster(0).admin_kubeconfig)
+            .args([
+                "exec",
+                "-n",
+                ns,
+                "client",
+                "--",
+                "nc",
+                "-w",
+                "2",
+                "hello.exec.svc.clusterset.local",
+                "80",
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nc from a's pod never connected: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     let answer = clusterset::Answer::parse(reply.trim())
         .unwrap_or_else(|| panic!("nc from a's pod: unexpected reply {reply:?}"));
     assert_eq!(answer.cluster, IDS[1], "nc reached {answer:?}");
