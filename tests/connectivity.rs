@@ -522,10 +522,9 @@ async fn exec_and_dns_inside_pods(cs: &Clusterset) {
         );
         let deadline = Instant::now() + CONVERGE;
         loop {
-            let out = std::process::Command::new(controlplane::binary("kubectl"))
-                .arg("--kubeconfig")
-                .arg(&cs.cluster(i).admin_kubeconfig)
-                .args([
+            let out = cs.try_kubectl(
+                i,
+                &[
                     "exec",
                     "-n",
                     ns,
@@ -533,9 +532,8 @@ async fn exec_and_dns_inside_pods(cs: &Clusterset) {
                     "--",
                     "nslookup",
                     "hello.exec.svc.clusterset.local",
-                ])
-                .output()
-                .unwrap();
+                ],
+            );
             let text = String::from_utf8_lossy(&out.stdout);
             if out.status.success() && text.contains("Address: 10.") {
                 break;
@@ -560,10 +558,9 @@ async fn exec_and_dns_inside_pods(cs: &Clusterset) {
     // 2 s), so a user whose first try fails tries again.
     let deadline = Instant::now() + CONVERGE;
     let reply = loop {
-        let out = std::process::Command::new(controlplane::binary("kubectl"))
-            .arg("--kubeconfig")
-            .arg(&cs.cluster(0).admin_kubeconfig)
-            .args([
+        let out = cs.try_kubectl(
+            0,
+            &[
                 "exec",
                 "-n",
                 ns,
@@ -574,9 +571,8 @@ async fn exec_and_dns_inside_pods(cs: &Clusterset) {
                 "2",
                 "hello.exec.svc.clusterset.local",
                 "80",
-            ])
-            .output()
-            .unwrap();
+            ],
+        );
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         if out.status.success() {
             break text;

@@ -114,14 +114,20 @@ impl Clusterset {
             .unwrap_or_else(|e| panic!("{}: applying: {e}\n{yaml}", IDS[i]));
     }
 
-    /// `kubectl --context <cluster i> ARGS`; stdout, or a panic with stderr.
-    pub fn kubectl(&self, i: usize, args: &[&str]) -> String {
-        let out = std::process::Command::new(controlplane::binary("kubectl"))
+    /// Runs `kubectl <args>` against cluster `i` with the admin kubeconfig
+    /// and returns what it did, success or not (for callers that retry).
+    pub fn try_kubectl(&self, i: usize, args: &[&str]) -> std::process::Output {
+        std::process::Command::new(controlplane::binary("kubectl"))
             .arg("--kubeconfig")
             .arg(&self.cluster(i).admin_kubeconfig)
             .args(args)
             .output()
-            .expect("run kubectl");
+            .expect("run kubectl")
+    }
+
+    /// `kubectl --context <cluster i> ARGS`; stdout, or a panic with stderr.
+    pub fn kubectl(&self, i: usize, args: &[&str]) -> String {
+        let out = self.try_kubectl(i, args);
         assert!(
             out.status.success(),
             "{}: kubectl {} failed ({}):\n{}{}",
