@@ -520,31 +520,14 @@ async fn exec_and_dns_inside_pods(cs: &Clusterset) {
             "{}: exec ran outside the pod: {addrs}",
             id
         );
-        let deadline = Instant::now() + CONVERGE;
-        loop {
-            let out = cs.try_kubectl(
-                i,
-                &[
-                    "exec",
-                    "-n",
-                    ns,
-                    "client",
-                    "--",
-                    "nslookup",
-                    "hello.exec.svc.clusterset.local",
-                ],
-            );
-            let text = String::from_utf8_lossy(&out.stdout);
-            if out.status.success() && text.contains("Address: 10.") {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{}: nslookup from the pod: {text}",
-                id
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        exec_in_client_until(
+            cs,
+            i,
+            ns,
+            &["nslookup", "hello.exec.svc.clusterset.local"],
+            |text| text.contains("Address: 10."),
+        )
+        .await;
     }
     let local = cs.kubectl(1, &["exec", "-n", ns, "client", "--", "nslookup", "hello"]);
     assert!(
@@ -554,39 +537,49 @@ async fn exec_and_dns_inside_pods(cs: &Clusterset) {
     // nc, as a user would: the server answers on connect. The name
     // resolves as soon as the import is published, and kube-proxy
     // programs the clusterset IP up to a sync period later (longer on a
-    // loaded machine: one CI run's first nc got no connection in its
-    // 2 s), so a user whose first try fails tries again.
-    let deadline = Instant::now() + CONVERGE;
-    let reply = loop {
-        let out = cs.try_kubectl(
-            0,
-            &[
-                "exec",
-                "-n",
-                ns,
-                "client",
-                "--",
-                "nc",
-                "-w",
-                "2",
-                "hello.exec.svc.clusterset.local",
-                "80",
-            ],
-        );
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        if out.status.success() {
-            break text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "nc from a's pod never connected: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    // loaded machine: in one full test run the first nc got no
+    // connection in its 2 s), so a user whose first try fails tries again.
+    let reply = exec_in_client_until(
+        cs,
+        0,
+        ns,
+        &["nc", "-w", "2", "hello.exec.svc.clusterset.local", "80"],
+        |_| true,
+    )
+    .await;
     let answer = clusterset::Answer::parse(reply.trim())
         .unwrap_or_else(|| panic!("nc from a's pod: unexpected reply {reply:?}"));
     assert_eq!(answer.cluster, IDS[1], "nc reached {answer:?}");
+}
+
+/// Runs `command` in pod `client` of `ns` in cluster `i` (`kubectl exec`)
+/// every 500 ms until it succeeds with an output `accept` takes, for at
+/// most `CONVERGE`; returns that output.
+async fn exec_in_client_until(
+    cs: &Clusterset,
+    i: usize,
+    ns: &str,
+    command: &[&str],
+    accept: impl Fn(&str) -> bool,
+) -> String {
+    let mut args = vec!["exec", "-n", ns, "client", "--"];
+    args.extend_from_slice(command);
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        let out = cs.try_kubectl(i, &args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() && accept(&text) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: {} from the pod: {text}{}",
+            IDS[i],
+            command.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// The pod runner expands `$(VAR)` in commands and env values as the
