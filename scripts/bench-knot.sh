@@ -158,7 +158,7 @@ NS_FLAG=()
 [[ -n $NS_ADDRS ]] && NS_FLAG=(--nameserver-addresses "$NS_ADDRS")
 
 ZONEFILE=$TMP/knot/clusterset.local.zone
-mkdir -p "$TMP/knot/db" "$TMP/knot/run"
+mkdir -p "$TMP/knot"
 log "dump-zone"
 "$BIN" dump-zone --file "$DATA/clusterset.yaml" "${NS_FLAG[@]}" >"$ZONEFILE" 2>"$TMP/dump-zone.err" || {
 	cat "$TMP/dump-zone.err" >&2
@@ -191,39 +191,7 @@ if [[ " $SERVERS " == *-base* ]]; then
 	[[ -x $BASE_BIN ]] || die "BENCH_SERVERS has *-base servers: set CLUSTERSET_DNS_BASELINE_BIN to an executable"
 fi
 
-cat >"$TMP/knot/knot.conf" <<EOF
-server:
-    rundir: "$TMP/knot/run"
-    listen: 127.0.0.1@$PORT_KNOT
-    udp-workers: 1
-    tcp-workers: 1
-    background-workers: 1
-
-database:
-    storage: "$TMP/knot/db"
-
-log:
-  - target: stderr
-    any: warning
-
-template:
-  - id: default
-    storage: "$TMP/knot"
-    zonefile-sync: -1
-    zonefile-load: whole
-    journal-content: none
-
-zone:
-  - domain: clusterset.local
-    file: "$ZONEFILE"
-EOF
-KNOTC=$(command -v knotc || echo /usr/sbin/knotc)
-if [[ -x $KNOTC ]]; then
-	"$KNOTC" -c "$TMP/knot/knot.conf" conf-check >"$TMP/knot/conf-check.log" 2>&1 || {
-		cat "$TMP/knot/conf-check.log" >&2
-		die "knot.conf rejected by knotc conf-check"
-	}
-fi
+knot_config "$TMP/knot" "$PORT_KNOT" "$ZONEFILE"
 
 # ---- servers --------------------------------------------------------------------
 port_of() {

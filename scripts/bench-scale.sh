@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The scaling curve of clusterset-dns: memory, ready time, cost of one
-# change and CPU per query at several clusterset sizes, in one run.
+# change and CPU per query at several clusterset sizes, in one run, beside
+# Knot DNS serving the same zone.
 #
 #   scripts/bench-scale.sh
 #
@@ -23,10 +24,16 @@
 #   queries    dnsperf pinned to CPU 1 at a fixed offered rate (-Q
 #              BENCH_RATE) for BENCH_DURATION s, BENCH_ROUNDS times: QPS,
 #              lost queries, server CPU us per query (/proc ticks of the
-#              server over the run); then one unthrottled run (the peak).
-# Prints one table and writes a PNG plot (matplotlib) of the curve: sizes on
-# a log x-axis; bytes/endpoint, ready time, publish time per change and CPU
-# us/query as panels.
+#              server over the run); then one unthrottled run (the peak);
+#   Knot DNS   the same manifest through `clusterset-dns dump-zone`, served
+#              by knotd (configured as in bench-knot.sh, pinned to CPU 0):
+#              spawn -> the probe name answered, VmRSS and VmHWM once it
+#              answers, bytes per endpoint above a Knot of the empty zone
+#              (the same endpoint count as ours), and the fixed-rate dnsperf
+#              runs.
+# Prints one table, one beside Knot, and writes a PNG plot (matplotlib) of
+# the curve: sizes on a log x-axis; bytes/endpoint, ready time, publish time
+# per change and CPU us/query as panels, Knot's beside ours.
 #
 # Environment (all optional):
 #   BENCH_SIZES="1000 10000 100000"   services per size
@@ -36,6 +43,7 @@
 #   BENCH_RATE=30000          dnsperf -Q, queries per second offered
 #   BENCH_DURATION=10 BENCH_ROUNDS=2   seconds per dnsperf run, runs per size
 #   BENCH_PEAK="-c 8 -q 200"  dnsperf setting of the unthrottled run; empty: none
+#   BENCH_KNOT=1              0: leave Knot DNS out
 #   BENCH_QUERIES=100000 BENCH_SEED=1  data set
 #   BENCH_SERVER_CPU=0 BENCH_CLIENT_CPU=1
 #   BENCH_MAX_BUSY=25 BENCH_LOAD_WAIT=60   before each size, wait up to
@@ -68,6 +76,7 @@ RATE=${BENCH_RATE:-30000}
 DURATION=${BENCH_DURATION:-10}
 ROUNDS=${BENCH_ROUNDS:-2}
 PEAK=${BENCH_PEAK-"-c 8 -q 200"}
+KNOT=${BENCH_KNOT:-1}
 QUERIES=${BENCH_QUERIES:-100000}
 SEED=${BENCH_SEED:-1}
 SERVER_CPU=${BENCH_SERVER_CPU:-0}
@@ -102,6 +111,9 @@ SUDO=
 need_pkgs=()
 command -v dnsperf >/dev/null 2>&1 || need_pkgs+=(dnsperf)
 command -v taskset >/dev/null 2>&1 || need_pkgs+=(util-linux)
+if [[ $KNOT == 1 ]]; then
+	command -v knotd >/dev/null 2>&1 || [[ -x /usr/sbin/knotd ]] || need_pkgs+=(knot)
+fi
 if ((${#need_pkgs[@]})); then
 	log "installing ${need_pkgs[*]}"
 	export DEBIAN_FRONTEND=noninteractive
@@ -109,6 +121,9 @@ if ((${#need_pkgs[@]})); then
 	$SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >&2
 fi
 command -v python3 >/dev/null 2>&1 || die "python3 is required"
+# knotd from the Debian package is in /usr/sbin, which may not be on PATH.
+KNOTD=$(command -v knotd || echo /usr/sbin/knotd)
+[[ $KNOT != 1 || -x $KNOTD ]] || die "knotd not found"
 # A Python with matplotlib for the plot: python3 on PATH, the system one, or
 # the Debian package installed for the system one, or pip's.
 PLOT_PY=
@@ -136,10 +151,10 @@ BIN=$(bench_binary)
 bench_watchdog scale "$TIMEOUT"
 PIDS+=("$!")
 
-read -r DNS_PORT ADMIN_PORT < <(python3 - <<-'EOF'
+read -r DNS_PORT ADMIN_PORT KNOT_PORT < <(python3 - <<-'EOF'
 	import socket
 	out, keep = [], []
-	while len(out) < 2:
+	while len(out) < 3:
 	    t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 	    t.bind(("127.0.0.1", 0))
 	    port = t.getsockname()[1]
@@ -226,6 +241,49 @@ start_server() {
 	}
 }
 
+# start_knot ZONEFILE DIR PROBE_FILE -> SERVER_PID, READY_MS (spawn -> the
+# probe name answered with NOERROR and an answer: the zone is loaded)
+start_knot() {
+	local zonefile=$1 dir=$2 probe=$3 t0
+	rm -rf "$dir"
+	knot_config "$dir" "$KNOT_PORT" "$zonefile"
+	t0=$(date +%s%N)
+	taskset -c "$SERVER_CPU" "$KNOTD" -c "$dir/knot.conf" >"$dir/knotd.log" 2>&1 &
+	SERVER_PID=$!
+	PIDS+=("$SERVER_PID")
+	READY_MS=$(python3 - "$KNOT_PORT" "$t0" "$READY_TIMEOUT" "$SERVER_PID" "$probe" <<-'EOF'
+		import os, socket, struct, sys, time
+		port, t0, limit, pid = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+		name, qtype = open(sys.argv[5]).read().split()[:2]
+		codes = {"A": 1, "SOA": 6, "AAAA": 28, "SRV": 33}
+		qname = b"".join(bytes([len(l)]) + l.encode() for l in name.rstrip(".").split(".")) + b"\0"
+		query = struct.pack(">HHHHHH", 0x5ca1, 0x0100, 1, 0, 0, 0) + qname + struct.pack(">HH", codes[qtype], 1)
+		s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+		s.settimeout(0.05)
+		while True:
+		    try:
+		        s.sendto(query, ("127.0.0.1", port))
+		        reply = s.recv(4096)
+		        ident, flags, _, ancount = struct.unpack(">HHHH", reply[:8])
+		        if ident == 0x5ca1 and flags & 0xF == 0 and ancount > 0:
+		            print(f"{(time.time_ns() - t0) / 1e6:.1f}")
+		            break
+		    except OSError:
+		        pass
+		    if (time.time_ns() - t0) / 1e9 > limit:
+		        sys.exit(f"knotd did not answer {name} {qtype} within {limit} s")
+		    try:
+		        os.kill(pid, 0)
+		    except ProcessLookupError:
+		        sys.exit("knotd exited during start-up")
+		    time.sleep(0.005)
+	EOF
+	) || {
+		tail -n 30 "$dir/knotd.log" >&2
+		die "knotd did not become ready ($zonefile)"
+	}
+}
+
 stop_server() {
 	local pid=$1
 	kill -TERM "$pid" 2>/dev/null || true
@@ -239,18 +297,20 @@ stop_server() {
 	drop_pid "$pid"
 }
 
-# run_dnsperf SIZE ROUND SETTING DATA PID -> a row in $QPS_ROWS
+# run_dnsperf SERVER SIZE ROUND SETTING DATA PID -> a row in $QPS_ROWS
+# (SERVER: ours or knot)
 QPS_ROWS=$TMP/qps.tsv
 run_dnsperf() {
-	local size=$1 round=$2 setting=$3 data=$4 pid=$5 out
-	out=$TMP/dnsperf-$size-$round.txt
+	local server=$1 size=$2 round=$3 setting=$4 data=$5 pid=$6 out port=$DNS_PORT
+	[[ $server != knot ]] || port=$KNOT_PORT
+	out=$TMP/dnsperf-$server-$size-$round.txt
 	grep '^cpu[0-9]' /proc/stat >"$out.stat0"
 	proc_ticks "$pid" >"$out.srv0"
 	local t0 t1
 	t0=$(date +%s%N)
 	# shellcheck disable=SC2086 # the setting is a list of dnsperf flags
 	run_waited timeout $((DURATION + 30)) taskset -c "$CLIENT_CPU" \
-		dnsperf -s 127.0.0.1 -p "$DNS_PORT" -d "$data/queries.txt" -l "$DURATION" -T 1 $setting \
+		dnsperf -s 127.0.0.1 -p "$port" -d "$data/queries.txt" -l "$DURATION" -T 1 $setting \
 		>"$out" 2>&1 || {
 		cat "$out" >&2
 		die "dnsperf failed"
@@ -258,10 +318,10 @@ run_dnsperf() {
 	t1=$(date +%s%N)
 	proc_ticks "$pid" >"$out.srv1"
 	grep '^cpu[0-9]' /proc/stat >"$out.stat1"
-	python3 - "$out" "$size" "$round" "$setting" "$(((t1 - t0) / 1000))" "$(getconf CLK_TCK)" \
+	python3 - "$out" "$server" "$size" "$round" "$setting" "$(((t1 - t0) / 1000))" "$(getconf CLK_TCK)" \
 		"$SERVER_CPU" "$CLIENT_CPU" >>"$QPS_ROWS" <<-'EOF'
 		import re, sys
-		out, size, rnd, setting, wall_us, tck, scpu, ccpu = sys.argv[1:9]
+		out, server, size, rnd, setting, wall_us, tck, scpu, ccpu = sys.argv[1:10]
 		text = open(out).read()
 		def num(p, cast=float):
 		    m = re.search(p, text)
@@ -287,10 +347,10 @@ run_dnsperf() {
 		# Other processes on the server's core: busy time not the server's.
 		other = max(busy(scpu) - srv_pct, 0)
 		us = cpu_s * 1e6 / max(done, 1)
-		print("\t".join(map(str, [size, rnd, setting, f"{qps:.0f}", lost, f"{srv_pct:.0f}",
+		print("\t".join(map(str, [server, size, rnd, setting, f"{qps:.0f}", lost, f"{srv_pct:.0f}",
 		                          f"{us:.2f}", f"{other:.0f}"])))
 	EOF
-	tail -n 1 "$QPS_ROWS" | awk -F'\t' '{ printf "    dnsperf %-16s QPS %7s lost %s server CPU %s%% = %s us/query (others on its core %s%%)\n", $3, $4, $5, $6, $7, $8 }' >&2
+	tail -n 1 "$QPS_ROWS" | awk -F'\t' '{ printf "    %-4s dnsperf %-16s QPS %7s lost %s server CPU %s%% = %s us/query (others on its core %s%%)\n", $1, $4, $5, $6, $7, $8, $9 }' >&2
 }
 
 # ---- environment ------------------------------------------------------------------
@@ -302,6 +362,7 @@ run_dnsperf() {
 	echo "cpu:         $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
 	echo "memory:      $(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
 	echo "dnsperf:     $(dnsperf -h 2>&1 | awk '/^Version/ { print $2; exit }')"
+	[[ $KNOT != 1 ]] || echo "knotd:       $("$KNOTD" -V 2>&1 | head -n1)"
 	echo "binary:      $BIN ($("$BIN" version 2>&1 | awk '/^commit:/ { print "commit " $2 }'), built $(date -u -r "$BIN" +%Y-%m-%dT%H:%M:%SZ), sha256 $(sha256sum "$BIN" | cut -c1-16))"
 	echo "sizes:       $SIZES services; backends per cluster $BACKENDS; $CHANGES changes per size"
 	echo "dnsperf:     -Q $RATE for ${DURATION}s x $ROUNDS, then '${PEAK:-none}' for ${DURATION}s; server on CPU $SERVER_CPU, dnsperf on CPU $CLIENT_CPU"
@@ -317,10 +378,22 @@ sleep 1
 EMPTY_RSS=$(status_kb "$SERVER_PID" VmRSS)
 log "empty zone: ready in ${READY_MS} ms, VmRSS ${EMPTY_RSS} kB"
 stop_server "$SERVER_PID"
+KNOT_EMPTY_RSS=0
+if [[ $KNOT == 1 ]]; then
+	# The empty zone's apex answers SOA: the probe of Knot's start.
+	echo "clusterset.local SOA -" >"$TMP/empty/probe.txt"
+	"$BIN" dump-zone --file "$TMP/empty/clusterset.yaml" >"$TMP/empty/clusterset.local.zone" ||
+		die "dump-zone of the empty zone failed"
+	start_knot "$TMP/empty/clusterset.local.zone" "$TMP/knot-empty" "$TMP/empty/probe.txt"
+	sleep 1
+	KNOT_EMPTY_RSS=$(status_kb "$SERVER_PID" VmRSS)
+	log "Knot, empty zone: ready in ${READY_MS} ms, VmRSS ${KNOT_EMPTY_RSS} kB"
+	stop_server "$SERVER_PID"
+fi
 
 # ---- sizes ------------------------------------------------------------------------
 ROWS=$TMP/rows.tsv
-printf 'services\tendpoints\tslices\tmanifest_mb\tready_ms\trss_kb\thwm_kb\tbytes_per_endpoint\tpublish_p50_ms\tpublish_max_ms\trebuilt\tvisible_p50_ms\tvisible_max_ms\tqps\tlost\tus_per_query\tpeak_qps\tpeak_us_per_query\tother_pct\tbusy_before_pct\n' >"$ROWS"
+printf 'services\tendpoints\tslices\tmanifest_mb\tready_ms\trss_kb\thwm_kb\tbytes_per_endpoint\tpublish_p50_ms\tpublish_max_ms\trebuilt\tvisible_p50_ms\tvisible_max_ms\tqps\tlost\tus_per_query\tpeak_qps\tpeak_us_per_query\tother_pct\tbusy_before_pct\tzone_records\tknot_ready_ms\tknot_rss_kb\tknot_hwm_kb\tknot_bytes_per_endpoint\tknot_qps\tknot_lost\tknot_us_per_query\n' >"$ROWS"
 for size in $SIZES; do
 	data=$TMP/data-$size
 	log "size $size: generating"
@@ -332,17 +405,27 @@ for size in $SIZES; do
 	}
 	bytes=$(stat -c %s "$data/clusterset.yaml")
 	log "size $size: $(tr '\n' ' ' <"$data/summary.txt" | cut -d' ' -f1-8) ($((bytes / 1048576)) MiB, $((SECONDS - gen0)) s)"
+	if [[ $KNOT == 1 ]]; then
+		# Knot's copy of the zone, before the changes below rewrite the manifest.
+		"$BIN" dump-zone --file "$data/clusterset.yaml" --file-max-bytes $((bytes + 1)) \
+			>"$data/clusterset.local.zone" \
+			2>"$TMP/dump-zone-$size.err" || {
+			cat "$TMP/dump-zone-$size.err" >&2
+			die "dump-zone failed at $size services"
+		}
+	fi
 	wait_for_quiet
 	busy_before=$QUIET_BUSY
 	# Room for the file to grow a little with the changes.
 	start_server "$data/clusterset.yaml" $((bytes * 2 + 1048576)) "$TMP/serve-$size.log"
 	pid=$SERVER_PID
+	ready_ms=$READY_MS
 	sleep 1
 	rss=$(status_kb "$pid" VmRSS)
 	hwm=$(status_kb "$pid" VmHWM)
 	endpoints=$(metric "$ADMIN_PORT" clusterset_dns_index_endpoints)
 	slices=$(metric "$ADMIN_PORT" clusterset_dns_index_endpoint_slices)
-	log "size $size: ready in $READY_MS ms; VmRSS $rss kB, VmHWM $hwm kB; $endpoints endpoints in $slices slices"
+	log "size $size: ready in $ready_ms ms; VmRSS $rss kB, VmHWM $hwm kB; $endpoints endpoints in $slices slices"
 
 	log "size $size: $CHANGES one-service changes"
 	run_waited taskset -c "$CLIENT_CPU" python3 "$REPO/scripts/lib/scale_changes.py" \
@@ -352,26 +435,53 @@ for size in $SIZES; do
 		"$TMP/changes-$size.tsv" >&2
 
 	for ((round = 1; round <= ROUNDS; round++)); do
-		run_dnsperf "$size" "$round" "-Q $RATE -c 8 -q 200" "$data" "$pid"
+		run_dnsperf ours "$size" "$round" "-Q $RATE -c 8 -q 200" "$data" "$pid"
 	done
 	if [[ -n $PEAK ]]; then
-		run_dnsperf "$size" peak "$PEAK" "$data" "$pid"
+		run_dnsperf ours "$size" peak "$PEAK" "$data" "$pid"
 	fi
 	kill -0 "$pid" 2>/dev/null || die "the server died at $size services"
 	stop_server "$pid"
-	python3 - "$size" "$endpoints" "$slices" "$bytes" "$READY_MS" "$rss" "$hwm" "$EMPTY_RSS" \
-		"$TMP/changes-$size.tsv" "$QPS_ROWS" "$busy_before" >>"$ROWS" <<-'EOF'
+
+	# Knot DNS on the zone dumped before the changes.
+	zone_records=0 knot_ready= knot_rss=0 knot_hwm=0
+	if [[ $KNOT == 1 ]]; then
+		zone_records=$(grep -cv '^\$' "$data/clusterset.local.zone" || true)
+		wait_for_quiet
+		start_knot "$data/clusterset.local.zone" "$TMP/knot-$size" "$data/probe.txt"
+		knot_ready=$READY_MS
+		sleep 1
+		knot_rss=$(status_kb "$SERVER_PID" VmRSS)
+		knot_hwm=$(status_kb "$SERVER_PID" VmHWM)
+		log "size $size: Knot ($zone_records records) answers in $knot_ready ms; VmRSS $knot_rss kB, VmHWM $knot_hwm kB"
+		for ((round = 1; round <= ROUNDS; round++)); do
+			run_dnsperf knot "$size" "$round" "-Q $RATE -c 8 -q 200" "$data" "$SERVER_PID"
+		done
+		kill -0 "$SERVER_PID" 2>/dev/null || die "knotd died at $size services"
+		stop_server "$SERVER_PID"
+		rm -rf "$data/clusterset.local.zone" "$TMP/knot-$size"
+	fi
+
+	python3 - "$size" "$endpoints" "$slices" "$bytes" "$ready_ms" "$rss" "$hwm" "$EMPTY_RSS" \
+		"$TMP/changes-$size.tsv" "$QPS_ROWS" "$busy_before" "$zone_records" "$knot_ready" \
+		"$knot_rss" "$knot_hwm" "$KNOT_EMPTY_RSS" >>"$ROWS" <<-'EOF'
 		import statistics, sys
 		size, endpoints, slices, nbytes, ready, rss, hwm, empty, changes, qps, busy = sys.argv[1:12]
+		records, k_ready, k_rss, k_hwm, k_empty = sys.argv[12:17]
 		endpoints = int(float(endpoints))
 		ch = [l.rstrip("\n").split("\t") for l in open(changes) if l.strip()]
 		pub = [float(c[4]) for c in ch]
 		vis = [float(c[3]) for c in ch]
 		rebuilt = sorted({c[5] for c in ch})
-		runs = [l.rstrip("\n").split("\t") for l in open(qps) if l.split("\t")[0] == size]
-		fixed = [r for r in runs if r[1] != "peak"]
-		peak = [r for r in runs if r[1] == "peak"]
+		# server size round setting qps lost srv% us other
+		runs = [l.rstrip("\n").split("\t")[1:] for l in open(qps) if l.split("\t")[1] == size]
+		servers = [l.split("\t")[0] for l in open(qps) if l.split("\t")[1] == size]
+		ours = [r for r, s in zip(runs, servers) if s == "ours"]
+		knot = [r for r, s in zip(runs, servers) if s == "knot"]
+		fixed = [r for r in ours if r[1] != "peak"]
+		peak = [r for r in ours if r[1] == "peak"]
 		bpe = (int(rss) - int(empty)) * 1024 / max(endpoints, 1)
+		k_bpe = (int(k_rss) - int(k_empty)) * 1024 / max(endpoints, 1) if k_ready else None
 		print("\t".join(map(str, [
 		    size, endpoints, int(float(slices)), f"{int(nbytes) / 1e6:.1f}", ready, rss, hwm,
 		    f"{bpe:.0f}", f"{statistics.median(pub):.3f}", f"{max(pub):.3f}", ",".join(rebuilt),
@@ -379,7 +489,11 @@ for size in $SIZES; do
 		    f"{statistics.median(float(r[3]) for r in fixed):.0f}", sum(int(r[4]) for r in fixed),
 		    f"{statistics.median(float(r[6]) for r in fixed):.2f}",
 		    peak[0][3] if peak else "", peak[0][6] if peak else "",
-		    f"{max(float(r[7]) for r in runs):.0f}", busy])))
+		    f"{max(float(r[7]) for r in runs):.0f}", busy, records, k_ready, k_rss, k_hwm,
+		    f"{k_bpe:.0f}" if knot else "",
+		    f"{statistics.median(float(r[3]) for r in knot):.0f}" if knot else "",
+		    sum(int(r[4]) for r in knot) if knot else "",
+		    f"{statistics.median(float(r[6]) for r in knot):.2f}" if knot else ""])))
 	EOF
 	rm -f "$data/clusterset.yaml"
 done
@@ -388,10 +502,11 @@ done
 BASELINE=${BENCH_BASELINE:-}
 BASELINE_LABEL=${BENCH_BASELINE_LABEL:-baseline}
 [[ -z $BASELINE || -r $BASELINE ]] || die "BENCH_BASELINE=$BASELINE is not readable"
-python3 - "$ROWS" "$EMPTY_RSS" "$RATE" "$QUIET_OTHER" "$BASELINE" "$BASELINE_LABEL" <<-'EOF'
+python3 - "$ROWS" "$EMPTY_RSS" "$RATE" "$QUIET_OTHER" "$BASELINE" "$BASELINE_LABEL" "$KNOT_EMPTY_RSS" <<-'EOF'
 	import csv, sys
 	rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 	empty, rate, quiet = int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+	k_empty = int(sys.argv[7])
 	print(f"\nScaling curve (empty-zone server: VmRSS {empty / 1024:.1f} MiB):\n")
 	head = ["services", "endpoints", "manifest MB", "ready s", "VmRSS MiB", "VmHWM MiB",
 	        "B/endpoint", "publish p50 ms", "publish max ms", "rebuilt/change",
@@ -411,6 +526,30 @@ python3 - "$ROWS" "$EMPTY_RSS" "$RATE" "$QUIET_OTHER" "$BASELINE" "$BASELINE_LAB
 	      f" rebuild + swap; rename->answer: the manifest renamed into place -> the new address"
 	      f" answered, including the 250 ms poll/settle, read and parse; others %: the most CPU"
 	      f" other processes took on the server's core during a dnsperf run, quiet below {quiet:g})")
+	if any(r["knot_ready_ms"] for r in rows):
+	    print(f"\nBeside Knot DNS on the same zone (dump-zone; empty-zone Knot: VmRSS"
+	          f" {k_empty / 1024:.1f} MiB):\n")
+	    head = ["services", "endpoints", "zone records", "VmRSS MiB ours / Knot",
+	            "VmHWM MiB ours / Knot", "B/endpoint ours / Knot", "VmRSS ours/Knot",
+	            "ready s ours / Knot", f"CPU us/query at -Q {rate} ours / Knot",
+	            "lost ours / Knot"]
+	    print("| " + " | ".join(head) + " |")
+	    print("|" + "|".join(["---:"] * len(head)) + "|")
+	    for r in rows:
+	        if not r["knot_ready_ms"]:
+	            continue
+	        cells = [f"{int(r['services']):,}", f"{int(r['endpoints']):,}",
+	                 f"{int(r['zone_records']):,}",
+	                 f"{int(r['rss_kb']) / 1024:.1f} / {int(r['knot_rss_kb']) / 1024:.1f}",
+	                 f"{int(r['hwm_kb']) / 1024:.1f} / {int(r['knot_hwm_kb']) / 1024:.1f}",
+	                 f"{r['bytes_per_endpoint']} / {r['knot_bytes_per_endpoint']}",
+	                 f"{int(r['rss_kb']) / int(r['knot_rss_kb']):.2f}x",
+	                 f"{float(r['ready_ms']) / 1000:.2f} / {float(r['knot_ready_ms']) / 1000:.2f}",
+	                 f"{r['us_per_query']} / {r['knot_us_per_query']}",
+	                 f"{r['lost']} / {r['knot_lost']}"]
+	        print("| " + " | ".join(cells) + " |")
+	    print("\n(ready: ours spawn -> /ready 200, Knot's spawn -> the probe name answered;"
+	          " B/endpoint: VmRSS above each server's empty zone per ready endpoint)")
 	if sys.argv[5]:
 	    print(f"\n{sys.argv[6]} ({sys.argv[5]}): publish step per change, p50 / max ms;"
 	          " rename->answer p50 ms; services rebuilt per change")
@@ -429,10 +568,16 @@ EOF
 	rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 	base = list(csv.DictReader(open(sys.argv[3]), delimiter="\t")) if sys.argv[3] else []
 	x = [int(r["services"]) for r in rows]
+	knot = all(r["knot_ready_ms"] for r in rows)
+	def with_knot(ours, field, scale=1.0):
+	    """Our series, and Knot's beside it when this run measured Knot."""
+	    return [("clusterset-dns" if knot else "", ours)] + (
+	        [("Knot DNS", [float(r[field]) * scale for r in rows])] if knot else [])
 	panels = [
 	    ("memory: bytes per endpoint", "bytes (VmRSS above an empty zone)",
-	     [("", [float(r["bytes_per_endpoint"]) for r in rows])]),
-	    ("ready: spawn -> /ready 200", "seconds", [("", [float(r["ready_ms"]) / 1000 for r in rows])]),
+	     with_knot([float(r["bytes_per_endpoint"]) for r in rows], "knot_bytes_per_endpoint")),
+	    ("ready: spawn -> ready / answering", "seconds",
+	     with_knot([float(r["ready_ms"]) / 1000 for r in rows], "knot_ready_ms", 1 / 1000)),
 	    ("one change: publish step", "milliseconds",
 	     [("p50", [float(r["publish_p50_ms"]) for r in rows]),
 	      ("max", [float(r["publish_max_ms"]) for r in rows])]
@@ -443,7 +588,9 @@ EOF
 	    ("server CPU per query", "microseconds",
 	     [("fixed rate", [float(r["us_per_query"]) for r in rows])]
 	     + ([("peak", [float(r["peak_us_per_query"]) for r in rows])]
-	        if all(r["peak_us_per_query"] for r in rows) else [])),
+	        if all(r["peak_us_per_query"] for r in rows) else [])
+	     + ([("Knot DNS, fixed rate", [float(r["knot_us_per_query"]) for r in rows])]
+	        if knot else [])),
 	]
 	fig, axes = plt.subplots(2, 2, figsize=(10, 7))
 	for ax, (title, ylabel, series) in zip(axes.flat, panels):

@@ -79,6 +79,49 @@ cleanup() {
 	exit "$rc"
 }
 
+# Writes DIR/knot.conf for one Knot DNS serving the zone file ZONEFILE as
+# clusterset.local on 127.0.0.1@PORT (one UDP, one TCP and one background
+# worker; the zone loaded whole, never written back, no journal), and checks
+# it with `knotc conf-check` where knotc is installed. The benchmarks all
+# configure Knot here, so its figures compare across scripts.
+knot_config() { # DIR PORT ZONEFILE
+	local dir=$1 port=$2 zonefile=$3 knotc
+	mkdir -p "$dir/db" "$dir/run"
+	cat >"$dir/knot.conf" <<-EOF
+		server:
+		    rundir: "$dir/run"
+		    listen: 127.0.0.1@$port
+		    udp-workers: 1
+		    tcp-workers: 1
+		    background-workers: 1
+
+		database:
+		    storage: "$dir/db"
+
+		log:
+		  - target: stderr
+		    any: warning
+
+		template:
+		  - id: default
+		    storage: "$dir"
+		    zonefile-sync: -1
+		    zonefile-load: whole
+		    journal-content: none
+
+		zone:
+		  - domain: clusterset.local
+		    file: "$zonefile"
+	EOF
+	knotc=$(command -v knotc || echo /usr/sbin/knotc)
+	if [[ -x $knotc ]]; then
+		"$knotc" -c "$dir/knot.conf" conf-check >"$dir/conf-check.log" 2>&1 || {
+			cat "$dir/conf-check.log" >&2
+			die "$dir/knot.conf rejected by knotc conf-check"
+		}
+	fi
+}
+
 bench_traps() {
 	trap cleanup EXIT
 	trap 'log "interrupted"; exit 130' INT TERM
