@@ -2,7 +2,10 @@
 //! namespace and `multicluster.kubernetes.io/service-name`.
 //!
 //! Sources (the manifest file, Kubernetes watches) call `apply_*`,
-//! `delete_*` and `reset_*`; each call records which services changed.
+//! `delete_*` and `reset_*`; each call records which services changed. A
+//! ClusterSetIP service's names come from its import alone (its clusterset
+//! IPs and ports), so a change of its slices rebuilds nothing: only the
+//! counts change, and they go out with the next publish.
 //! [`Index::publish`] rebuilds only those services and hands out a new
 //! immutable [`Zone`] that shares every untouched service with the previous
 //! one. Applying an object identical to the stored one changes nothing, so it
@@ -74,6 +77,15 @@ pub struct Index {
     /// costs ~0.5 KB per service at 10^4 services).
     slices_by_service: HashMap<ServiceRef, Vec<SliceKey>>,
     dirty: HashSet<ServiceRef>,
+    /// Changed headless services that [`Index::prebuild`] left for the
+    /// publish.
+    held: HashSet<ServiceRef>,
+    /// Services were rebuilt since the last publish (by
+    /// [`Index::prebuild`]): the next zone gets a new serial.
+    unpublished: bool,
+    /// Slices changed that no name depends on: the next publish rebuilds
+    /// nothing for them but reports the new counts.
+    counts_changed: bool,
     /// When set, only imports in these namespaces have names (see
     /// [`Index::require_namespaces`]).
     namespaces: Option<HashSet<String>>,
@@ -93,6 +105,9 @@ impl Index {
             endpoints: 0,
             slices_by_service: HashMap::new(),
             dirty: HashSet::new(),
+            held: HashSet::new(),
+            unpublished: false,
+            counts_changed: false,
             namespaces: None,
             own_cluster: OwnCluster::not_read(),
             interner: Interner::default(),
@@ -200,7 +215,7 @@ impl Index {
 
     /// True when changes are waiting for [`Index::publish`].
     pub fn has_changes(&self) -> bool {
-        !self.dirty.is_empty()
+        !self.dirty.is_empty() || !self.held.is_empty() || self.unpublished || self.counts_changed
     }
 
     /// Adds or replaces a ServiceImport.
@@ -238,7 +253,7 @@ impl Index {
             }
             _ => {}
         }
-        self.dirty.insert(slice.service.clone());
+        self.slices_changed(&slice.service.clone());
         let keys = self
             .slices_by_service
             .entry(slice.service.clone())
@@ -362,11 +377,56 @@ impl Index {
     /// on the calling thread.
     pub fn publish(&mut self) -> (Zone, PublishStats) {
         let started = Instant::now();
-        let dirty: Vec<ServiceRef> = std::mem::take(&mut self.dirty).into_iter().collect();
+        let mut changed = std::mem::take(&mut self.dirty);
+        changed.extend(self.held.drain());
+        let rebuilt = self.rebuild(changed.into_iter().collect());
+        self.counts_changed = false;
+        if std::mem::take(&mut self.unpublished) {
+            self.zone.set_serial(next_serial(self.zone.serial()));
+        }
+        self.interner.sweep();
+        let stats = PublishStats {
+            rebuilt,
+            elapsed: started.elapsed(),
+            applied: Duration::ZERO,
+        };
+        (self.zone.clone(), stats)
+    }
+
+    /// Rebuilds the changed services whose names no slice can change (the
+    /// ClusterSetIP imports') without handing out a zone, so that the next
+    /// [`Index::publish`] rebuilds only the rest: a source calls it between
+    /// the batches of a long first sync, to build while the rest of its
+    /// lists is on its way. Headless imports wait for the publish, as
+    /// slices still to come would change them again. Returns how many
+    /// services it rebuilt.
+    pub fn prebuild(&mut self) -> usize {
+        let mut now = Vec::new();
+        for service in std::mem::take(&mut self.dirty) {
+            if self.answers_with_endpoints(&service) {
+                self.held.insert(service);
+            } else {
+                now.push(service);
+            }
+        }
+        self.rebuild(now)
+    }
+
+    /// Rebuilds `dirty` into the next zone.
+    fn rebuild(&mut self, dirty: Vec<ServiceRef>) -> usize {
         let rebuilt = dirty.len();
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if rebuilt == 0 {
+            return 0;
+        }
+        // Asked only for a large rebuild: it reads the CPU affinity and the
+        // cgroup's quota, system calls that a prebuild between every batch
+        // of a list would otherwise pay each time.
+        let threads = match rebuilt < PARALLEL_REBUILD {
+            true => 1,
+            false => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
         let index = &*self;
-        let built: Vec<Option<Arc<ServiceZone>>> = if rebuilt < PARALLEL_REBUILD || threads == 1 {
+        let built: Vec<Option<Arc<ServiceZone>>> = if threads == 1 {
             dirty.iter().map(|service| index.build(service)).collect()
         } else {
             let chunk = rebuilt.div_ceil(threads);
@@ -392,16 +452,8 @@ impl Index {
         for (service, built) in dirty.iter().zip(built) {
             self.zone.set_service(service, built);
         }
-        if rebuilt > 0 {
-            self.zone.set_serial(next_serial(self.zone.serial()));
-        }
-        self.interner.sweep();
-        let stats = PublishStats {
-            rebuilt,
-            elapsed: started.elapsed(),
-            applied: Duration::ZERO,
-        };
-        (self.zone.clone(), stats)
+        self.unpublished |= rebuilt > 0;
+        rebuilt
     }
 
     /// The names of one service, or `None` when it has none (no import, or
@@ -433,7 +485,26 @@ impl Index {
                 self.slices_by_service.remove(service);
             }
         }
-        self.dirty.insert(service.clone());
+        self.slices_changed(service);
+    }
+
+    /// The slices of `service` changed: its names are rebuilt if they
+    /// depend on them, which only a headless import's do. Without an
+    /// import there are no names; its arrival rebuilds them.
+    fn slices_changed(&mut self, service: &ServiceRef) {
+        if self.answers_with_endpoints(service) {
+            self.dirty.insert(service.clone());
+        } else {
+            self.counts_changed = true;
+        }
+    }
+
+    /// Whether the names of `service` are built from its slices: a
+    /// headless import's are, a ClusterSetIP import's are not.
+    fn answers_with_endpoints(&self, service: &ServiceRef) -> bool {
+        self.imports
+            .get(service)
+            .is_some_and(|import| import.import_type == crate::api::ServiceImportType::Headless)
     }
 }
 

@@ -103,10 +103,10 @@ fn repeating_an_identical_apply_rebuilds_nothing_and_keeps_the_serial() {
     index.apply_import(import("prod", "web", vip("10.0.0.1")));
     let (zone, stats) = index.publish();
     assert_eq!(stats.rebuilt, 1);
-    index.apply_import(import("prod", "web", vip("10.0.0.1")));
-    index.apply_slice(key("prod", "s"), slice("prod", "web", "a", &["10.1.0.1"]));
+    index.apply_import(import("prod", "db", headless()));
+    index.apply_slice(key("prod", "s"), slice("prod", "db", "a", &["10.1.0.1"]));
     let (_, _) = index.publish();
-    index.apply_slice(key("prod", "s"), slice("prod", "web", "a", &["10.1.0.1"]));
+    index.apply_slice(key("prod", "s"), slice("prod", "db", "a", &["10.1.0.1"]));
     assert!(!index.has_changes());
     let (again, stats) = index.publish();
     assert_eq!(stats.rebuilt, 0);
@@ -116,6 +116,71 @@ fn repeating_an_identical_apply_rebuilds_nothing_and_keeps_the_serial() {
     );
     let (third, _) = index.publish();
     assert_eq!(third.serial(), again.serial());
+}
+
+#[test]
+fn a_clusterset_ip_import_rebuilds_nothing_when_its_slices_change() {
+    let mut index = index();
+    index.apply_import(import("prod", "web", vip("10.0.0.1")));
+    let (zone, _) = index.publish();
+    index.apply_slice(key("prod", "s"), slice("prod", "web", "a", &["10.1.0.1"]));
+    // The counts changed and go out with a publish; no name did.
+    assert!(index.has_changes());
+    let (again, stats) = index.publish();
+    assert_eq!(stats.rebuilt, 0);
+    assert_eq!(index.endpoint_count(), 1);
+    assert_eq!(again.serial(), zone.serial(), "no answer changed");
+    assert!(!index.has_changes());
+    // Its type changes: the names are rebuilt from the slices kept.
+    index.apply_import(import("prod", "web", headless()));
+    let (zone, stats) = index.publish();
+    assert_eq!(stats.rebuilt, 1);
+    assert_eq!(
+        a_records(&zone, "web.prod.svc.clusterset.local."),
+        Some(vec!["10.1.0.1".into()])
+    );
+    // Now a slice change rebuilds it.
+    index.apply_slice(key("prod", "s"), slice("prod", "web", "a", &["10.1.0.2"]));
+    let (zone, stats) = index.publish();
+    assert_eq!(stats.rebuilt, 1);
+    assert_eq!(
+        a_records(&zone, "web.prod.svc.clusterset.local."),
+        Some(vec!["10.1.0.2".into()])
+    );
+}
+
+#[test]
+fn a_prebuild_builds_the_clusterset_ip_imports_and_leaves_the_headless_ones_for_the_publish() {
+    let mut index = index();
+    index.apply_import(import("prod", "web", vip("10.0.0.1")));
+    index.apply_import(import("prod", "db", headless()));
+    index.apply_slice(key("prod", "a"), slice("prod", "db", "a", &["10.0.0.7"]));
+    assert_eq!(index.prebuild(), 1, "web only");
+    assert!(index.has_changes());
+    // More of db's slices arrive after the prebuild.
+    index.apply_slice(key("prod", "b"), slice("prod", "db", "b", &["10.0.0.8"]));
+    assert_eq!(index.prebuild(), 0);
+    let (zone, stats) = index.publish();
+    assert_eq!(stats.rebuilt, 1, "db, once");
+    assert!(zone.serial() > 0);
+    assert_eq!(
+        a_records(&zone, "web.prod.svc.clusterset.local."),
+        Some(vec!["10.0.0.1".into()])
+    );
+    assert_eq!(
+        a_records(&zone, DB),
+        Some(vec!["10.0.0.7".into(), "10.0.0.8".into()])
+    );
+    assert!(!index.has_changes());
+    // Exactly what building everything at once gives.
+    let mut whole = self::index();
+    whole.apply_import(import("prod", "web", vip("10.0.0.1")));
+    whole.apply_import(import("prod", "db", headless()));
+    whole.apply_slice(key("prod", "a"), slice("prod", "db", "a", &["10.0.0.7"]));
+    whole.apply_slice(key("prod", "b"), slice("prod", "db", "b", &["10.0.0.8"]));
+    let (expected, _) = whole.publish();
+    assert_eq!(zone.service_count(), expected.service_count());
+    assert_eq!(a_records(&zone, DB), a_records(&expected, DB));
 }
 
 #[test]

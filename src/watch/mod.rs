@@ -7,6 +7,9 @@
 //!   after a restart, a 410 Gone or an apiserver restart) is buffered until
 //!   it is complete and then replaces the store's state in one
 //!   [`IndexResource::reset`], so no half-listed state is ever visible.
+//!   A store that nobody reads before every watch has synced can take its
+//!   first list object by object instead ([`Watch::applying_first_list`]),
+//!   and do its work while the rest of the list is on its way.
 //! - Errors are classified: 410 Gone is routine (the watcher relists at
 //!   once), anything else makes the resource *failing* until its state is
 //!   current again (a complete relist, or a change on a resumed watch).
@@ -177,6 +180,11 @@ impl Outcome {
 /// The watch of one resource kind: its list buffer and its health.
 pub struct Watch<K, S: IndexResource<K>> {
     relist: Option<Vec<S::Listed>>,
+    /// The first list is still to come and goes to the store object by
+    /// object ([`Watch::applying_first_list`]).
+    first_list_direct: bool,
+    /// The list under way goes to the store object by object.
+    direct: bool,
     health: Health,
     kind: PhantomData<fn(K)>,
 }
@@ -185,7 +193,7 @@ impl<K, S: IndexResource<K>> std::fmt::Debug for Watch<K, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Watch")
             .field("health", &self.health)
-            .field("listing", &self.relist.is_some())
+            .field("listing", &(self.relist.is_some() || self.direct))
             .finish()
     }
 }
@@ -195,8 +203,24 @@ impl<K, S: IndexResource<K>> Watch<K, S> {
     pub fn new(resource: &'static str) -> Self {
         Self {
             relist: None,
+            first_list_direct: false,
+            direct: false,
             health: Health::new(resource),
             kind: PhantomData,
+        }
+    }
+
+    /// The watch of `resource` whose first list goes to the store object
+    /// by object ([`IndexResource::apply`]) instead of in one
+    /// [`IndexResource::reset`] at its end, for a store that nobody reads
+    /// before every watch has synced: it indexes while the list arrives.
+    /// Only the very first list: should it fail half-way, the list that
+    /// replaces it is buffered and resets the store as any relist does,
+    /// dropping what the failed one left.
+    pub fn applying_first_list(resource: &'static str) -> Self {
+        Self {
+            first_list_direct: true,
+            ..Self::new(resource)
         }
     }
 
@@ -232,11 +256,14 @@ impl<K, S: IndexResource<K>> Watch<K, S> {
             }
             Event::Init => {
                 store.list_started();
-                self.relist = Some(Vec::new());
+                self.direct = std::mem::take(&mut self.first_list_direct);
+                self.relist = (!self.direct).then(Vec::new);
                 Outcome::Listing
             }
             Event::InitApply(object) => {
-                if let Some(listed) = store.listed(object)
+                if self.direct {
+                    store.apply(object);
+                } else if let Some(listed) = store.listed(object)
                     && let Some(buffer) = &mut self.relist
                 {
                     buffer.push(listed);
@@ -244,6 +271,7 @@ impl<K, S: IndexResource<K>> Watch<K, S> {
                 Outcome::Listing
             }
             Event::InitDone => {
+                self.direct = false;
                 if let Some(buffer) = self.relist.take() {
                     store.reset(buffer);
                 }
@@ -605,6 +633,57 @@ mod tests {
             }
         );
         assert_eq!(map.objects, BTreeMap::from([("a", 1)]));
+    }
+
+    #[test]
+    fn a_first_list_applied_directly_indexes_as_it_arrives_and_a_failed_one_is_replaced() {
+        let mut watch = Watch::applying_first_list("things");
+        let mut map = Map::default();
+        let now = Instant::now();
+        watch.handle(&mut map, Ok(Event::Init), now);
+        watch.handle(&mut map, Ok(Event::InitApply(("a", 1))), now);
+        watch.handle(&mut map, Ok(Event::InitApply(("b", 2))), now);
+        // Indexed before the list ends, without a reset.
+        assert_eq!(map.objects, BTreeMap::from([("a", 1), ("b", 2)]));
+        assert!(!watch.health().synced());
+        // The list fails half-way: the watcher lists again, and that list
+        // is buffered and replaces what the first one left.
+        let failed = watch.handle(&mut map, Err(unreachable()), now);
+        assert!(matches!(failed, Outcome::Failed { .. }));
+        let outcomes = list(&mut watch, &mut map, &[("b", 3)]);
+        assert_eq!(map.resets, 1);
+        assert_eq!(map.objects, BTreeMap::from([("b", 3)]));
+        assert_eq!(
+            outcomes.last(),
+            Some(&Outcome::Listed {
+                first: true,
+                recovered: true
+            })
+        );
+        // Later relists are buffered too: nothing changes until InitDone.
+        watch.handle(&mut map, Ok(Event::Init), now);
+        watch.handle(&mut map, Ok(Event::InitApply(("c", 4))), now);
+        assert_eq!(map.objects, BTreeMap::from([("b", 3)]));
+        watch.handle(&mut map, Ok(Event::InitDone), now);
+        assert_eq!(map.objects, BTreeMap::from([("c", 4)]));
+        assert_eq!(map.resets, 2);
+    }
+
+    #[test]
+    fn a_first_list_applied_directly_needs_no_reset() {
+        let mut watch = Watch::applying_first_list("things");
+        let mut map = Map::default();
+        let outcomes = list(&mut watch, &mut map, &[("a", 1), ("b", -1)]);
+        assert_eq!(map.resets, 0);
+        assert_eq!(map.objects, BTreeMap::from([("a", 1)]));
+        assert_eq!(
+            outcomes.last(),
+            Some(&Outcome::Listed {
+                first: true,
+                recovered: false
+            })
+        );
+        assert!(watch.health().synced());
     }
 
     #[test]

@@ -351,6 +351,7 @@ impl KubeSource {
                             services = publication.zone.service_count(),
                             imports = index.import_count(),
                             slices = index.slice_count(),
+                            prebuilt = publication.prebuilt,
                             build_ms = publication.stats.elapsed.as_millis() as u64,
                             "first zone published; ready"
                         );

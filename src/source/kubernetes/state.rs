@@ -10,6 +10,12 @@
 //! object at its last valid version, and remembers rejections for
 //! `/explain`.
 //!
+//! Nothing is served before every kind has been listed, so the first lists
+//! go into the index as they arrive, and the services they change are
+//! built between batches ([`Index::prebuild`]): the first zone then costs
+//! only what the last batch changed, not a build of everything after the
+//! last byte. Relists are buffered and replace the index in one step.
+//!
 //! A fourth watch reads this cluster's id (the `ClusterProperty`
 //! `cluster.clusterset.k8s.io`), which only local-first answers need. It is
 //! optional: the first zone waits for its first list or its first failure,
@@ -131,6 +137,8 @@ pub struct Publication {
     pub first: bool,
     /// A list was indexed since the last zone: its pages are garbage.
     pub after_list: bool,
+    /// Services built while the first lists arrived (the first zone only).
+    pub prebuilt: usize,
 }
 
 /// The index and everything the three watches keep, without I/O.
@@ -151,6 +159,8 @@ pub struct State {
     listed: bool,
     /// The last [`Effect::Stale`] said failing.
     stale: bool,
+    /// Services built while the first lists arrived.
+    prebuilt: usize,
 }
 
 impl State {
@@ -160,14 +170,15 @@ impl State {
         index.require_namespaces();
         Self {
             ingest: Ingest::new(index),
-            imports: Watch::new(Kind::Imports.resource()),
-            slices: Watch::new(Kind::Slices.resource()),
-            namespaces: Watch::new(Kind::Namespaces.resource()),
+            imports: Watch::applying_first_list(Kind::Imports.resource()),
+            slices: Watch::applying_first_list(Kind::Slices.resource()),
+            namespaces: Watch::applying_first_list(Kind::Namespaces.resource()),
             cluster_id: Watch::new(CLUSTER_PROPERTIES),
             restarted: false,
             published: false,
             listed: false,
             stale: false,
+            prebuilt: 0,
         }
     }
 
@@ -356,7 +367,15 @@ impl State {
         let cluster_id = self.cluster_id.health();
         let synced = Kind::ALL.into_iter().all(|kind| self.health(kind).synced())
             && (cluster_id.synced() || cluster_id.failing());
-        if !synced || (self.published && !self.ingest.index.has_changes()) {
+        if !synced {
+            if !self.published {
+                // The first sync: build what has arrived while the rest is
+                // on its way.
+                self.prebuilt += self.ingest.index.prebuild();
+            }
+            return None;
+        }
+        if self.published && !self.ingest.index.has_changes() {
             return None;
         }
         let (zone, stats) = self.ingest.index.publish();
@@ -366,6 +385,7 @@ impl State {
             stats,
             first,
             after_list: std::mem::take(&mut self.listed),
+            prebuilt: std::mem::take(&mut self.prebuilt),
         }))
     }
 
