@@ -29,6 +29,11 @@
 #   BENCH_DNSPERF="-c 8 -q 200"   ';'-separated dnsperf settings tried per
 #                              server and round (the best lossless one counts)
 #   BENCH_CHANGES=200 BENCH_COREDNS_PROPAGATION=1
+#   BENCH_FLOOR_RUNS=3         list-floor runs, each followed by a start of
+#                              clusterset-dns (medians compared)
+#   BENCH_OURS_PERF=FILE       profile the kept clusterset-dns (perf record -g)
+#   CLUSTERSET_DNS_BASELINE_BIN=PATH           another build started after each
+#                              list-floor run too (start-up A/B in one run)
 #   BENCH_SERVER_CPU=0 BENCH_CLIENT_CPU=1
 #   BENCH_MAX_BUSY=15 BENCH_QUIET_WAIT=90 BENCH_QUIET_BUDGET=180
 #                              quiet checks inside the bench (per check / in all)

@@ -5,8 +5,11 @@
 //!    one or two IPs, 20 % Headless) and their EndpointSlices (2–3 source
 //!    clusters per service, 100,000 endpoints, hostnames on the headless
 //!    ones), written through the kube client with bounded concurrency;
-//! 2. start: the release `clusterset-dns serve` binary and CoreDNS, each
-//!    pinned to one CPU with `taskset`; time from spawn to ready, VmRSS;
+//! 2. start: the list floor (curl, pinned to the servers' CPU, lists what
+//!    a server must have before it is ready, spawn → every byte read) and a
+//!    start of the release `clusterset-dns serve` binary, in turns, then
+//!    CoreDNS, each pinned to one CPU with `taskset`; time from spawn to
+//!    ready, VmRSS;
 //! 3. throughput: dnsperf (pinned to the other CPU) against each server in
 //!    turn, the other one idle, in interleaved rounds (median reported);
 //! 4. propagation: N EndpointSlice patches per server, one at a time, the
@@ -65,6 +68,9 @@ struct Settings {
     queries: usize,
     changes: usize,
     coredns_propagation: bool,
+    floor_runs: usize,
+    ours_perf: Option<PathBuf>,
+    baseline: Option<PathBuf>,
     server_cpu: String,
     client_cpu: String,
     max_busy: f64,
@@ -113,6 +119,16 @@ impl Settings {
             // Propagation: changes per server; CoreDNS too unless 0.
             changes: env_or("BENCH_CHANGES", 200),
             coredns_propagation: env_or("BENCH_COREDNS_PROPAGATION", 1u8) != 0,
+            // Runs of the list floor, each followed by a start of
+            // clusterset-dns (the last one is kept for the rest of the
+            // bench); the summary compares the medians.
+            floor_runs: env_or("BENCH_FLOOR_RUNS", 3),
+            // Profile the kept clusterset-dns with `perf record -g` into
+            // this file (its start-up, mostly).
+            ours_perf: std::env::var_os("BENCH_OURS_PERF").map(PathBuf::from),
+            // Another clusterset-dns build started after each floor run
+            // too, beside this one (start-up A/B in one run).
+            baseline: std::env::var_os("CLUSTERSET_DNS_BASELINE_BIN").map(PathBuf::from),
             server_cpu: env_or("BENCH_SERVER_CPU", "0".to_string()),
             client_cpu: env_or("BENCH_CLIENT_CPU", "1".to_string()),
             // Before each throughput measurement, wait up to
@@ -521,10 +537,25 @@ struct Proc {
     name: &'static str,
     child: Child,
     log: PathBuf,
+    /// Interrupt it first and give it 10 s to exit: `perf record` writes
+    /// its profile on SIGINT and leaves a broken one when killed.
+    interrupt_first: bool,
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        if self.interrupt_first {
+            // SAFETY: kill(2) on our own child's pid, not yet reaped.
+            #[allow(unsafe_code)]
+            let _ = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if matches!(self.child.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -582,6 +613,7 @@ fn spawn_pinned(
         name,
         child,
         log: log.to_path_buf(),
+        interrupt_first: false,
     }
 }
 
@@ -735,7 +767,19 @@ struct Server {
     http: SocketAddr,
     ready_after: Duration,
     answering_after: Duration,
+    /// CPU time (user + system) the server had used when it was ready and
+    /// answering: against `answering_after`, how much of its start it
+    /// spent waiting for the apiserver.
+    cpu_ready: Duration,
     memory_ready: (u64, u64),
+}
+
+/// CPU time (user + system) of process `pid` so far.
+fn process_cpu(pid: u32) -> Duration {
+    // SAFETY: sysconf has no preconditions.
+    #[allow(unsafe_code)]
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Duration::from_secs_f64(support::process_cpu_ticks(pid) as f64 / ticks_per_second)
 }
 
 /// A name of the data set with its expected A answer, to tell that a server
@@ -789,11 +833,74 @@ fn wait_ready(
     }
 }
 
+/// One run of the list floor: how long a bare client takes to list what a
+/// server must hold before it is ready (the ServiceImports, the
+/// EndpointSlices with the service-name label, the namespaces) from the
+/// same apiserver. The client is curl, spawned pinned to the servers' CPU
+/// so that spawn → done compares with their spawn → ready; it asks for the
+/// three lists at once, each on its own HTTP/1.1 connection as the servers'
+/// watches are, unpaged from the watch cache (`resourceVersion=0`, the
+/// cheapest list the apiserver serves), and reads every byte without
+/// decoding any. Returns the time and the bytes read.
+fn list_floor(settings: &Settings, api_url: &str) -> (Duration, u64) {
+    let selector = clusterset_dns::api::well_known::LABEL_SERVICE_NAME.replace('/', "%2F");
+    let lists = [
+        "/apis/multicluster.x-k8s.io/v1beta1/serviceimports?resourceVersion=0".to_string(),
+        format!(
+            "/apis/discovery.k8s.io/v1/endpointslices?labelSelector={selector}&resourceVersion=0"
+        ),
+        "/api/v1/namespaces?resourceVersion=0".to_string(),
+    ];
+    let mut command = Command::new("taskset");
+    command.args([
+        "-c",
+        &settings.server_cpu,
+        "curl",
+        "--silent",
+        "--show-error",
+        "--fail",
+        "--insecure",
+        "--http1.1",
+        "--parallel",
+        "--parallel-immediate",
+        "--header",
+        &format!("Authorization: Bearer {}", controlplane::ADMIN_TOKEN),
+        "--header",
+        "Accept: application/json",
+        "--write-out",
+        "%{size_download}\n",
+    ]);
+    for path in &lists {
+        command.args(["--output", "/dev/null", &format!("{api_url}{path}")]);
+    }
+    let started = Instant::now();
+    let out = command.output().expect("running curl for the list floor");
+    let took = started.elapsed();
+    assert!(
+        out.status.success(),
+        "the list floor's curl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sizes: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    assert_eq!(sizes.len(), lists.len(), "curl reported {sizes:?}");
+    (took, sizes.iter().sum())
+}
+
+/// Starts the clusterset-dns `binary` on the apiserver of `kubeconfig`
+/// (log: `<dir>/<log_name>.log`) and waits until it is ready and answers
+/// `probe`; under `perf record -g -o <perf>` if given.
+#[allow(clippy::too_many_arguments)]
 fn start_ours(
     settings: &Settings,
+    binary: &Path,
+    log_name: &str,
     kubeconfig: &Path,
     dir: &Path,
     probe: &(String, Vec<String>),
+    perf: Option<&Path>,
 ) -> Server {
     let (port, admin) = (
         controlplane::free_udp_and_tcp_port(),
@@ -801,7 +908,7 @@ fn start_ours(
     );
     let dns: SocketAddr = ([127, 0, 0, 1], port).into();
     let http: SocketAddr = ([127, 0, 0, 1], admin).into();
-    let args: Vec<String> = [
+    let serve = [
         "serve",
         "--kubeconfig",
         &kubeconfig.display().to_string(),
@@ -814,17 +921,31 @@ fn start_ours(
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect();
+    .collect::<Vec<String>>();
+    let (program, args): (PathBuf, Vec<String>) = match perf {
+        None => (binary.to_path_buf(), serve),
+        Some(out) => (
+            PathBuf::from("perf"),
+            ["record", "-g", "-o", &out.display().to_string(), "--"]
+                .iter()
+                .map(|s| s.to_string())
+                .chain([binary.display().to_string()])
+                .chain(serve)
+                .collect(),
+        ),
+    };
     let spawned = Instant::now();
     let mut proc = spawn_pinned(
         "clusterset-dns",
         &settings.server_cpu,
-        &settings.binary,
+        &program,
         &args,
         &settings.ours_env,
-        &dir.join("clusterset-dns.log"),
+        &dir.join(format!("{log_name}.log")),
     );
+    proc.interrupt_first = perf.is_some();
     let (ready_after, answering_after) = wait_ready(&mut proc, spawned, http, dns, probe);
+    let cpu_ready = process_cpu(proc.pid());
     let memory_ready = memory_kib(proc.pid());
     Server {
         label: "clusterset-dns",
@@ -833,6 +954,7 @@ fn start_ours(
         http,
         ready_after,
         answering_after,
+        cpu_ready,
         memory_ready,
     }
 }
@@ -868,6 +990,7 @@ fn start_coredns(
         &dir.join("coredns.log"),
     );
     let (ready_after, answering_after) = wait_ready(&mut proc, spawned, http, dns, probe);
+    let cpu_ready = process_cpu(proc.pid());
     let memory_ready = memory_kib(proc.pid());
     Server {
         label: "CoreDNS",
@@ -876,6 +999,7 @@ fn start_coredns(
         http,
         ready_after,
         answering_after,
+        cpu_ready,
         memory_ready,
     }
 }
@@ -1570,9 +1694,83 @@ fn main() {
     }
     let probe = probe(&data);
 
-    // 2. Start both servers, one after the other (same CPU).
+    // 2. The list floor and our starts in turns, then CoreDNS (same CPU).
+    let mut floor: Vec<(Duration, u64)> = Vec::new();
+    let mut ours_starts: Vec<Duration> = Vec::new();
+    let mut baseline_starts: Vec<Duration> = Vec::new();
+    let mut baseline_memory: Vec<u64> = Vec::new();
+    let runs = settings.floor_runs.max(1);
+    for run in 1..=runs {
+        let _ = wait_quiet(&settings, "measuring the list floor");
+        floor.push(list_floor(&settings, &api.url));
+        if let Some(baseline) = &settings.baseline {
+            let _ = wait_quiet(&settings, "starting the baseline clusterset-dns");
+            let unkept = start_ours(
+                &settings,
+                baseline,
+                "clusterset-dns-baseline",
+                &api.admin_kubeconfig,
+                plane.dir(),
+                &probe,
+                None,
+            );
+            eprintln!(
+                "[bench] baseline clusterset-dns ready after {} ms, {} ms of CPU, VmRSS {} MiB (start {run} of {runs})",
+                ms(unkept.ready_after),
+                ms(unkept.cpu_ready),
+                mib(unkept.memory_ready.0)
+            );
+            baseline_starts.push(unkept.ready_after);
+            baseline_memory.push(unkept.memory_ready.0);
+        }
+        if run < runs {
+            let _ = wait_quiet(&settings, "starting clusterset-dns");
+            let unkept = start_ours(
+                &settings,
+                &settings.binary,
+                "clusterset-dns",
+                &api.admin_kubeconfig,
+                plane.dir(),
+                &probe,
+                None,
+            );
+            eprintln!(
+                "[bench] list floor {} ms; clusterset-dns ready after {} ms, {} ms of CPU, VmRSS {} MiB (start {run} of {runs})",
+                ms(floor[run - 1].0),
+                ms(unkept.ready_after),
+                ms(unkept.cpu_ready),
+                mib(unkept.memory_ready.0)
+            );
+            ours_starts.push(unkept.ready_after);
+        }
+    }
+    floor.sort();
+    let (floor_median, floor_bytes) = floor[floor.len() / 2];
+    eprintln!(
+        "[bench] list floor: {} ms median of {} runs ({}), {:.1} MB",
+        ms(floor_median),
+        floor.len(),
+        floor
+            .iter()
+            .map(|(d, _)| ms(*d))
+            .collect::<Vec<_>>()
+            .join(", "),
+        floor_bytes as f64 / 1e6
+    );
     let _ = wait_quiet(&settings, "starting clusterset-dns");
-    let mut ours = start_ours(&settings, &api.admin_kubeconfig, plane.dir(), &probe);
+    let mut ours = start_ours(
+        &settings,
+        &settings.binary,
+        "clusterset-dns",
+        &api.admin_kubeconfig,
+        plane.dir(),
+        &probe,
+        settings.ours_perf.as_deref(),
+    );
+    ours_starts.push(ours.ready_after);
+    let mut ours_starts_sorted = ours_starts.clone();
+    ours_starts_sorted.sort();
+    let ours_ready_median = ours_starts_sorted[ours_starts_sorted.len() / 2];
     eprintln!(
         "[bench] clusterset-dns ready after {} ms, answering after {} ms, VmRSS {} MiB",
         ms(ours.ready_after),
@@ -1779,23 +1977,82 @@ fn main() {
     let _ = writeln!(r, "\n### Start and memory\n");
     let _ = writeln!(
         r,
-        "| server | spawn → /ready 200 ms | spawn → probe name answers ms | VmRSS ready MiB | VmRSS after dnsperf MiB | VmRSS at end MiB | VmHWM MiB |"
+        "| server | spawn → /ready 200 ms | spawn → probe name answers ms | CPU used by then ms | VmRSS ready MiB | VmRSS after dnsperf MiB | VmRSS at end MiB | VmHWM MiB |"
     );
-    let _ = writeln!(r, "|---|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(r, "|---|---:|---:|---:|---:|---:|---:|---:|");
     for (s, perf, end) in [
         (&ours, &ours_perf, ours_memory_end),
         (&coredns, &coredns_perf, coredns_memory_end),
     ] {
         let _ = writeln!(
             r,
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
             s.label,
             ms(s.ready_after),
             ms(s.answering_after),
+            ms(s.cpu_ready),
             mib(s.memory_ready.0),
             mib(perf.memory_after.0),
             mib(end.0),
             mib(end.1)
+        );
+    }
+
+    let _ = writeln!(
+        r,
+        "\nList floor (curl pinned to the servers' CPU lists the ServiceImports, the labelled EndpointSlices and the namespaces at once, unpaged from the watch cache, {:.1} MB read, not decoded; spawn → done): median **{} ms** of {} runs ({}). clusterset-dns spawn → /ready 200, started after each floor run: median **{} ms** ({}). Over the floor: clusterset-dns **{:.2}×**, CoreDNS {:.2}× (one start).",
+        floor_bytes as f64 / 1e6,
+        ms(floor_median),
+        floor.len(),
+        floor
+            .iter()
+            .map(|(d, _)| ms(*d))
+            .collect::<Vec<_>>()
+            .join(", "),
+        ms(ours_ready_median),
+        ours_starts
+            .iter()
+            .map(|d| ms(*d))
+            .collect::<Vec<_>>()
+            .join(", "),
+        ours_ready_median.as_secs_f64() / floor_median.as_secs_f64(),
+        coredns.ready_after.as_secs_f64() / floor_median.as_secs_f64()
+    );
+    if !baseline_starts.is_empty() {
+        let mut sorted = baseline_starts.clone();
+        sorted.sort();
+        let median = sorted[sorted.len() / 2];
+        let _ = writeln!(
+            r,
+            "\nBaseline build (`CLUSTERSET_DNS_BASELINE_BIN`, {}), started after each floor run before this build: median **{} ms** ({}), {:.2}× the floor; VmRSS when ready {} MiB.",
+            settings
+                .baseline
+                .as_ref()
+                .map(|b| {
+                    let version = command_output(&b.display().to_string(), &["version"]);
+                    let commit = version
+                        .lines()
+                        .find_map(|l| l.strip_prefix("commit:"))
+                        .unwrap_or_default()
+                        .trim()
+                        .chars()
+                        .take(7)
+                        .collect::<String>();
+                    format!("{}, commit {commit}", b.display())
+                })
+                .unwrap_or_default(),
+            ms(median),
+            baseline_starts
+                .iter()
+                .map(|d| ms(*d))
+                .collect::<Vec<_>>()
+                .join(", "),
+            median.as_secs_f64() / floor_median.as_secs_f64(),
+            baseline_memory
+                .iter()
+                .map(|k| mib(*k))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
 
@@ -1892,6 +2149,7 @@ fn main() {
     let mem_met = ours_memory_end.0 * 2 < coredns_memory_end.0
         && ours_perf.memory_after.0 * 2 < coredns_perf.memory_after.0;
     let ready_met = ours.ready_after < Duration::from_secs(3);
+    let floor_ratio = ours_ready_median.as_secs_f64() / floor_median.as_secs_f64();
     let _ = writeln!(r, "\n### Targets\n");
     let _ = writeln!(r, "| target | measured | result |\n|---|---|---|");
     let _ = writeln!(
@@ -1922,6 +2180,14 @@ fn main() {
         ms(ours.ready_after),
         ms(coredns.ready_after),
         verdict(ready_met)
+    );
+    let _ = writeln!(
+        r,
+        "| ready ≤ 1.1× the list floor (medians) | {} ms over {} ms: {floor_ratio:.2}× (CoreDNS {:.2}×) | {} |",
+        ms(ours_ready_median),
+        ms(floor_median),
+        coredns.ready_after.as_secs_f64() / floor_median.as_secs_f64(),
+        verdict(floor_ratio <= 1.1)
     );
 
     println!("\n{r}");
