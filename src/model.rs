@@ -142,7 +142,45 @@ pub struct Endpoint {
     /// The endpoint's `hostname`, lower-case, when set and a valid DNS label.
     pub hostname: Option<Box<str>>,
     /// Parsed addresses.
-    pub addresses: Box<[IpAddr]>,
+    pub addresses: Addresses,
+}
+
+/// The addresses of one endpoint: one, in nearly every slice (kube-proxy
+/// and most consumers read only the first), held inline; several in a heap
+/// block of their own. Reads as a slice. Inline, an endpoint costs 40 bytes
+/// and no allocation instead of 32 bytes and a 32-byte heap block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Addresses {
+    /// The one address.
+    One(IpAddr),
+    /// Two or more (or none, which validation refuses).
+    Many(Box<[IpAddr]>),
+}
+
+impl std::ops::Deref for Addresses {
+    type Target = [IpAddr];
+
+    fn deref(&self) -> &[IpAddr] {
+        match self {
+            Addresses::One(address) => std::slice::from_ref(address),
+            Addresses::Many(addresses) => addresses,
+        }
+    }
+}
+
+impl From<Vec<IpAddr>> for Addresses {
+    fn from(addresses: Vec<IpAddr>) -> Self {
+        match addresses[..] {
+            [one] => Addresses::One(one),
+            _ => Addresses::Many(addresses.into_boxed_slice()),
+        }
+    }
+}
+
+impl FromIterator<IpAddr> for Addresses {
+    fn from_iter<I: IntoIterator<Item = IpAddr>>(iter: I) -> Self {
+        iter.into_iter().collect::<Vec<_>>().into()
+    }
 }
 
 /// What DNS needs from one imported EndpointSlice.
@@ -306,6 +344,27 @@ pub fn dashed_address(ip: &IpAddr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_address_is_held_inline_and_several_read_the_same() {
+        let one: Addresses = vec!["10.0.0.1".parse().unwrap()].into();
+        assert!(matches!(one, Addresses::One(_)));
+        assert_eq!(one.len(), 1);
+        assert_eq!(one.first().unwrap().to_string(), "10.0.0.1");
+        let two: Addresses = ["10.0.0.1", "10.0.0.2"]
+            .iter()
+            .map(|a| a.parse::<IpAddr>().unwrap())
+            .collect();
+        assert!(matches!(two, Addresses::Many(_)));
+        assert_eq!(
+            two.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["10.0.0.1", "10.0.0.2"]
+        );
+        // The point of the type: an endpoint with one address allocates
+        // nothing for it, and stays small (a hostname pointer and the
+        // inline address).
+        assert!(std::mem::size_of::<Endpoint>() <= 40);
+    }
 
     #[test]
     fn dashed_addresses_are_valid_labels() {
@@ -528,7 +587,7 @@ impl SliceEndpoints {
                 .is_some_and(|c| c.serving.unwrap_or(true) && c.terminating.unwrap_or(false));
             let endpoint = || Endpoint {
                 hostname,
-                addresses: addresses.into_boxed_slice(),
+                addresses: addresses.into(),
             };
             // A not-ready endpoint is in no answer (spec §2.4) unless the
             // serving fallback takes it: keep nothing of the others.
