@@ -206,23 +206,34 @@ wait_for_quiet() {
 	done
 }
 
-# start_server MANIFEST MAX_BYTES LOG -> SERVER_PID, READY_MS (spawn -> /ready 200)
-start_server() {
-	local manifest=$1 max=$2 logf=$3 t0
-	t0=$(date +%s%N)
-	taskset -c "$SERVER_CPU" "$BIN" serve --file "$manifest" --file-max-bytes "$max" \
-		--dns-listen "127.0.0.1:$DNS_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
-		--udp-workers 1 --lame-duck 0s >"$logf" 2>&1 &
-	SERVER_PID=$!
-	PIDS+=("$SERVER_PID")
-	READY_MS=$(python3 - "$ADMIN_PORT" "$t0" "$READY_TIMEOUT" "$SERVER_PID" <<-'EOF'
-		import http.client, os, sys, time
-		port, t0, limit, pid = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-		while True:
-		    try:
+# ready_ms PID T0 CHECK... -> milliseconds from T0 (ns) until CHECK holds,
+# polled every 5 ms; fails when PID exits or READY_TIMEOUT passes. CHECK is
+#   http PORT            GET /ready on 127.0.0.1:PORT answers 200
+#   dns PORT PROBE_FILE  the "name TYPE" of PROBE_FILE answers NOERROR with an
+#                        answer from 127.0.0.1:PORT (the zone is loaded)
+ready_ms() {
+	python3 - "$READY_TIMEOUT" "$@" <<-'EOF'
+		import http.client, os, socket, struct, sys, time
+		limit, pid, t0, check, port = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+		if check == "http":
+		    def ready():
 		        c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
 		        c.request("GET", "/ready")
-		        if c.getresponse().status == 200:
+		        return c.getresponse().status == 200
+		else:
+		    name, qtype = open(sys.argv[6]).read().split()[:2]
+		    codes = {"A": 1, "SOA": 6, "AAAA": 28, "SRV": 33}
+		    qname = b"".join(bytes([len(l)]) + l.encode() for l in name.rstrip(".").split(".")) + b"\0"
+		    query = struct.pack(">HHHHHH", 0x5ca1, 0x0100, 1, 0, 0, 0) + qname + struct.pack(">HH", codes[qtype], 1)
+		    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+		    s.settimeout(0.05)
+		    def ready():
+		        s.sendto(query, ("127.0.0.1", port))
+		        ident, flags, _, ancount = struct.unpack(">HHHH", s.recv(4096)[:8])
+		        return ident == 0x5ca1 and flags & 0xF == 0 and ancount > 0
+		while True:
+		    try:
+		        if ready():
 		            print(f"{(time.time_ns() - t0) / 1e6:.1f}")
 		            break
 		    except OSError:
@@ -235,14 +246,25 @@ start_server() {
 		        sys.exit("the server exited during start-up")
 		    time.sleep(0.005)
 	EOF
-	) || {
+}
+
+# start_server MANIFEST MAX_BYTES LOG -> SERVER_PID, READY_MS (spawn -> /ready 200)
+start_server() {
+	local manifest=$1 max=$2 logf=$3 t0
+	t0=$(date +%s%N)
+	taskset -c "$SERVER_CPU" "$BIN" serve --file "$manifest" --file-max-bytes "$max" \
+		--dns-listen "127.0.0.1:$DNS_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
+		--udp-workers 1 --lame-duck 0s >"$logf" 2>&1 &
+	SERVER_PID=$!
+	PIDS+=("$SERVER_PID")
+	READY_MS=$(ready_ms "$SERVER_PID" "$t0" http "$ADMIN_PORT") || {
 		tail -n 30 "$logf" >&2
 		die "clusterset-dns did not become ready ($manifest)"
 	}
 }
 
 # start_knot ZONEFILE DIR PROBE_FILE -> SERVER_PID, READY_MS (spawn -> the
-# probe name answered with NOERROR and an answer: the zone is loaded)
+# probe name answered)
 start_knot() {
 	local zonefile=$1 dir=$2 probe=$3 t0
 	rm -rf "$dir"
@@ -251,34 +273,7 @@ start_knot() {
 	taskset -c "$SERVER_CPU" "$KNOTD" -c "$dir/knot.conf" >"$dir/knotd.log" 2>&1 &
 	SERVER_PID=$!
 	PIDS+=("$SERVER_PID")
-	READY_MS=$(python3 - "$KNOT_PORT" "$t0" "$READY_TIMEOUT" "$SERVER_PID" "$probe" <<-'EOF'
-		import os, socket, struct, sys, time
-		port, t0, limit, pid = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-		name, qtype = open(sys.argv[5]).read().split()[:2]
-		codes = {"A": 1, "SOA": 6, "AAAA": 28, "SRV": 33}
-		qname = b"".join(bytes([len(l)]) + l.encode() for l in name.rstrip(".").split(".")) + b"\0"
-		query = struct.pack(">HHHHHH", 0x5ca1, 0x0100, 1, 0, 0, 0) + qname + struct.pack(">HH", codes[qtype], 1)
-		s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-		s.settimeout(0.05)
-		while True:
-		    try:
-		        s.sendto(query, ("127.0.0.1", port))
-		        reply = s.recv(4096)
-		        ident, flags, _, ancount = struct.unpack(">HHHH", reply[:8])
-		        if ident == 0x5ca1 and flags & 0xF == 0 and ancount > 0:
-		            print(f"{(time.time_ns() - t0) / 1e6:.1f}")
-		            break
-		    except OSError:
-		        pass
-		    if (time.time_ns() - t0) / 1e9 > limit:
-		        sys.exit(f"knotd did not answer {name} {qtype} within {limit} s")
-		    try:
-		        os.kill(pid, 0)
-		    except ProcessLookupError:
-		        sys.exit("knotd exited during start-up")
-		    time.sleep(0.005)
-	EOF
-	) || {
+	READY_MS=$(ready_ms "$SERVER_PID" "$t0" dns "$KNOT_PORT" "$probe") || {
 		tail -n 30 "$dir/knotd.log" >&2
 		die "knotd did not become ready ($zonefile)"
 	}
