@@ -1524,6 +1524,15 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// The median of `runs` (the upper one of an even count) and the runs in
+/// their order, as "a, b, c" in ms.
+fn median_and_runs(runs: &[Duration]) -> (Duration, String) {
+    let mut sorted = runs.to_vec();
+    sorted.sort();
+    let listed = runs.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(", ");
+    (sorted[sorted.len() / 2], listed)
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1000.0)
 }
@@ -1695,14 +1704,17 @@ fn main() {
     let probe = probe(&data);
 
     // 2. The list floor and our starts in turns, then CoreDNS (same CPU).
-    let mut floor: Vec<(Duration, u64)> = Vec::new();
+    let mut floor: Vec<Duration> = Vec::new();
+    let mut floor_bytes = 0;
     let mut ours_starts: Vec<Duration> = Vec::new();
     let mut baseline_starts: Vec<Duration> = Vec::new();
     let mut baseline_memory: Vec<u64> = Vec::new();
     let runs = settings.floor_runs.max(1);
     for run in 1..=runs {
         let _ = wait_quiet(&settings, "measuring the list floor");
-        floor.push(list_floor(&settings, &api.url));
+        let (took, bytes) = list_floor(&settings, &api.url);
+        floor.push(took);
+        floor_bytes = bytes;
         if let Some(baseline) = &settings.baseline {
             let _ = wait_quiet(&settings, "starting the baseline clusterset-dns");
             let unkept = start_ours(
@@ -1736,7 +1748,7 @@ fn main() {
             );
             eprintln!(
                 "[bench] list floor {} ms; clusterset-dns ready after {} ms, {} ms of CPU, VmRSS {} MiB (start {run} of {runs})",
-                ms(floor[run - 1].0),
+                ms(floor[run - 1]),
                 ms(unkept.ready_after),
                 ms(unkept.cpu_ready),
                 mib(unkept.memory_ready.0)
@@ -1744,17 +1756,11 @@ fn main() {
             ours_starts.push(unkept.ready_after);
         }
     }
-    floor.sort();
-    let (floor_median, floor_bytes) = floor[floor.len() / 2];
+    let (floor_median, floor_runs) = median_and_runs(&floor);
     eprintln!(
-        "[bench] list floor: {} ms median of {} runs ({}), {:.1} MB",
+        "[bench] list floor: {} ms median of {} runs ({floor_runs}), {:.1} MB",
         ms(floor_median),
         floor.len(),
-        floor
-            .iter()
-            .map(|(d, _)| ms(*d))
-            .collect::<Vec<_>>()
-            .join(", "),
         floor_bytes as f64 / 1e6
     );
     let _ = wait_quiet(&settings, "starting clusterset-dns");
@@ -1768,9 +1774,7 @@ fn main() {
         settings.ours_perf.as_deref(),
     );
     ours_starts.push(ours.ready_after);
-    let mut ours_starts_sorted = ours_starts.clone();
-    ours_starts_sorted.sort();
-    let ours_ready_median = ours_starts_sorted[ours_starts_sorted.len() / 2];
+    let (ours_ready_median, ours_runs) = median_and_runs(&ours_starts);
     eprintln!(
         "[bench] clusterset-dns ready after {} ms, answering after {} ms, VmRSS {} MiB",
         ms(ours.ready_after),
@@ -2000,31 +2004,19 @@ fn main() {
 
     let _ = writeln!(
         r,
-        "\nList floor (curl pinned to the servers' CPU lists the ServiceImports, the labelled EndpointSlices and the namespaces at once, unpaged from the watch cache, {:.1} MB read, not decoded; spawn → done): median **{} ms** of {} runs ({}). clusterset-dns spawn → /ready 200, started after each floor run: median **{} ms** ({}). Over the floor: clusterset-dns **{:.2}×**, CoreDNS {:.2}× (one start).",
+        "\nList floor (curl pinned to the servers' CPU lists the ServiceImports, the labelled EndpointSlices and the namespaces at once, unpaged from the watch cache, {:.1} MB read, not decoded; spawn → done): median **{} ms** of {} runs ({floor_runs}). clusterset-dns spawn → /ready 200, started after each floor run: median **{} ms** ({ours_runs}). Over the floor: clusterset-dns **{:.2}×**, CoreDNS {:.2}× (one start).",
         floor_bytes as f64 / 1e6,
         ms(floor_median),
         floor.len(),
-        floor
-            .iter()
-            .map(|(d, _)| ms(*d))
-            .collect::<Vec<_>>()
-            .join(", "),
         ms(ours_ready_median),
-        ours_starts
-            .iter()
-            .map(|d| ms(*d))
-            .collect::<Vec<_>>()
-            .join(", "),
         ours_ready_median.as_secs_f64() / floor_median.as_secs_f64(),
         coredns.ready_after.as_secs_f64() / floor_median.as_secs_f64()
     );
     if !baseline_starts.is_empty() {
-        let mut sorted = baseline_starts.clone();
-        sorted.sort();
-        let median = sorted[sorted.len() / 2];
+        let (median, baseline_runs) = median_and_runs(&baseline_starts);
         let _ = writeln!(
             r,
-            "\nBaseline build (`CLUSTERSET_DNS_BASELINE_BIN`, {}), started after each floor run before this build: median **{} ms** ({}), {:.2}× the floor; VmRSS when ready {} MiB.",
+            "\nBaseline build (`CLUSTERSET_DNS_BASELINE_BIN`, {}), started after each floor run before this build: median **{} ms** ({baseline_runs}), {:.2}× the floor; VmRSS when ready {} MiB.",
             settings
                 .baseline
                 .as_ref()
@@ -2042,11 +2034,6 @@ fn main() {
                 })
                 .unwrap_or_default(),
             ms(median),
-            baseline_starts
-                .iter()
-                .map(|d| ms(*d))
-                .collect::<Vec<_>>()
-                .join(", "),
             median.as_secs_f64() / floor_median.as_secs_f64(),
             baseline_memory
                 .iter()
