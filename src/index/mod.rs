@@ -2,14 +2,14 @@
 //! namespace and `multicluster.kubernetes.io/service-name`.
 //!
 //! Sources (the manifest file, Kubernetes watches) call `apply_*`,
-//! `delete_*` and `reset_*`; each call records which services changed. A
-//! ClusterSetIP service's names come from its import alone (its clusterset
-//! IPs and ports), so a change of its slices rebuilds nothing: only the
-//! counts change, and they go out with the next publish.
+//! `delete_*` and `reset_*`; each call records which services changed.
 //! [`Index::publish`] rebuilds only those services and hands out a new
 //! immutable [`Zone`] that shares every untouched service with the previous
 //! one. Applying an object identical to the stored one changes nothing, so it
-//! neither rebuilds nor bumps the SOA serial.
+//! neither rebuilds nor bumps the SOA serial. A ClusterSetIP service's names
+//! come from its import alone (its clusterset IPs and ports), so a change of
+//! its slices rebuilds nothing either: only the counts change, and they go
+//! out with the next publish.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -253,7 +253,7 @@ impl Index {
             }
             _ => {}
         }
-        self.slices_changed(&slice.service.clone());
+        self.slices_changed(&slice.service);
         let keys = self
             .slices_by_service
             .entry(slice.service.clone())

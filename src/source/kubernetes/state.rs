@@ -11,10 +11,11 @@
 //! `/explain`.
 //!
 //! Nothing is served before every kind has been listed, so the first lists
-//! go into the index as they arrive, and the services they change are
-//! built between batches ([`Index::prebuild`]): the first zone then costs
-//! only what the last batch changed, not a build of everything after the
-//! last byte. Relists are buffered and replace the index in one step.
+//! go into the index as they arrive, and the ClusterSetIP services they
+//! change are built between batches ([`Index::prebuild`]): the first zone
+//! then builds only the headless services, whose slices may still be on
+//! their way, not everything after the last byte. Relists are buffered and
+//! replace the index in one step.
 //!
 //! A fourth watch reads this cluster's id (the `ClusterProperty`
 //! `cluster.clusterset.k8s.io`), which only local-first answers need. It is
@@ -369,8 +370,8 @@ impl State {
             && (cluster_id.synced() || cluster_id.failing());
         if !synced {
             if !self.published {
-                // The first sync: build what has arrived while the rest is
-                // on its way.
+                // The first sync: build what no slice still to come can
+                // change while the rest is on its way.
                 self.prebuilt += self.ingest.index.prebuild();
             }
             return None;
