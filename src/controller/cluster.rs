@@ -8,7 +8,8 @@
 //! the ServiceCIDRs and the zones of the Nodes. Each kind is fed by a [`crate::watch::Watch`], so a
 //! relist replaces a kind's state in one step, and each store remembers the
 //! services its changes touched ([`Objects::take_touched`]), so the
-//! reconciler recomputes only those.
+//! reconciler recomputes only those. Objects rest compacted
+//! ([`super::compact`]) and are expanded when a decision reads them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 
+use super::compact::{Compact, Interner, RestSlice};
 use super::lean::Lean;
 use crate::api::well_known::{
     LABEL_KUBERNETES_SERVICE_NAME, LABEL_SERVICE_NAME, LABEL_TOPOLOGY_ZONE,
@@ -27,15 +29,37 @@ use crate::api::{ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
 use crate::watch::IndexResource;
 
-/// Objects of one kind, keyed by (namespace, name), with the services they
-/// belong to.
+/// Objects of one kind, keyed by namespace and name, with the services
+/// they belong to: held compacted ([`super::compact`]) and expanded when
+/// read.
 #[derive(Debug)]
-pub struct Objects<K> {
-    by_name: BTreeMap<(String, String), Arc<K>>,
-    by_service: BTreeMap<ServiceRef, BTreeSet<String>>,
+pub struct Objects<K: Compact> {
+    by_name: BTreeMap<Arc<str>, BTreeMap<Arc<str>, Stored<K>>>,
+    /// The names of each service's objects, in order (one or a few per
+    /// service: a short vector, not a tree).
+    by_service: BTreeMap<ServiceRef, Vec<Arc<str>>>,
     owner: fn(&K) -> Option<ServiceRef>,
+    strings: Interner,
+    len: usize,
     touched: Touched,
     cap: Option<Cap<K>>,
+}
+
+/// One object at rest and the service it belongs to (kept, so that a
+/// removal need not expand the object to find it).
+#[derive(Debug)]
+struct Stored<K: Compact> {
+    service: Option<ServiceRef>,
+    rest: K::Rest,
+}
+
+/// An object of a complete list, compacted while the list arrives (a list
+/// of thousands of objects is not held whole beside the current state).
+#[derive(Debug)]
+pub struct Listed<K: Compact> {
+    namespace: String,
+    name: String,
+    stored: Stored<K>,
 }
 
 /// The most a peer may make this controller hold of one kind: a number of
@@ -44,26 +68,33 @@ pub struct Objects<K> {
 /// the first objects in (namespace, name) order, so every controller of the
 /// clusterset keeps the same ones.
 #[derive(Debug)]
-struct Cap<K> {
+struct Cap<K: Compact> {
     max_objects: usize,
     max_weight: usize,
-    weight: fn(&K) -> usize,
+    weight: fn(&K::Rest) -> usize,
     total_weight: usize,
     refused: u64,
 }
 
-impl<K: kube::Resource> Objects<K> {
+impl<K: kube::Resource + Compact> Objects<K> {
     fn new(owner: fn(&K) -> Option<ServiceRef>) -> Self {
         Self {
             by_name: BTreeMap::new(),
             by_service: BTreeMap::new(),
             owner,
+            strings: Interner::default(),
+            len: 0,
             touched: Touched::default(),
             cap: None,
         }
     }
 
-    fn capped(mut self, max_objects: usize, max_weight: usize, weight: fn(&K) -> usize) -> Self {
+    fn capped(
+        mut self,
+        max_objects: usize,
+        max_weight: usize,
+        weight: fn(&K::Rest) -> usize,
+    ) -> Self {
         self.cap = Some(Cap {
             max_objects,
             max_weight,
@@ -87,17 +118,23 @@ impl<K: kube::Resource> Objects<K> {
     }
 
     /// The object named `name` in `namespace`.
-    pub fn get(&self, namespace: &str, name: &str) -> Option<&Arc<K>> {
-        self.by_name.get(&(namespace.to_owned(), name.to_owned()))
+    pub fn get(&self, namespace: &str, name: &str) -> Option<K> {
+        let stored = self.by_name.get(namespace)?.get(name)?;
+        Some(K::expand(&stored.rest, namespace, name))
     }
 
     /// The objects that belong to `service`.
-    pub fn of(&self, service: &ServiceRef) -> impl Iterator<Item = &Arc<K>> {
+    pub fn of(&self, service: &ServiceRef) -> impl Iterator<Item = K> {
+        let namespace = &*service.namespace;
+        let in_namespace = self.by_name.get(namespace);
         self.by_service
             .get(service)
             .into_iter()
             .flatten()
-            .filter_map(move |name| self.get(&service.namespace, name))
+            .filter_map(move |name| {
+                let stored = in_namespace?.get(name)?;
+                Some(K::expand(&stored.rest, namespace, name))
+            })
     }
 
     /// Every service some object belongs to.
@@ -107,20 +144,54 @@ impl<K: kube::Resource> Objects<K> {
 
     /// Number of objects.
     pub fn len(&self) -> usize {
-        self.by_name.len()
+        self.len
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.by_name.is_empty()
+        self.len == 0
+    }
+
+    /// `object` compacted, with its key and service.
+    fn compacted(&mut self, object: K) -> Listed<K> {
+        let namespace = object.namespace().unwrap_or_default();
+        let name = object.name_any();
+        let service = (self.owner)(&object).map(|service| {
+            // One copy of the reference for all of a service's objects,
+            // its namespace shared with every other service's.
+            match self.by_service.get_key_value(&service) {
+                Some((shared, _)) => shared.clone(),
+                None => ServiceRef {
+                    namespace: self.strings.intern(&service.namespace),
+                    name: service.name,
+                },
+            }
+        });
+        Listed {
+            namespace,
+            name,
+            stored: Stored {
+                service,
+                rest: object.compact(&mut self.strings),
+            },
+        }
     }
 
     fn insert(&mut self, object: K) {
-        let key = (object.namespace().unwrap_or_default(), object.name_any());
-        self.remove(&key);
+        let listed = self.compacted(object);
+        self.insert_compacted(listed);
+    }
+
+    fn insert_compacted(&mut self, listed: Listed<K>) {
+        let Listed {
+            namespace,
+            name,
+            stored,
+        } = listed;
+        self.remove(&namespace, &name);
         if let Some(cap) = &mut self.cap {
-            let weight = (cap.weight)(&object);
-            if self.by_name.len() >= cap.max_objects
+            let weight = (cap.weight)(&stored.rest);
+            if self.len >= cap.max_objects
                 || cap.total_weight.saturating_add(weight) > cap.max_weight
             {
                 // Refused: whatever the old version contributed is gone
@@ -130,33 +201,51 @@ impl<K: kube::Resource> Objects<K> {
             }
             cap.total_weight += weight;
         }
-        let service = (self.owner)(&object);
-        if let Some(service) = service {
-            self.by_service
-                .entry(service.clone())
-                .or_default()
-                .insert(key.1.clone());
-            self.touched.service(service);
+        let namespace = self.strings.intern(&namespace);
+        let name: Arc<str> = match &stored.service {
+            // An export, an import or a Service named as its service.
+            Some(service) if *service.name == *name => service.name.clone(),
+            _ => name.into(),
+        };
+        if let Some(service) = &stored.service {
+            let names = self.by_service.entry(service.clone()).or_default();
+            if let Err(at) = names.binary_search(&name) {
+                names.insert(at, name.clone());
+            }
+            self.touched.service(service.clone());
         }
-        self.by_name.insert(key, Arc::new(object));
+        self.by_name
+            .entry(namespace)
+            .or_default()
+            .insert(name, stored);
+        self.len += 1;
     }
 
     /// Forgets an object deleted by our own write, before its watch event
     /// arrives (so the next plan does not delete it again).
     pub fn forget(&mut self, namespace: &str, name: &str) {
-        self.remove(&(namespace.to_owned(), name.to_owned()));
+        self.remove(namespace, name);
     }
 
-    fn remove(&mut self, key: &(String, String)) {
-        let Some(old) = self.by_name.remove(key) else {
+    fn remove(&mut self, namespace: &str, name: &str) {
+        let Some(in_namespace) = self.by_name.get_mut(namespace) else {
             return;
         };
-        if let Some(cap) = &mut self.cap {
-            cap.total_weight -= (cap.weight)(&old);
+        let Some(old) = in_namespace.remove(name) else {
+            return;
+        };
+        if in_namespace.is_empty() {
+            self.by_name.remove(namespace);
         }
-        if let Some(service) = (self.owner)(&old) {
+        self.len -= 1;
+        if let Some(cap) = &mut self.cap {
+            cap.total_weight -= (cap.weight)(&old.rest);
+        }
+        if let Some(service) = old.service {
             if let Some(names) = self.by_service.get_mut(&service) {
-                names.remove(&key.1);
+                if let Ok(at) = names.binary_search_by(|n| (**n).cmp(name)) {
+                    names.remove(at);
+                }
                 if names.is_empty() {
                     self.by_service.remove(&service);
                 }
@@ -165,21 +254,21 @@ impl<K: kube::Resource> Objects<K> {
         }
     }
 
-    fn replace(&mut self, objects: Vec<K>) {
+    fn replace(&mut self, mut listed: Vec<Listed<K>>) {
         for service in std::mem::take(&mut self.by_service).into_keys() {
             self.touched.service(service);
         }
         self.by_name.clear();
+        self.len = 0;
         if let Some(cap) = &mut self.cap {
             cap.total_weight = 0;
         }
-        let mut objects = objects;
         if self.cap.is_some() {
             // The same objects in every controller, whatever the list order.
-            objects.sort_by_cached_key(|o| (o.namespace().unwrap_or_default(), o.name_any()));
+            listed.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         }
-        for object in objects {
-            self.insert(object);
+        for object in listed {
+            self.insert_compacted(object);
         }
     }
 }
@@ -302,7 +391,7 @@ impl ClusterData {
             mcs_slices: Objects::new(mcs_slice_owner).capped(
                 limits.slices,
                 limits.endpoints,
-                |slice: &EndpointSlice| slice.endpoints.len(),
+                RestSlice::endpoint_count,
             ),
         }
     }
@@ -357,25 +446,22 @@ macro_rules! objects_store {
     ($kind:ty) => {
         /// Objects as the watches and our writes decode them (stripped).
         impl IndexResource<Lean<$kind>> for Objects<$kind> {
-            type Listed = $kind;
+            type Listed = Listed<$kind>;
 
             fn apply(&mut self, object: Lean<$kind>) {
                 self.insert(object.0);
             }
 
             fn delete(&mut self, object: Lean<$kind>) {
-                let key = (
-                    object.0.namespace().unwrap_or_default(),
-                    object.0.name_any(),
-                );
-                self.remove(&key);
+                let object = object.0;
+                self.remove(&object.namespace().unwrap_or_default(), &object.name_any());
             }
 
-            fn listed(&mut self, object: Lean<$kind>) -> Option<$kind> {
-                Some(object.0)
+            fn listed(&mut self, object: Lean<$kind>) -> Option<Listed<$kind>> {
+                Some(self.compacted(object.0))
             }
 
-            fn reset(&mut self, listed: Vec<$kind>) {
+            fn reset(&mut self, listed: Vec<Listed<$kind>>) {
                 self.replace(listed);
             }
         }
@@ -387,11 +473,11 @@ macro_rules! objects_store {
 #[cfg(test)]
 impl<K> IndexResource<K> for Objects<K>
 where
-    K: serde::Serialize,
-    Objects<K>: IndexResource<Lean<K>, Listed = K>,
+    K: serde::Serialize + Compact,
+    Objects<K>: IndexResource<Lean<K>, Listed = Listed<K>>,
     Lean<K>: serde::de::DeserializeOwned,
 {
-    type Listed = K;
+    type Listed = Listed<K>;
 
     fn apply(&mut self, object: K) {
         IndexResource::<Lean<K>>::apply(self, Lean::from_whole(&object));
@@ -401,11 +487,11 @@ where
         IndexResource::<Lean<K>>::delete(self, Lean::new(object));
     }
 
-    fn listed(&mut self, object: K) -> Option<K> {
+    fn listed(&mut self, object: K) -> Option<Listed<K>> {
         IndexResource::<Lean<K>>::listed(self, Lean::from_whole(&object))
     }
 
-    fn reset(&mut self, listed: Vec<K>) {
+    fn reset(&mut self, listed: Vec<Listed<K>>) {
         IndexResource::<Lean<K>>::reset(self, listed);
     }
 }
@@ -578,8 +664,8 @@ mod tests {
     fn names(objects: &Objects<EndpointSlice>) -> Vec<String> {
         objects
             .by_name
-            .keys()
-            .map(|(_, name)| name.clone())
+            .values()
+            .flat_map(|names| names.keys().map(|name| name.to_string()))
             .collect()
     }
 
@@ -626,15 +712,44 @@ mod tests {
     fn a_list_over_the_limit_keeps_the_same_objects_in_any_order() {
         let listed = |order: &[&str]| {
             let mut data = peer();
-            let objects = order.iter().map(|name| slice(name, 1)).collect();
-            <Objects<EndpointSlice> as IndexResource<Lean<EndpointSlice>>>::reset(
-                &mut data.mcs_slices,
-                objects,
-            );
+            let store = &mut data.mcs_slices;
+            let objects = order
+                .iter()
+                .filter_map(|name| IndexResource::listed(store, Lean::new(slice(name, 1))))
+                .collect();
+            IndexResource::<Lean<EndpointSlice>>::reset(store, objects);
             names(&data.mcs_slices)
         };
         assert_eq!(listed(&["e", "d", "c", "b", "a"]), ["a", "b", "c"]);
         assert_eq!(listed(&["b", "a", "e", "c", "d"]), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_store_reads_back_what_it_was_given_by_name_and_by_service() {
+        let mut data = ClusterData::default();
+        let web = ServiceRef::new("shop", "web");
+        let mut first = slice("a", 2);
+        first.endpoints[0].addresses = vec!["10.0.0.1".into()];
+        first.endpoints[0].zone = Some("zone-a".into());
+        IndexResource::apply(&mut data.mcs_slices, Lean::new(first.clone()));
+        IndexResource::apply(&mut data.mcs_slices, Lean::new(slice("b", 1)));
+        assert_eq!(data.mcs_slices.get("shop", "a"), Some(first));
+        assert_eq!(data.mcs_slices.get("shop", "c"), None);
+        assert_eq!(data.mcs_slices.get("other", "a"), None);
+        let names = |data: &ClusterData| -> Vec<String> {
+            data.mcs_slices
+                .of(&web)
+                .map(|s| s.metadata.name.unwrap_or_default())
+                .collect()
+        };
+        assert_eq!(names(&data), ["a", "b"]);
+        assert!(data.mcs_slices.take_touched().services.contains(&web));
+        IndexResource::delete(&mut data.mcs_slices, Lean::new(slice("a", 0)));
+        assert_eq!(names(&data), ["b"]);
+        assert_eq!(data.mcs_slices.len(), 1);
+        IndexResource::delete(&mut data.mcs_slices, Lean::new(slice("b", 0)));
+        assert!(data.mcs_slices.is_empty());
+        assert_eq!(data.mcs_slices.services().count(), 0);
     }
 
     #[test]

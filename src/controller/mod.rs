@@ -45,6 +45,7 @@ pub mod admin;
 pub mod apply;
 pub mod args;
 pub mod cluster;
+pub mod compact;
 pub mod conditions;
 pub mod connection;
 pub mod fence;

@@ -20,7 +20,6 @@
 //!   import names a cluster we cannot read is left as it is.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -211,7 +210,7 @@ pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
         return plan;
     }
     let observed = Observed::read(inputs, service);
-    if let Some(import) = observed.import
+    if let Some(import) = &observed.import
         && names_unknown_peer(import, inputs.unknown_peers)
     {
         plan.deferred = true;
@@ -237,7 +236,11 @@ pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
             .extend(import_writes(inputs, service, merged, &target, &observed));
         // Owned objects need the import's uid; until the import exists they
         // wait for the next pass (its creation is a watch event).
-        match observed.import.and_then(|i| i.metadata.uid.as_deref()) {
+        match observed
+            .import
+            .as_ref()
+            .and_then(|i| i.metadata.uid.as_deref())
+        {
             Some(uid) => {
                 let owner = owner_reference(service, uid);
                 if target.want_derived {
@@ -298,30 +301,30 @@ pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
 /// endpoints if it exports the service; `None` when the import spreads.
 fn local_first_hints(inputs: &Inputs<'_>, service: &ServiceRef, merged: &Merged) -> Option<Hints> {
     let exported_here = merged.clusters.iter().any(|c| c == inputs.local_id);
-    let local = inputs
+    let local: Vec<EndpointSlice> = inputs
         .local_only
         .kubernetes_slices
         .of(service)
         .filter(|_| exported_here)
-        .flat_map(|slice| slice.endpoints.iter());
+        .collect();
     Hints::new(
         Locality::of(merged.spec.traffic_distribution.as_deref()),
         &inputs.local_only.node_zones,
-        local,
+        local.iter().flat_map(|slice| slice.endpoints.iter()),
     )
 }
 
 /// What this cluster holds now for one service, as far as we own it.
-struct Observed<'a> {
-    import: Option<&'a Arc<ServiceImport>>,
+struct Observed {
+    import: Option<ServiceImport>,
     derived_name: String,
-    derived: Option<&'a Arc<Service>>,
-    slices: BTreeMap<&'a str, &'a Arc<EndpointSlice>>,
+    derived: Option<Service>,
+    slices: BTreeMap<String, EndpointSlice>,
     namespace_exists: bool,
 }
 
-impl<'a> Observed<'a> {
-    fn read(inputs: &'a Inputs<'a>, service: &ServiceRef) -> Self {
+impl Observed {
+    fn read(inputs: &Inputs<'_>, service: &ServiceRef) -> Self {
         let derived_name = derived_service_name(&service.namespace, &service.name);
         Self {
             import: inputs
@@ -334,8 +337,8 @@ impl<'a> Observed<'a> {
                 .local
                 .mcs_slices
                 .of(service)
-                .filter(|slice| is_ours(&***slice))
-                .map(|slice| (slice.metadata.name.as_deref().unwrap_or_default(), slice))
+                .filter(is_ours)
+                .map(|slice| (slice.metadata.name.clone().unwrap_or_default(), slice))
                 .collect(),
             namespace_exists: inputs.local_only.namespaces.contains(&*service.namespace),
         }
@@ -343,8 +346,8 @@ impl<'a> Observed<'a> {
 
     /// The derived Service if it is ours (a user's of that name is never
     /// touched).
-    fn derived_ours(&self) -> Option<&'a Arc<Service>> {
-        self.derived.filter(|svc| is_ours(&***svc))
+    fn derived_ours(&self) -> Option<&Service> {
+        self.derived.as_ref().filter(|svc| is_ours(*svc))
     }
 }
 
@@ -366,7 +369,7 @@ struct Target {
 }
 
 impl Target {
-    fn new(inputs: &Inputs<'_>, merged: &Merged, observed: &Observed<'_>) -> Self {
+    fn new(inputs: &Inputs<'_>, merged: &Merged, observed: &Observed) -> Self {
         let families: Vec<String> = merged
             .spec
             .ip_families
@@ -399,7 +402,7 @@ fn valid_exports(
     let local_export = inputs.local.exports.get(&service.namespace, &service.name);
     let local_service = inputs.local.services.get(&service.namespace, &service.name);
     let local_projection =
-        local_export.map(|export| project(inputs.local_id, export, local_service.map(|s| &**s)));
+        local_export.map(|export| project(inputs.local_id, &export, local_service.as_ref()));
     let mut exports: Vec<ExportedService> = Vec::new();
     if let Some(Ok(exported)) = &local_projection {
         exports.push(exported.clone());
@@ -409,7 +412,7 @@ fn valid_exports(
             continue;
         };
         let peer_service = peer.data.services.get(&service.namespace, &service.name);
-        if let Ok(exported) = project(peer.id, export, peer_service.map(|s| &**s)) {
+        if let Ok(exported) = project(peer.id, &export, peer_service.as_ref()) {
             exports.push(exported);
         }
     }
@@ -422,7 +425,7 @@ fn import_writes(
     service: &ServiceRef,
     merged: &Merged,
     target: &Target,
-    observed: &Observed<'_>,
+    observed: &Observed,
 ) -> Vec<Write> {
     let mut writes = Vec::new();
     let ips: Vec<String> = match observed.derived_ours() {
@@ -461,7 +464,7 @@ fn import_writes(
         target.clusterset_ip,
         &observed.derived_name,
     );
-    let live = observed.import.map(|i| &**i);
+    let live = observed.import.as_ref();
     if import_differs(&desired, live) {
         writes.push(Write::Import(Box::new(desired.clone())));
     }
@@ -499,7 +502,7 @@ fn derived_write(
     service: &ServiceRef,
     merged: &Merged,
     target: &Target,
-    observed: &Observed<'_>,
+    observed: &Observed,
     owner: &OwnerReference,
 ) -> Option<Write> {
     let desired = derived_service(
@@ -509,17 +512,15 @@ fn derived_write(
         &observed.derived_name,
         owner,
     );
-    derived_differs(&desired, observed.derived_ours().map(|s| &**s))
+    derived_differs(&desired, observed.derived_ours())
         .then(|| Write::DerivedService(Box::new(desired)))
 }
 
 /// The slices that differ from the live ones.
-fn slice_writes(desired: &BTreeMap<String, EndpointSlice>, observed: &Observed<'_>) -> Vec<Write> {
+fn slice_writes(desired: &BTreeMap<String, EndpointSlice>, observed: &Observed) -> Vec<Write> {
     desired
         .iter()
-        .filter(|(name, slice)| {
-            slice_differs(slice, observed.slices.get(name.as_str()).map(|s| &***s))
-        })
+        .filter(|(name, slice)| slice_differs(slice, observed.slices.get(name.as_str())))
         .map(|(_, slice)| Write::Slice(Box::new(slice.clone())))
         .collect()
 }
@@ -557,25 +558,25 @@ fn export_status_write(
 
 /// What we own and no longer want.
 fn deletions(
-    observed: &Observed<'_>,
+    observed: &Observed,
     desired_slices: &BTreeMap<String, EndpointSlice>,
     kept: Kept,
 ) -> Vec<Write> {
     let mut writes: Vec<Write> = observed
         .slices
         .iter()
-        .filter(|(name, _)| !desired_slices.contains_key(**name))
-        .map(|(_, slice)| delete(Kind::EndpointSlice, &***slice))
+        .filter(|(name, _)| !desired_slices.contains_key(*name))
+        .map(|(_, slice)| delete(Kind::EndpointSlice, slice))
         .collect();
     if !kept.derived
         && let Some(derived) = observed.derived_ours()
     {
-        writes.push(delete(Kind::Service, &**derived));
+        writes.push(delete(Kind::Service, derived));
     }
     if !kept.import
-        && let Some(import) = observed.import.filter(|i| is_ours(&***i))
+        && let Some(import) = observed.import.as_ref().filter(|i| is_ours(*i))
     {
-        writes.push(delete(Kind::ServiceImport, &**import));
+        writes.push(delete(Kind::ServiceImport, import));
     }
     writes
 }

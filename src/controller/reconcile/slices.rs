@@ -49,7 +49,7 @@ impl SliceContext<'_> {
         for cluster in &self.merged.clusters {
             if cluster == inputs.local_id {
                 for source in inputs.local_only.kubernetes_slices.of(self.service) {
-                    if let Some(slice) = self.mirror(inputs.local_id, source, hints) {
+                    if let Some(slice) = self.mirror(inputs.local_id, &source, hints) {
                         desired.insert(slice.name_any(), slice);
                     }
                 }
@@ -59,7 +59,7 @@ impl SliceContext<'_> {
                 .find(|peer| peer.usable && peer.id == cluster)
             {
                 for source in peer.data.mcs_slices.of(self.service) {
-                    match self.copy(peer.id, source, hints) {
+                    match self.copy(peer.id, &source, hints) {
                         Ok(Some(slice)) => {
                             desired.insert(slice.name_any(), slice);
                         }

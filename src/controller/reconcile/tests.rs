@@ -181,20 +181,19 @@ impl World {
             match write.clone() {
                 Write::Import(import) => {
                     let mut import = *import;
-                    let existing = self.local_only.imports.get(NS, &import.name_any()).cloned();
+                    let existing = self.local_only.imports.get(NS, &import.name_any());
                     import.metadata.uid = Some(format!("uid-{}", import.name_any()));
                     import.status = existing.and_then(|e| e.status.clone());
                     self.local_only.imports.apply(import);
                 }
                 Write::ImportStatus(import) => {
-                    let mut existing =
-                        (**self.local_only.imports.get(NS, &import.name_any()).unwrap()).clone();
+                    let mut existing = self.local_only.imports.get(NS, &import.name_any()).unwrap();
                     existing.status = import.status;
                     self.local_only.imports.apply(existing);
                 }
                 Write::DerivedService(service) => {
                     let mut service = *service;
-                    let existing = self.local.services.get(NS, &service.name_any()).cloned();
+                    let existing = self.local.services.get(NS, &service.name_any());
                     let ips = existing
                         .and_then(|e| e.spec.clone()?.cluster_ips)
                         .unwrap_or_else(|| {
@@ -211,21 +210,21 @@ impl World {
                     service,
                     conditions,
                 } => {
-                    let mut export = (**self.local.exports.get(NS, &service.name).unwrap()).clone();
+                    let mut export = self.local.exports.get(NS, &service.name).unwrap();
                     export.status = Some(crate::api::ServiceExportStatus { conditions });
                     self.local.exports.apply(export);
                 }
                 Write::Delete { kind, name, .. } => match kind {
                     Kind::ServiceImport | Kind::ServiceImportStatus => {
-                        let object = (**self.local_only.imports.get(NS, &name).unwrap()).clone();
+                        let object = self.local_only.imports.get(NS, &name).unwrap();
                         self.local_only.imports.delete(object);
                     }
                     Kind::Service => {
-                        let object = (**self.local.services.get(NS, &name).unwrap()).clone();
+                        let object = self.local.services.get(NS, &name).unwrap();
                         self.local.services.delete(object);
                     }
                     Kind::EndpointSlice => {
-                        let object = (**self.local.mcs_slices.get(NS, &name).unwrap()).clone();
+                        let object = self.local.mcs_slices.get(NS, &name).unwrap();
                         self.local.mcs_slices.delete(object);
                     }
                     Kind::ServiceExportStatus => {}
@@ -252,15 +251,14 @@ impl World {
         );
     }
 
-    fn import(&self, name: &str) -> Option<&ServiceImport> {
-        self.local_only.imports.get(NS, name).map(|i| &**i)
+    fn import(&self, name: &str) -> Option<ServiceImport> {
+        self.local_only.imports.get(NS, name)
     }
 
-    fn slices(&self) -> Vec<&EndpointSlice> {
+    fn slices(&self) -> Vec<EndpointSlice> {
         self.local
             .mcs_slices
             .of(&ServiceRef::new(NS, "web"))
-            .map(|s| &**s)
             .collect()
     }
 }
@@ -427,16 +425,10 @@ fn a_peer_past_grace_drops_out_and_an_unknown_peer_defers() {
     world.peers[0].2 = false;
     world.converge("web", 3);
     assert_eq!(world.slices().len(), 1);
-    let clusters = &world
-        .import("web")
-        .unwrap()
-        .status
-        .as_ref()
-        .unwrap()
-        .clusters;
+    let clusters = world.import("web").unwrap().status.unwrap().clusters;
     assert_eq!(
         clusters,
-        &[ClusterStatus {
+        [ClusterStatus {
             cluster: "a".into()
         }]
     );
@@ -491,7 +483,7 @@ fn a_user_service_with_the_derived_name_is_never_touched() {
         .services
         .get(NS, &derived_service_name(NS, "web"))
         .unwrap();
-    assert_eq!(**kept, user, "untouched");
+    assert_eq!(kept, user, "untouched");
     let import = world.import("web").unwrap();
     assert!(import.spec.ips.is_empty());
     let ready = &import.status.as_ref().unwrap().conditions[0];
@@ -630,7 +622,6 @@ fn a_local_first_clusterset_ip_hints_every_endpoint_and_converges() {
             .local_only
             .kubernetes_slices
             .get(NS, "web-abcde")
-            .map(|s| (**s).clone())
             .unwrap(),
     );
     let writes = world.converge("web", 3);
@@ -648,11 +639,11 @@ fn a_local_first_clusterset_ip_hints_every_endpoint_and_converges() {
 fn a_spread_import_and_a_headless_one_have_no_hints() {
     let mut world = local_first_world(&[("10.2.0.1", "x", true)]);
     for (_, data, _) in &mut world.peers {
-        let mut svc = (**data.services.get(NS, "web").unwrap()).clone();
+        let mut svc = data.services.get(NS, "web").unwrap();
         svc.spec.as_mut().unwrap().traffic_distribution = None;
         data.services.apply(svc);
     }
-    let mut svc = (**world.local.services.get(NS, "web").unwrap()).clone();
+    let mut svc = world.local.services.get(NS, "web").unwrap();
     svc.spec.as_mut().unwrap().traffic_distribution = None;
     world.local.services.apply(svc);
     world.converge("web", 6);
@@ -667,7 +658,7 @@ fn a_spread_import_and_a_headless_one_have_no_hints() {
 
     let mut headless = local_first_world(&[("10.2.0.1", "x", true)]);
     let make_headless = |data: &mut ClusterData| {
-        let mut svc = (**data.services.get(NS, "web").unwrap()).clone();
+        let mut svc = data.services.get(NS, "web").unwrap();
         let spec = svc.spec.as_mut().unwrap();
         spec.cluster_ip = Some("None".into());
         spec.cluster_ips = Some(vec!["None".into()]);

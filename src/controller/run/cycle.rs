@@ -232,7 +232,7 @@ impl Controller {
             self.local
                 .services
                 .services()
-                .filter(|key| self.local.services.of(key).any(|s| is_ours(&**s)))
+                .filter(|key| self.local.services.of(key).any(|s| is_ours(&s)))
                 .cloned(),
         );
         all.extend(self.peers.exported_services().cloned());
