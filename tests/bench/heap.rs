@@ -20,6 +20,17 @@
 //! No server, no sockets: the process RSS adds the binary, the runtime's
 //! threads and the allocator's own overhead on top (see
 //! `scripts/bench-scale.sh` and `scripts/bench-knot.sh` for VmRSS).
+//!
+//! With `BENCH_CONTROLLER_EXPORTS=N` instead, it fills the stores of one
+//! MCS controller as `scripts/bench-controller.sh` leaves them after
+//! convergence (three clusters, N exports each, 80 % ClusterSetIP, 10
+//! endpoints per slice; see `controller_census`) and prints the heap each
+//! store holds, beside the same objects held as the decoded `k8s-openapi`
+//! structs the stores kept before they held them compacted:
+//!
+//! ```sh
+//! BENCH_CONTROLLER_EXPORTS=2000 cargo bench --bench heap
+//! ```
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
@@ -73,6 +84,14 @@ fn live() -> (isize, usize) {
 }
 
 fn main() {
+    if let Ok(exports) = std::env::var("BENCH_CONTROLLER_EXPORTS") {
+        controller::census(
+            exports
+                .parse()
+                .expect("BENCH_CONTROLLER_EXPORTS=<a number>"),
+        );
+        return;
+    }
     let path = std::env::var("BENCH_MANIFEST")
         .expect("BENCH_MANIFEST=<a manifest of scripts/gen-bench-data.py>");
     let settings = ZoneSettings::new("clusterset.local.".parse().expect("a name"));
@@ -134,4 +153,306 @@ fn main() {
         total as f64 / services.max(1) as f64,
         total as f64 / endpoints.max(1) as f64,
     );
+}
+
+/// The controller's stores (see the module documentation).
+mod controller {
+    use clusterset_dns::api::{ServiceExport, ServiceImport};
+    use clusterset_dns::controller::cluster::{ClusterData, LocalData, Objects, PeerLimits};
+    use clusterset_dns::controller::compact::Compact;
+    use clusterset_dns::controller::lean::Lean;
+    use clusterset_dns::watch::IndexResource;
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use serde_json::{Value, json};
+
+    use super::live;
+
+    const CLUSTERS: [&str; 3] = ["c0", "c1", "c2"];
+    const NAMESPACES: usize = 20;
+
+    /// Metadata as the apiserver returns it (without managed fields, which
+    /// no watch decodes).
+    fn meta(name: &str, ns: &str, serial: usize, labels: Value, owner: Option<&str>) -> Value {
+        let mut meta = json!({
+            "name": name, "namespace": ns,
+            "uid": format!("{:08x}-3f0a-4a8e-9d1c-7d2b6a5f4e31", serial),
+            "resourceVersion": (100_000 + serial).to_string(),
+            "creationTimestamp": "2026-12-02T10:00:00Z",
+            "labels": labels,
+        });
+        if let Some(owner) = owner {
+            meta["ownerReferences"] = json!([{
+                "apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
+                "name": owner, "uid": format!("{:08x}-aaaa-4a8e-9d1c-7d2b6a5f4e31", serial),
+                "controller": true, "blockOwnerDeletion": true,
+            }]);
+        }
+        meta
+    }
+
+    fn slice(name: &str, ns: &str, serial: usize, labels: Value, owner: Option<&str>) -> Value {
+        let endpoints: Vec<Value> = (0..10)
+            .map(|j| {
+                let i = serial * 10 + j;
+                json!({"addresses": [format!("10.{}.{}.{}", 200 + serial % 3, i / 250 % 250, i % 250 + 1)],
+                       "conditions": {"ready": true, "serving": true, "terminating": false}})
+            })
+            .collect();
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": meta(name, ns, serial, labels, owner),
+            "addressType": "IPv4", "endpoints": endpoints,
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        })
+    }
+
+    fn service(name: &str, ns: &str, serial: usize, labels: Value, headless: bool) -> Value {
+        let ip = if headless {
+            "None".to_owned()
+        } else {
+            format!("10.96.{}.{}", serial / 250, serial % 250 + 1)
+        };
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": meta(name, ns, serial, labels, None),
+            "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80}],
+                     "clusterIP": ip, "clusterIPs": [ip], "type": "ClusterIP",
+                     "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+                     "sessionAffinity": "None", "internalTrafficPolicy": "Cluster"},
+        })
+    }
+
+    fn condition(kind: &str) -> Value {
+        json!({"type": kind, "status": "True", "reason": kind, "message": "",
+               "lastTransitionTime": "2026-12-02T10:00:00Z", "observedGeneration": 1})
+    }
+
+    fn apply<K>(store: &mut Objects<K>, plain: &mut Vec<K>, object: Value)
+    where
+        K: Compact + kube::Resource + Clone,
+        Lean<K>: serde::de::DeserializeOwned,
+        Objects<K>: IndexResource<Lean<K>>,
+    {
+        let lean: Lean<K> = serde_json::from_value(object).expect("a bench object decodes");
+        plain.push(lean.0.clone());
+        store.apply(lean);
+    }
+
+    /// Each of the store's kinds, as held decoded and whole.
+    #[derive(Default)]
+    struct Plain {
+        exports: Vec<ServiceExport>,
+        services: Vec<Service>,
+        slices: Vec<EndpointSlice>,
+        imports: Vec<ServiceImport>,
+    }
+
+    /// One cluster's exports as a peer's watches see them (or this
+    /// cluster's own, with `local`).
+    fn cluster(data: &mut ClusterData, plain: &mut Plain, ci: usize, exports: usize) {
+        let id = CLUSTERS[ci];
+        for k in 0..exports {
+            let (ns, name) = (format!("bench-{}", k % NAMESPACES), format!("{id}-svc-{k}"));
+            let serial = ci * 1_000_000 + k;
+            let mut export = json!({
+                "apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceExport",
+                "metadata": meta(&name, &ns, serial, json!({}), None),
+                "spec": {},
+                "status": {"conditions": [condition("Valid"), condition("Ready"), condition("Conflict")]},
+            });
+            export["metadata"]["labels"] = Value::Null;
+            apply(&mut data.exports, &mut plain.exports, export);
+            apply(
+                &mut data.services,
+                &mut plain.services,
+                service(&name, &ns, serial, json!({}), k % 5 == 4),
+            );
+            let labels = json!({
+                "multicluster.kubernetes.io/service-name": name,
+                "multicluster.kubernetes.io/source-cluster": id,
+                "endpointslice.kubernetes.io/managed-by": "controller.clusterset-dns.io",
+                "app.kubernetes.io/managed-by": "controller.clusterset-dns.io",
+            });
+            apply(
+                &mut data.mcs_slices,
+                &mut plain.slices,
+                slice(&format!("{name}-{id}-ipv4"), &ns, serial, labels, None),
+            );
+        }
+    }
+
+    /// Fills one controller's stores as the bench leaves them after
+    /// convergence and prints what each holds.
+    pub fn census(per_cluster: usize) {
+        let limits = PeerLimits {
+            exports: usize::MAX,
+            services: usize::MAX,
+            slices: usize::MAX,
+            endpoints: usize::MAX,
+        };
+        let (before, _) = live();
+        let mut plain = Plain::default();
+        let mut local = ClusterData::default();
+        let mut local_only = LocalData::default();
+        let mut peers = [ClusterData::for_peer(limits), ClusterData::for_peer(limits)];
+        // This cluster's exports, their Services and the slices the
+        // endpointslice controller wrote; the peers' through their watches.
+        cluster(&mut local, &mut plain, 0, per_cluster);
+        // `cluster` gave this cluster's store its mirrored slices; the
+        // Kubernetes slices of the same Services come from the local watch.
+        for k in 0..per_cluster {
+            let (ns, name) = (format!("bench-{}", k % NAMESPACES), format!("c0-svc-{k}"));
+            let labels = json!({"kubernetes.io/service-name": name,
+                                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"});
+            apply(
+                &mut local_only.kubernetes_slices,
+                &mut plain.slices,
+                slice(&format!("{name}-bench"), &ns, k, labels, None),
+            );
+        }
+        for (p, peer) in peers.iter_mut().enumerate() {
+            cluster(peer, &mut plain, p + 1, per_cluster);
+        }
+        // Every cluster's import here, the ClusterSetIP ones with their
+        // derived Service, and the peers' slices copied.
+        for (ci, id) in CLUSTERS.iter().enumerate() {
+            for k in 0..per_cluster {
+                let (ns, name) = (format!("bench-{}", k % NAMESPACES), format!("{id}-svc-{k}"));
+                let serial = 10_000_000 + ci * 1_000_000 + k;
+                let headless = k % 5 == 4;
+                let ip = format!("10.97.{}.{}", serial / 250 % 250, serial % 250 + 1);
+                let import = json!({
+                    "apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
+                    "metadata": meta(&name, &ns, serial, json!({"app.kubernetes.io/managed-by": "controller.clusterset-dns.io"}), None),
+                    "spec": {"type": if headless { "Headless" } else { "ClusterSetIP" },
+                             "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+                             "ips": if headless { json!([]) } else { json!([ip]) },
+                             "ipFamilies": ["IPv4"], "sessionAffinity": "None"},
+                    "status": {"clusters": [{"cluster": id}], "conditions": [condition("Ready")],
+                               "endpointSliceObjects": "Present"},
+                });
+                apply(&mut local_only.imports, &mut plain.imports, import);
+                let derived = format!("derived-{serial:x}");
+                if !headless {
+                    let labels = json!({"multicluster.kubernetes.io/service-name": name,
+                                        "app.kubernetes.io/managed-by": "controller.clusterset-dns.io"});
+                    let mut svc = service(&derived, &ns, serial, labels, false);
+                    svc["metadata"]["ownerReferences"] =
+                        meta("", "", serial, json!({}), Some(&name))["ownerReferences"].clone();
+                    apply(&mut local.services, &mut plain.services, svc);
+                }
+                if ci > 0 {
+                    let labels = json!({
+                        "multicluster.kubernetes.io/service-name": name,
+                        "multicluster.kubernetes.io/source-cluster": id,
+                        "endpointslice.kubernetes.io/managed-by": "controller.clusterset-dns.io",
+                        "app.kubernetes.io/managed-by": "controller.clusterset-dns.io",
+                        "kubernetes.io/service-name": derived,
+                    });
+                    apply(
+                        &mut local.mcs_slices,
+                        &mut plain.slices,
+                        slice(
+                            &format!("{name}-{id}-ipv4"),
+                            &ns,
+                            serial,
+                            labels,
+                            Some(&name),
+                        ),
+                    );
+                }
+            }
+        }
+        let (filled, _) = live();
+
+        let mib = |b: isize| b as f64 / (1024.0 * 1024.0);
+        // What dropping something frees.
+        let freed = |held: &mut dyn FnMut()| {
+            let (l0, _) = live();
+            held();
+            l0 - live().0
+        };
+        // Each kind's stores (this cluster's and the peers'), dropped
+        // together, beside the same objects held whole.
+        let mut exports = Vec::new();
+        let mut services = Vec::new();
+        let mut slices = Vec::new();
+        for data in std::iter::once(local).chain(peers) {
+            let ClusterData {
+                exports: e,
+                services: s,
+                mcs_slices: m,
+            } = data;
+            exports.push(e);
+            services.push(s);
+            slices.push(m);
+        }
+        let LocalData {
+            kubernetes_slices,
+            imports,
+            ..
+        } = local_only;
+        let mut kubernetes_slices = Some(kubernetes_slices);
+        let mut imports = Some(imports);
+        let mut rows: Vec<(&str, usize, isize, isize)> = Vec::new();
+        let count = plain.exports.len();
+        rows.push((
+            "ServiceExports (ours, 2 peers')",
+            count,
+            freed(&mut || exports.clear()),
+            freed(&mut || plain.exports = Vec::new()),
+        ));
+        let count = plain.services.len();
+        rows.push((
+            "Services (ours, our derived ones, 2 peers')",
+            count,
+            freed(&mut || services.clear()),
+            freed(&mut || plain.services = Vec::new()),
+        ));
+        let count = plain.slices.len();
+        let stored = freed(&mut || slices.clear()) + freed(&mut || drop(kubernetes_slices.take()));
+        rows.push((
+            "EndpointSlices (MCS: ours, 2 peers'; Kubernetes: ours)",
+            count,
+            stored,
+            freed(&mut || plain.slices = Vec::new()),
+        ));
+        let count = plain.imports.len();
+        rows.push((
+            "ServiceImports",
+            count,
+            freed(&mut || drop(imports.take())),
+            freed(&mut || plain.imports = Vec::new()),
+        ));
+
+        let objects: usize = rows.iter().map(|r| r.1).sum();
+        println!(
+            "one controller's stores at {per_cluster} exports per cluster × 3 clusters: {objects} objects; heap {:.1} MiB with the decoded copies",
+            mib(filled - before)
+        );
+        println!(
+            "| kind | objects | stores, MiB | B per object | decoded structs, MiB | B per object |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|");
+        let row = |name: &str, count: usize, stored: isize, whole: isize| {
+            let per = |bytes: isize| bytes as f64 / count.max(1) as f64;
+            println!(
+                "| {name} | {count} | {:.1} | {:.0} | {:.1} | {:.0} |",
+                mib(stored),
+                per(stored),
+                mib(whole),
+                per(whole)
+            );
+        };
+        for (name, count, stored, whole) in &rows {
+            row(name, *count, *stored, *whole);
+        }
+        row(
+            "all",
+            objects,
+            rows.iter().map(|r| r.2).sum(),
+            rows.iter().map(|r| r.3).sum(),
+        );
+    }
 }
