@@ -50,6 +50,8 @@ pub struct Objects<K: Compact> {
 #[derive(Debug)]
 struct Stored<K: Compact> {
     service: Option<ServiceRef>,
+    /// Whether it carries our managed-by label ([`is_ours`]).
+    ours: bool,
     rest: K::Rest,
 }
 
@@ -142,6 +144,22 @@ impl<K: kube::Resource + Compact> Objects<K> {
         self.by_service.keys()
     }
 
+    /// Every service one of our own objects belongs to (read without
+    /// expanding any object).
+    pub fn services_with_ours(&self) -> impl Iterator<Item = &ServiceRef> {
+        self.by_service
+            .iter()
+            .filter(|(service, names)| {
+                let in_namespace = self.by_name.get(&*service.namespace);
+                names.iter().any(|name| {
+                    in_namespace
+                        .and_then(|objects| objects.get(name))
+                        .is_some_and(|stored| stored.ours)
+                })
+            })
+            .map(|(service, _)| service)
+    }
+
     /// Number of objects.
     pub fn len(&self) -> usize {
         self.len
@@ -172,6 +190,7 @@ impl<K: kube::Resource + Compact> Objects<K> {
             name,
             stored: Stored {
                 service,
+                ours: is_ours(&object),
                 rest: object.compact(&mut self.strings),
             },
         }
@@ -750,6 +769,29 @@ mod tests {
         IndexResource::delete(&mut data.mcs_slices, Lean::new(slice("b", 0)));
         assert!(data.mcs_slices.is_empty());
         assert_eq!(data.mcs_slices.services().count(), 0);
+    }
+
+    #[test]
+    fn services_with_ours_are_found_by_the_managed_by_label() {
+        use super::super::naming::{LABEL_APP_MANAGED_BY, MANAGED_BY};
+        let mut data = ClusterData::default();
+        let mut user = slice("user", 1);
+        user.metadata.labels = Some(
+            [
+                (LABEL_SERVICE_NAME.to_owned(), "shop-api".to_owned()),
+                (LABEL_APP_MANAGED_BY.to_owned(), "someone-else".to_owned()),
+            ]
+            .into(),
+        );
+        let mut ours = slice("ours", 1);
+        ours.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(LABEL_APP_MANAGED_BY.to_owned(), MANAGED_BY.to_owned());
+        IndexResource::apply(&mut data.mcs_slices, Lean::new(user));
+        IndexResource::apply(&mut data.mcs_slices, Lean::new(ours));
+        let found: Vec<_> = data.mcs_slices.services_with_ours().collect();
+        assert_eq!(found, [&ServiceRef::new("shop", "web")]);
     }
 
     #[test]

@@ -12,7 +12,6 @@ use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use super::{Controller, ROUNDS_PER_CYCLE, SERVICES_PER_CYCLE, WRITE_CONCURRENCY};
 use crate::api::ServiceImport;
 use crate::controller::apply::{Written, execute};
-use crate::controller::cluster::is_ours;
 use crate::controller::reconcile::{Kind, Plan, Write, plan};
 use crate::model::ServiceRef;
 
@@ -228,13 +227,7 @@ impl Controller {
         all.extend(self.local.mcs_slices.services().cloned());
         all.extend(self.local_only.imports.services().cloned());
         // Derived Services whose import is gone (an orphan sweep at start).
-        all.extend(
-            self.local
-                .services
-                .services()
-                .filter(|key| self.local.services.of(key).any(|s| is_ours(&s)))
-                .cloned(),
-        );
+        all.extend(self.local.services.services_with_ours().cloned());
         all.extend(self.peers.exported_services().cloned());
         all
     }
