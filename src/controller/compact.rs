@@ -159,12 +159,16 @@ fn parse_uuid(text: &str) -> Option<[u8; 16]> {
 }
 
 fn format_uuid(bytes: &[u8; 16]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    // Every expansion of an object with a UID comes here: no allocation
+    // per byte.
     let mut text = String::with_capacity(36);
     for (i, byte) in bytes.iter().enumerate() {
         if matches!(i, 4 | 6 | 8 | 10) {
             text.push('-');
         }
-        text.push_str(&format!("{byte:02x}"));
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 0x0f)]));
     }
     text
 }
