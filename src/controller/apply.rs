@@ -1,6 +1,11 @@
 //! Carries out planned writes on this cluster's apiserver: server-side
 //! apply with our field manager (so apiserver defaults and other managers'
 //! fields never fight ours), deletes with a uid precondition.
+//!
+//! Every apply follows [`super::ownership`]'s rule: forced only to an
+//! object the plan has shown to be ours, with its uid as a precondition; a
+//! create otherwise, which refuses what it finds in the way unless that is
+//! ours.
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -11,8 +16,10 @@ use serde::de::DeserializeOwned;
 
 use super::lean::Lean;
 use super::naming::FIELD_MANAGER;
+use super::ownership::{NOT_OURS, owns};
 use super::reconcile::{Kind, Write, export_status_object};
 use crate::api::{ServiceExport, ServiceImport};
+use crate::model::ServiceRef;
 
 /// What a successful write returned, for the local store (so the next plan
 /// sees it before the watch event arrives), decoded as the watches decode
@@ -30,6 +37,15 @@ pub enum Written {
     Slice(Lean<EndpointSlice>),
     /// A ServiceExport with its new status.
     Export(Lean<ServiceExport>),
+    /// Not written: an object that is not ours holds the name.
+    Refused {
+        /// Its kind.
+        kind: Kind,
+        /// Its name.
+        name: String,
+        /// Why ([`NOT_OURS`]).
+        reason: &'static str,
+    },
     /// An object was deleted (or was already gone).
     Deleted {
         /// Its kind.
@@ -66,21 +82,50 @@ impl WriteError {
     }
 }
 
-fn params() -> PatchParams {
-    PatchParams::apply(FIELD_MANAGER).force()
+/// What an apply found: the object as stored, or one in the way that is
+/// not ours.
+enum Applied<K: Compactable> {
+    Stored(Lean<K>),
+    NotOurs,
 }
 
-/// Applies `object` (its status alone with `status`); the apiserver's
-/// answer is decoded stripped, as the watches decode it, for the store.
-async fn apply<K>(client: &Client, object: &K, status: bool) -> Result<Lean<K>, kube::Error>
+/// Shorthand for the bounds of the kinds the controller applies.
+trait Compactable:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()> + Serialize
+{
+}
+
+impl<K> Compactable for K where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()> + Serialize
+{
+}
+
+/// Applies `object` (its status alone with `status`) by the ownership
+/// rule: with a uid (the plan showed the live object is ours) the apply is
+/// forced, and the uid in the body makes the apiserver refuse any other
+/// object; without one it is a plain apply, and a conflict means some
+/// object holds the name: it is read back, and kept in the store if ours,
+/// refused if not. The apiserver's answer is decoded stripped, as the
+/// watches decode it, for the store.
+async fn apply<K>(
+    client: &Client,
+    object: &K,
+    status: bool,
+    kind: Kind,
+    service: &ServiceRef,
+) -> Result<Applied<K>, kube::Error>
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Serialize,
-    K::DynamicType: Default,
+    K: Compactable,
     Lean<K>: Clone + DeserializeOwned + std::fmt::Debug,
 {
     let namespace = object.meta().namespace.clone().unwrap_or_default();
     let name = object.meta().name.clone().unwrap_or_default();
+    let uid = object.meta().uid.clone();
     let api: Api<Lean<K>> = Api::namespaced(client.clone(), &namespace);
+    let params = match uid {
+        Some(_) => PatchParams::apply(FIELD_MANAGER).force(),
+        None => PatchParams::apply(FIELD_MANAGER),
+    };
     // Server-side apply needs apiVersion and kind in the body.
     let mut body = serde_json::to_value(object).map_err(kube::Error::SerdeError)?;
     body["apiVersion"] = K::api_version(&Default::default()).into();
@@ -88,16 +133,33 @@ where
     if status {
         // The status subresource ignores everything but `status`: send only
         // that (and the object's identity), not the spec again.
+        let mut metadata = serde_json::json!({"name": name, "namespace": namespace});
+        if let Some(uid) = &uid {
+            metadata["uid"] = uid.as_str().into();
+        }
         let body = serde_json::json!({
             "apiVersion": body["apiVersion"],
             "kind": body["kind"],
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": metadata,
             "status": body["status"],
         });
-        api.patch_status(&name, &params(), &Patch::Apply(body))
+        return api
+            .patch_status(&name, &params, &Patch::Apply(body))
             .await
-    } else {
-        api.patch(&name, &params(), &Patch::Apply(body)).await
+            .map(Applied::Stored);
+    }
+    match api.patch(&name, &params, &Patch::Apply(body)).await {
+        Ok(stored) => Ok(Applied::Stored(stored)),
+        // A create that met an object: ours (our own earlier write, not
+        // yet seen by the watch) is stored, anything else refused.
+        Err(kube::Error::Api(status)) if uid.is_none() && status.code == 409 => {
+            match api.get_opt(&name).await? {
+                Some(live) if owns(kind, &live, service) => Ok(Applied::Stored(live)),
+                Some(_) => Ok(Applied::NotOurs),
+                None => Err(kube::Error::Api(status)),
+            }
+        }
+        Err(error) => Err(error),
     }
 }
 
@@ -131,8 +193,29 @@ where
     }
 }
 
-/// Carries out one write.
-pub async fn execute(client: &Client, write: &Write) -> Result<Written, WriteError> {
+/// What the store learns from an apply.
+fn outcome<K: Compactable>(
+    applied: Applied<K>,
+    kind: Kind,
+    name: &str,
+    stored: fn(Lean<K>) -> Written,
+) -> Written {
+    match applied {
+        Applied::Stored(object) => stored(object),
+        Applied::NotOurs => Written::Refused {
+            kind,
+            name: name.to_owned(),
+            reason: NOT_OURS,
+        },
+    }
+}
+
+/// Carries out one write of `service`'s plan.
+pub async fn execute(
+    client: &Client,
+    service: &ServiceRef,
+    write: &Write,
+) -> Result<Written, WriteError> {
     let kind = write.kind();
     let fail = |op: &'static str, namespace: &str, name: &str| {
         let namespace = namespace.to_owned();
@@ -154,41 +237,43 @@ pub async fn execute(client: &Client, write: &Write) -> Result<Written, WriteErr
     match write {
         Write::Import(import) => {
             let (ns, name) = meta_of(&import.metadata);
-            apply(client, &**import, false)
+            apply(client, &**import, false, kind, service)
                 .await
-                .map(Written::Import)
+                .map(|applied| outcome(applied, kind, &name, Written::Import))
                 .map_err(fail("apply", &ns, &name))
         }
         Write::ImportStatus(import) => {
             let (ns, name) = meta_of(&import.metadata);
-            apply(client, &**import, true)
+            apply(client, &**import, true, kind, service)
                 .await
-                .map(Written::Import)
+                .map(|applied| outcome(applied, kind, &name, Written::Import))
                 .map_err(fail("apply status of", &ns, &name))
         }
-        Write::DerivedService(service) => {
-            let (ns, name) = meta_of(&service.metadata);
-            apply(client, &**service, false)
+        Write::DerivedService(derived) => {
+            let (ns, name) = meta_of(&derived.metadata);
+            apply(client, &**derived, false, kind, service)
                 .await
-                .map(Written::Service)
+                .map(|applied| outcome(applied, kind, &name, Written::Service))
                 .map_err(fail("apply", &ns, &name))
         }
         Write::Slice(slice) => {
             let (ns, name) = meta_of(&slice.metadata);
-            apply(client, &**slice, false)
+            apply(client, &**slice, false, kind, service)
                 .await
-                .map(Written::Slice)
+                .map(|applied| outcome(applied, kind, &name, Written::Slice))
                 .map_err(fail("apply", &ns, &name))
         }
         Write::ExportStatus {
-            service,
+            service: exported,
             conditions,
+            uid,
         } => {
-            let export = export_status_object(service, conditions.clone());
-            apply(client, &export, true)
+            let mut export = export_status_object(exported, conditions.clone());
+            export.metadata.uid = uid.clone();
+            apply(client, &export, true, kind, service)
                 .await
-                .map(Written::Export)
-                .map_err(fail("apply status of", &service.namespace, &service.name))
+                .map(|applied| outcome(applied, kind, &exported.name, Written::Export))
+                .map_err(fail("apply status of", &exported.namespace, &exported.name))
         }
         Write::Delete {
             kind,

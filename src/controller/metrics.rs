@@ -23,6 +23,9 @@ pub struct ControllerMetrics {
     pub peers_refused: IntCounterVec,
     /// Peer input dropped as invalid, by peer and reason.
     pub rejected: IntCounterVec,
+    /// Writes refused because an object not ours holds the name, by kind
+    /// and reason.
+    pub refused: IntCounterVec,
     /// Writes issued, by kind and operation.
     pub writes: IntCounterVec,
     /// Writes that failed, by kind.
@@ -74,6 +77,11 @@ impl ControllerMetrics {
             "peer_objects_rejected_total",
             "Peer objects dropped as untrusted input, by peer and reason.",
             &["peer", "reason"],
+        );
+        let refused = counter_vec(
+            "refused_total",
+            "Writes refused because an object that is not ours holds the name (never taken over), by kind and reason.",
+            &["kind", "reason"],
         );
         let writes = counter_vec(
             "writes_total",
@@ -157,6 +165,7 @@ impl ControllerMetrics {
             peer_sync_errors,
             peers_refused,
             rejected,
+            refused,
             writes,
             write_errors,
             imports,

@@ -55,6 +55,7 @@ pub mod membership;
 pub mod merge;
 pub mod metrics;
 pub mod naming;
+pub mod ownership;
 pub mod peers;
 pub mod reconcile;
 pub mod run;

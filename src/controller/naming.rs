@@ -22,9 +22,10 @@ pub const MANAGED_BY: &str = "controller.clusterset-dns.io";
 /// Service that happens to have the derived name is never taken over.
 pub const LABEL_APP_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
-/// Annotation on a mirrored slice: `<namespace>/<name>` of the Kubernetes
-/// EndpointSlice it was mirrored from, so a slice whose source is gone can
-/// be found and deleted.
+/// Annotation on an MCS slice: `<namespace>/<name>` of the slice it was
+/// made from (the Kubernetes EndpointSlice a mirror copies, or the peer's
+/// mirrored slice a copy copies), so a slice whose source is gone can be
+/// found and deleted.
 pub const ANNOTATION_SOURCE_SLICE: &str = "clusterset-dns.io/source-slice";
 
 /// Prefix of every derived Service name (mcs-api's `derivedName`).
@@ -56,8 +57,10 @@ pub fn derived_service_name(namespace: &str, name: &str) -> String {
 /// Service `<namespace>/<service>` in `cluster`: the derived Service name,
 /// `-`, and 10 hash characters of `<cluster>/<namespace>/<source_slice>`.
 ///
-/// The cluster is part of the hash because peers copy the slice under the
-/// same name into a namespace that holds every cluster's slices. The result
+/// The cluster is part of the hash because one namespace holds every
+/// cluster's slices. A peer's copy of that slice is named by this function
+/// again, with the peer's slice name as `source_slice`: a name a peer chose
+/// only ever feeds the hash. The result
 /// is always 29 characters of `[a-z0-9-]`, a valid DNS subdomain and label.
 pub fn mirrored_slice_name(
     namespace: &str,

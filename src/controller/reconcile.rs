@@ -25,10 +25,11 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 
-use super::cluster::{ClusterData, LocalData, is_ours};
+use super::cluster::{ClusterData, LocalData};
 use super::conditions::{ImportReadiness, export_conditions, import_ready};
 use super::merge::{ExportedService, Invalid, Merged, merge, project};
 use super::naming::derived_service_name;
+use super::ownership::{NOT_OURS, claim, owns};
 use crate::api::locality::Locality;
 use crate::api::{
     ClusterStatus, EndpointSliceObjects, ServiceImport, ServiceImportStatus, ServiceImportType,
@@ -125,6 +126,8 @@ pub enum Write {
         service: ServiceRef,
         /// The conditions to own.
         conditions: Vec<Condition>,
+        /// The uid of the export read (the write's precondition).
+        uid: Option<String>,
     },
     /// Delete an object we own, if it still has this uid.
     Delete {
@@ -155,6 +158,16 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The object kind, as Kubernetes names it.
+    pub fn object_kind(self) -> &'static str {
+        match self {
+            Self::ServiceImport | Self::ServiceImportStatus => "ServiceImport",
+            Self::Service => "Service",
+            Self::EndpointSlice => "EndpointSlice",
+            Self::ServiceExportStatus => "ServiceExport",
+        }
+    }
+
     /// The metric label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -181,6 +194,32 @@ impl Write {
     }
 }
 
+/// A write the plan will not make, and why: the object of that name in
+/// this cluster is not ours ([`NOT_OURS`]). Counted in
+/// `clusterset_dns_controller_refused_total`, published as a Warning Event
+/// on the ServiceImport and shown by `/explain`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The kind not written.
+    pub kind: Kind,
+    /// The name not written.
+    pub name: String,
+    /// A CamelCase reason.
+    pub reason: &'static str,
+}
+
+impl Refusal {
+    /// What an operator reads in the Event and `/explain`.
+    pub fn message(&self, service: &ServiceRef) -> String {
+        format!(
+            "{} {}/{} exists and is not managed by clusterset-dns: it is left untouched, and nothing is written over it for {service}",
+            self.kind.object_kind(),
+            service.namespace,
+            self.name,
+        )
+    }
+}
+
 /// The outcome of planning one service.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Plan {
@@ -191,6 +230,8 @@ pub struct Plan {
     pub merged: Option<Merged>,
     /// Untrusted peer input dropped, as (peer, why) pairs.
     pub rejected: Vec<(String, &'static str)>,
+    /// Writes not made because an object not ours holds the name.
+    pub refused: Vec<Refusal>,
     /// The service was left alone because it names a peer we cannot read.
     pub deferred: bool,
     /// The `Valid` reason of this cluster's own export, if it has one.
@@ -216,6 +257,17 @@ pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
         plan.deferred = true;
         return plan;
     }
+    // A ServiceImport of this name that is not ours is someone else's to
+    // keep: nothing of the service is written (what it would own needs our
+    // import as its owner).
+    if observed.import.is_some() && observed.import_ours().is_none() {
+        plan.refused.push(Refusal {
+            kind: Kind::ServiceImport,
+            name: service.name.to_string(),
+            reason: NOT_OURS,
+        });
+        return plan;
+    }
     let (local_projection, exports) = valid_exports(inputs, service);
     let merged = merge(&exports);
 
@@ -225,6 +277,13 @@ pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
     let mut creating_import = false;
     if let Some(merged) = merged.as_ref().filter(|_| observed.namespace_exists) {
         let target = Target::new(inputs, merged, &observed);
+        if target.name_taken {
+            plan.refused.push(Refusal {
+                kind: Kind::Service,
+                name: observed.derived_name.clone(),
+                reason: NOT_OURS,
+            });
+        }
         let hints = target
             .want_derived
             .then(|| local_first_hints(inputs, service, merged))
@@ -316,6 +375,7 @@ fn local_first_hints(inputs: &Inputs<'_>, service: &ServiceRef, merged: &Merged)
 
 /// What this cluster holds now for one service, as far as we own it.
 struct Observed {
+    service: ServiceRef,
     import: Option<ServiceImport>,
     derived_name: String,
     derived: Option<Service>,
@@ -327,6 +387,7 @@ impl Observed {
     fn read(inputs: &Inputs<'_>, service: &ServiceRef) -> Self {
         let derived_name = derived_service_name(&service.namespace, &service.name);
         Self {
+            service: service.clone(),
             import: inputs
                 .local_only
                 .imports
@@ -337,7 +398,7 @@ impl Observed {
                 .local
                 .mcs_slices
                 .of(service)
-                .filter(is_ours)
+                .filter(|slice| owns(Kind::EndpointSlice, slice, service))
                 .map(|slice| (slice.metadata.name.clone().unwrap_or_default(), slice))
                 .collect(),
             namespace_exists: inputs.local_only.namespaces.contains(&*service.namespace),
@@ -347,7 +408,16 @@ impl Observed {
     /// The derived Service if it is ours (a user's of that name is never
     /// touched).
     fn derived_ours(&self) -> Option<&Service> {
-        self.derived.as_ref().filter(|svc| is_ours(*svc))
+        self.derived
+            .as_ref()
+            .filter(|svc| owns(Kind::Service, *svc, &self.service))
+    }
+
+    /// The ServiceImport if it is ours.
+    fn import_ours(&self) -> Option<&ServiceImport> {
+        self.import
+            .as_ref()
+            .filter(|import| owns(Kind::ServiceImport, *import, &self.service))
     }
 }
 
@@ -457,14 +527,15 @@ fn import_writes(
         spec.ip_families = target.families.clone();
     }
     spec.ips = ips;
-    let desired = import_object(
+    let mut desired = import_object(
         service,
         merged,
         spec,
         target.clusterset_ip,
         &observed.derived_name,
     );
-    let live = observed.import.as_ref();
+    let live = observed.import_ours();
+    claim(&mut desired, live);
     if import_differs(&desired, live) {
         writes.push(Write::Import(Box::new(desired.clone())));
     }
@@ -505,13 +576,14 @@ fn derived_write(
     observed: &Observed,
     owner: &OwnerReference,
 ) -> Option<Write> {
-    let desired = derived_service(
+    let mut desired = derived_service(
         service,
         merged,
         &target.families,
         &observed.derived_name,
         owner,
     );
+    claim(&mut desired, observed.derived_ours());
     derived_differs(&desired, observed.derived_ours())
         .then(|| Write::DerivedService(Box::new(desired)))
 }
@@ -520,8 +592,14 @@ fn derived_write(
 fn slice_writes(desired: &BTreeMap<String, EndpointSlice>, observed: &Observed) -> Vec<Write> {
     desired
         .iter()
-        .filter(|(name, slice)| slice_differs(slice, observed.slices.get(name.as_str())))
-        .map(|(_, slice)| Write::Slice(Box::new(slice.clone())))
+        .filter_map(|(name, slice)| {
+            let live = observed.slices.get(name);
+            slice_differs(slice, live).then(|| {
+                let mut slice = slice.clone();
+                claim(&mut slice, live);
+                Write::Slice(Box::new(slice))
+            })
+        })
         .collect()
 }
 
@@ -553,6 +631,7 @@ fn export_status_write(
     (conditions.as_slice() != existing).then(|| Write::ExportStatus {
         service: service.clone(),
         conditions,
+        uid: export.metadata.uid.clone(),
     })
 }
 
@@ -574,7 +653,7 @@ fn deletions(
         writes.push(delete(Kind::Service, derived));
     }
     if !kept.import
-        && let Some(import) = observed.import.as_ref().filter(|i| is_ours(*i))
+        && let Some(import) = observed.import_ours()
     {
         writes.push(delete(Kind::ServiceImport, import));
     }

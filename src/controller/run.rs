@@ -126,6 +126,9 @@ pub struct Controller {
     dirty: Touched,
     first_change: Option<Instant>,
     retry: BTreeSet<ServiceRef>,
+    /// Writes of the last cycle refused at the apiserver (an object not
+    /// ours found under the name), by service, for `/explain`.
+    write_refusals: BTreeMap<ServiceRef, Vec<crate::controller::reconcile::Refusal>>,
     /// Per service: the local export's `Valid` reason and the conflict
     /// reasons, for the gauges.
     summaries: BTreeMap<ServiceRef, (Option<&'static str>, Option<String>)>,
@@ -259,6 +262,7 @@ impl Controller {
             dirty: Touched::default(),
             first_change: None,
             retry: BTreeSet::new(),
+            write_refusals: BTreeMap::new(),
             summaries: BTreeMap::new(),
             fatal: None,
             _local_connection: local_connection,
@@ -473,6 +477,8 @@ impl Controller {
             "local_first": plan.local_first,
             "pending_writes": plan.writes.iter().map(|w| format!("{:?}", w.kind())).collect::<Vec<_>>(),
             "deferred": plan.deferred,
+            "refused": plan.refused.iter().chain(self.write_refusals.get(service).into_iter().flatten()).map(|r| serde_json::json!({"kind": r.kind.object_kind(), "name": r.name, "reason": r.reason, "message": r.message(service)})).collect::<Vec<_>>(),
+            "rejected": plan.rejected.iter().map(|(peer, why)| serde_json::json!({"peer": peer, "reason": why})).collect::<Vec<_>>(),
         })
     }
 

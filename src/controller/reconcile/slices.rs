@@ -1,5 +1,6 @@
 //! The MCS EndpointSlices of one service: this cluster's own Kubernetes
-//! slices mirrored, and usable peers' mirrored slices copied, each checked
+//! slices mirrored, and usable peers' mirrored slices copied under names
+//! computed here (never the peer's), each checked
 //! as untrusted input (routable addresses of the slice's family, the API's
 //! endpoint limit); for a local-first clusterset IP, every endpoint hinted
 //! ([`super::hints`]).
@@ -192,7 +193,15 @@ impl SliceContext<'_> {
         if source.endpoints.len() > MAX_SLICE_ENDPOINTS {
             return Err("slice has more endpoints than the API allows");
         }
-        let name = source.metadata.name.clone().ok_or("slice has no name")?;
+        // The peer's name for its slice only feeds the hash: a name a peer
+        // chose never names an object here.
+        let source_name = source.metadata.name.as_deref().ok_or("slice has no name")?;
+        let name = mirrored_slice_name(
+            &self.service.namespace,
+            &self.service.name,
+            peer,
+            source_name,
+        );
         let mut endpoints = Vec::with_capacity(source.endpoints.len());
         for endpoint in &source.endpoints {
             let valid = !endpoint.addresses.is_empty()
@@ -208,15 +217,10 @@ impl SliceContext<'_> {
                 ..cross_cluster(endpoint)
             });
         }
-        let source_name = source
-            .annotations()
-            .get(ANNOTATION_SOURCE_SLICE)
-            .cloned()
-            .unwrap_or_else(|| format!("{}/{name}", self.service.namespace));
         Ok(Some(self.build(
             peer,
             name,
-            source_name,
+            format!("{}/{source_name}", self.service.namespace),
             family,
             endpoints,
             &source.ports,

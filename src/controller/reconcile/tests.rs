@@ -17,6 +17,7 @@ use crate::api::well_known::{
     LABEL_KUBERNETES_SERVICE_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_SOURCE_CLUSTER,
 };
 use crate::controller::naming::{MANAGED_BY, mirrored_slice_name};
+use crate::controller::ownership::NOT_OURS;
 use crate::watch::IndexResource;
 
 const NS: &str = "demo";
@@ -200,15 +201,21 @@ impl World {
                             self.next_ip += 1;
                             vec![format!("10.1.0.{}", self.next_ip)]
                         });
+                    service.metadata.uid = Some(format!("uid-{}", service.name_any()));
                     let spec = service.spec.as_mut().unwrap();
                     spec.cluster_ip = Some(ips[0].clone());
                     spec.cluster_ips = Some(ips);
                     self.local.services.apply(service);
                 }
-                Write::Slice(slice) => self.local.mcs_slices.apply(*slice),
+                Write::Slice(slice) => {
+                    let mut slice = *slice;
+                    slice.metadata.uid = Some(format!("uid-{}", slice.name_any()));
+                    self.local.mcs_slices.apply(slice);
+                }
                 Write::ExportStatus {
                     service,
                     conditions,
+                    ..
                 } => {
                     let mut export = self.local.exports.get(NS, &service.name).unwrap();
                     export.status = Some(crate::api::ServiceExportStatus { conditions });
@@ -389,6 +396,104 @@ fn a_peer_export_is_imported_with_the_peers_slices() {
             .services
             .get(NS, &derived_service_name(NS, "web"))
             .is_none()
+    );
+}
+
+#[test]
+fn a_name_a_peer_chose_never_names_a_slice_here() {
+    let mut world = World::new();
+    let peer = world.peer("b");
+    peer.exports.apply(export("web", 0));
+    peer.services.apply(service("web", 80));
+    // A hostile peer names its slice after this cluster's apiserver slice.
+    let mut hostile = peer_slice("b", "web", &["10.3.0.1"]);
+    hostile.metadata.name = Some("kubernetes".into());
+    peer.mcs_slices.apply(hostile);
+    let writes = world.converge("web", 5);
+    let names: Vec<String> = writes
+        .iter()
+        .filter_map(|w| match w {
+            Write::Slice(slice) => Some(slice.name_any()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(names, [mirrored_slice_name(NS, "web", "b", "kubernetes")]);
+    // A new slice is a create (no uid); once seen, writes name its uid.
+    assert!(writes.iter().all(|w| match w {
+        Write::Slice(slice) => slice.metadata.uid.is_none(),
+        _ => true,
+    }));
+    let peer = world.peer("b");
+    peer.mcs_slices.apply({
+        let mut moved = peer_slice("b", "web", &["10.3.0.2"]);
+        moved.metadata.name = Some("kubernetes".into());
+        moved
+    });
+    let plan = world.plan("web");
+    let Some(Write::Slice(update)) = plan.writes.first() else {
+        panic!("{:?}", plan.writes);
+    };
+    assert_eq!(update.metadata.uid, Some(format!("uid-{}", names[0])));
+}
+
+#[test]
+fn objects_not_ours_are_refused_never_written_over() {
+    let mut world = World::new();
+    let peer = world.peer("b");
+    peer.exports.apply(export("web", 0));
+    peer.services.apply(service("web", 80));
+    peer.mcs_slices.apply(peer_slice("b", "web", &["10.3.0.1"]));
+
+    // A user's ServiceImport of that name: nothing of the service is written.
+    let users: ServiceImport = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": NS, "uid": "user-import"},
+        "spec": {"type": "ClusterSetIP", "ports": []},
+    }))
+    .unwrap();
+    world.local_only.imports.apply(users.clone());
+    let plan = world.plan("web");
+    assert_eq!(plan.writes, []);
+    assert_eq!(
+        plan.refused,
+        [Refusal {
+            kind: Kind::ServiceImport,
+            name: "web".into(),
+            reason: NOT_OURS,
+        }]
+    );
+    world.local_only.imports.delete(users);
+
+    // A Service under the derived name, with our label but not our import as
+    // its owner: refused too, and the import says so.
+    world.converge("web", 5);
+    let derived = derived_service_name(NS, "web");
+    let mut squatter = world.local.services.get(NS, &derived).unwrap();
+    squatter.metadata.owner_references = None;
+    squatter.metadata.uid = Some("squatter".into());
+    world.local.services.apply(squatter);
+    let plan = world.plan("web");
+    assert!(
+        plan.refused.contains(&Refusal {
+            kind: Kind::Service,
+            name: derived.clone(),
+            reason: NOT_OURS,
+        }),
+        "{:?}",
+        plan.refused
+    );
+    assert!(
+        plan.writes
+            .iter()
+            .all(|w| !matches!(w, Write::DerivedService(_))
+                && !matches!(
+                    w,
+                    Write::Delete {
+                        kind: Kind::Service,
+                        ..
+                    }
+                )),
+        "{:?}",
+        plan.writes
     );
 }
 

@@ -12,8 +12,11 @@ use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use super::{Controller, ROUNDS_PER_CYCLE, SERVICES_PER_CYCLE, WRITE_CONCURRENCY};
 use crate::api::ServiceImport;
 use crate::controller::apply::{Written, execute};
-use crate::controller::reconcile::{Kind, Plan, Write, plan};
+use crate::controller::reconcile::{Kind, Plan, Refusal, Write, plan};
 use crate::model::ServiceRef;
+
+/// Writes a plan refused, with the service each belongs to.
+type Refused = Vec<(ServiceRef, Refusal)>;
 
 impl Controller {
     /// One cycle over the services marked dirty.
@@ -40,7 +43,10 @@ impl Controller {
         // behind the rest of a cold start.
         let mut wrote = false;
         for round in 0..ROUNDS_PER_CYCLE {
-            let plans = self.plan_round(keys, round == 0);
+            let (plans, refused) = self.plan_round(keys, round == 0);
+            for (service, refusal) in &refused {
+                refused_event(&self.recorder, service, refusal).await;
+            }
             if plans.is_empty() {
                 break;
             }
@@ -65,13 +71,14 @@ impl Controller {
     }
 
     /// Plans `keys`, keeps the status summaries current, and returns the
-    /// plans with something to do. Rejected peer input is counted once per
-    /// cycle (`count_rejected` on its first round).
+    /// plans with something to do and the writes refused. Rejected peer
+    /// input and refusals are counted once per cycle (`count_rejected` on
+    /// its first round; later rounds return no refusals).
     fn plan_round(
         &mut self,
         keys: BTreeSet<ServiceRef>,
         count_rejected: bool,
-    ) -> Vec<(ServiceRef, Plan)> {
+    ) -> (Vec<(ServiceRef, Plan)>, Refused) {
         let (plans, summaries) = self.with_inputs(|inputs| {
             let mut summaries = Vec::new();
             let plans: Vec<(ServiceRef, Plan)> = keys
@@ -86,7 +93,9 @@ impl Controller {
                     summaries.push((key.clone(), (plan.export_reason, conflict)));
                     (key, plan)
                 })
-                .filter(|(_, plan)| !plan.writes.is_empty() || !plan.rejected.is_empty())
+                .filter(|(_, plan)| {
+                    !plan.writes.is_empty() || !plan.rejected.is_empty() || !plan.refused.is_empty()
+                })
                 .collect();
             (plans, summaries)
         });
@@ -98,20 +107,39 @@ impl Controller {
             }
         }
         self.update_gauges();
+        let mut refused = Vec::new();
         if count_rejected {
-            for (_, plan) in &plans {
+            for (service, plan) in &plans {
                 for (peer, why) in &plan.rejected {
                     self.metrics
                         .rejected
                         .with_label_values(&[peer.as_str(), why])
                         .inc();
                 }
+                for refusal in &plan.refused {
+                    self.count_refused(refusal);
+                    refused.push((service.clone(), refusal.clone()));
+                }
             }
         }
-        plans
+        let plans = plans
             .into_iter()
             .filter(|(_, plan)| !plan.writes.is_empty())
-            .collect()
+            .collect();
+        (plans, refused)
+    }
+
+    fn count_refused(&self, refusal: &Refusal) {
+        tracing::warn!(
+            kind = refusal.kind.object_kind(),
+            name = %refusal.name,
+            reason = refusal.reason,
+            "refused to write over an object that is not ours"
+        );
+        self.metrics
+            .refused
+            .with_label_values(&[refusal.kind.as_str(), refusal.reason])
+            .inc();
     }
 
     /// Carries out the plans, `WRITE_CONCURRENCY` writes at a time (each
@@ -128,11 +156,34 @@ impl Controller {
                 let metrics = metrics.clone();
                 async move {
                     let mut results = Vec::new();
+                    // The uid of an import this plan creates: its status
+                    // write follows, and names it.
+                    let mut created_import = None;
                     for write in &plan.writes {
                         let op = if matches!(write, Write::Delete { .. }) { "delete" } else { "apply" };
                         metrics.writes.with_label_values(&[write.kind().as_str(), op]).inc();
-                        match execute(&client, write).await {
+                        let claimed;
+                        let write = match (write, &created_import) {
+                            (Write::ImportStatus(import), Some(uid)) if import.metadata.uid.is_none() => {
+                                let mut import = import.clone();
+                                import.metadata.uid = Some(String::clone(uid));
+                                claimed = Write::ImportStatus(import);
+                                &claimed
+                            }
+                            _ => write,
+                        };
+                        match execute(&client, &key, write).await {
+                            Ok(Written::Refused { kind, name, reason }) => {
+                                let refusal = Refusal { kind, name, reason };
+                                refused_event(recorder, &key, &refusal).await;
+                                // The rest does not hang off the object refused
+                                // (an import not ours stops at plan time).
+                                results.push(Ok(Written::Refused { kind: refusal.kind, name: refusal.name, reason }));
+                            }
                             Ok(written) => {
+                                if let Written::Import(import) = &written {
+                                    created_import = import.0.metadata.uid.clone();
+                                }
                                 if let Write::Delete { kind: Kind::Service, namespace, name, .. } = write {
                                     vip_released(recorder, &key, namespace, name).await;
                                 }
@@ -158,8 +209,17 @@ impl Controller {
         for (key, results) in results {
             let mut failed = false;
             let mut any = false;
+            self.write_refusals.remove(&key);
             for result in results {
                 match result {
+                    Ok(Written::Refused { kind, name, reason }) => {
+                        let refusal = Refusal { kind, name, reason };
+                        self.count_refused(&refusal);
+                        self.write_refusals
+                            .entry(key.clone())
+                            .or_default()
+                            .push(refusal);
+                    }
                     Ok(written) => {
                         any = true;
                         self.write_through(written);
@@ -207,6 +267,7 @@ impl Controller {
             Written::Service(service) => self.local.services.apply(service),
             Written::Slice(slice) => self.local.mcs_slices.apply(slice),
             Written::Export(export) => self.local.exports.apply(export),
+            Written::Refused { .. } => {}
             Written::Deleted {
                 kind,
                 namespace,
@@ -233,16 +294,39 @@ impl Controller {
     }
 }
 
+/// Tells the users of an import that a write for it was refused: an
+/// object not ours holds the name (issue 31: never taken over).
+async fn refused_event(recorder: &Recorder, service: &ServiceRef, refusal: &Refusal) {
+    let event = KubeEvent {
+        type_: EventType::Warning,
+        reason: "Refused".into(),
+        note: Some(format!("{}: {}", refusal.reason, refusal.message(service))),
+        action: "Write".into(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, &import_reference(service)).await {
+        tracing::debug!(error = %crate::error::Chain(&error), "could not record an Event");
+    }
+}
+
+/// The ServiceImport of `service`, as an Event's subject.
+fn import_reference(service: &ServiceRef) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(<ServiceImport as kube::Resource>::api_version(&()).into_owned()),
+        kind: Some("ServiceImport".into()),
+        name: Some(service.name.to_string()),
+        namespace: Some(service.namespace.to_string()),
+        ..ObjectReference::default()
+    }
+}
+
 /// Tells the users of an import that its clusterset IP is gone (the import
 /// became headless, or this cluster lost the import's families): clients
 /// holding the old VIP must resolve again.
 async fn vip_released(recorder: &Recorder, service: &ServiceRef, namespace: &str, derived: &str) {
     let reference = ObjectReference {
-        api_version: Some(<ServiceImport as kube::Resource>::api_version(&()).into_owned()),
-        kind: Some("ServiceImport".into()),
-        name: Some(service.name.to_string()),
         namespace: Some(namespace.to_owned()),
-        ..ObjectReference::default()
+        ..import_reference(service)
     };
     let event = KubeEvent {
         type_: EventType::Warning,

@@ -1,0 +1,496 @@
+//! A hostile member cluster (issue 31, docs/controller.md): two member
+//! clusters (apiservers) reading each other with peer-reader tokens, a
+//! controller in each on the shipped roles; then cluster1's admin turns hostile and
+//! writes, only in cluster1, what a compromised cluster would. Each attack
+//! is a named trial showing that it fails, that cluster0's objects keep
+//! their resourceVersion, that the refusal is visible (Event, metric,
+//! `/explain`), and that cluster1's honest exports keep importing.
+
+mod common;
+mod controlplane;
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use controlplane::{ClusterSpec, ControlPlane, ControllerProcess};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::json;
+use support::trials::{self, Behaviour};
+
+use clusterset_dns::api::{ServiceExport, ServiceImport};
+use clusterset_dns::controller::naming::{MANAGED_BY, mirrored_slice_name};
+
+const WAIT: Duration = Duration::from_secs(30);
+/// The victim.
+const VICTIM: usize = 0;
+/// The hostile member.
+const HOSTILE: usize = 1;
+
+struct Pair {
+    // Dropped before the plane, whose directory holds their logs.
+    controllers: Vec<Option<ControllerProcess>>,
+    plane: ControlPlane,
+    clients: Vec<Client>,
+    kubeconfigs: Vec<std::path::PathBuf>,
+}
+
+impl Pair {
+    async fn start() -> Self {
+        let plane =
+            ControlPlane::start_with(&[ClusterSpec::api_only(), ClusterSpec::api_only()]).await;
+        let mut clients = Vec::new();
+        let mut kubeconfigs = Vec::new();
+        for cluster in &plane.clusters {
+            let client = cluster.admin_client().await;
+            controlplane::set_cluster_properties(&client, &cluster.name, "hostile-test").await;
+            kubeconfigs.push(controlplane::install_controller(cluster).await);
+            clients.push(client);
+        }
+        // Each reads the other with a token of the shipped peer-reader role.
+        for (i, client) in clients.iter().enumerate() {
+            let other = &plane.clusters[1 - i];
+            let reader = controlplane::service_account_kubeconfig(
+                other,
+                controlplane::CONTROLLER_NAMESPACE,
+                controlplane::PEER_READER_SA,
+                3600,
+            )
+            .await;
+            controlplane::add_peer_secret(client, &other.name, &reader).await;
+        }
+        let mut pair = Self {
+            controllers: Vec::new(),
+            plane,
+            clients,
+            kubeconfigs,
+        };
+        for i in 0..2 {
+            let controller = pair.spawn(i);
+            pair.controllers.push(Some(controller));
+        }
+        for i in 0..2 {
+            tokio::task::block_in_place(|| pair.controller(i).wait_ready(WAIT));
+        }
+        pair
+    }
+
+    fn spawn(&self, i: usize) -> ControllerProcess {
+        controlplane::spawn_controller(
+            &self.plane.clusters[i],
+            &self.kubeconfigs[i],
+            &["--peer-grace-period", "8s", "--startup-sync-timeout", "10s"],
+        )
+    }
+
+    fn controller(&self, i: usize) -> &ControllerProcess {
+        self.controllers[i].as_ref().expect("controller running")
+    }
+
+    fn client(&self, i: usize) -> &Client {
+        &self.clients[i]
+    }
+
+    fn hostile_id(&self) -> &str {
+        &self.plane.clusters[HOSTILE].name
+    }
+}
+
+fn main() {
+    let args = trials::serial_arguments();
+    let runtime = trials::runtime();
+    let behaviours: Vec<(&str, Behaviour<Pair>)> = vec![
+        (
+            "a_peer_slice_named_after_a_local_slice_takes_nothing_over",
+            |pair| Box::pin(slice_named_after_a_local_one(pair)),
+        ),
+        (
+            "an_object_not_ours_under_a_computed_name_is_refused_with_an_event_a_metric_and_explain",
+            |pair| Box::pin(squatted_name_refused(pair)),
+        ),
+        (
+            "slices_under_peer_chosen_names_are_replaced_without_a_gap_on_upgrade",
+            |pair| Box::pin(upgrade_replaces_old_names(pair)),
+        ),
+    ];
+    let start: trials::Start<Pair> = || Box::pin(Pair::start());
+    let trials = trials::group(&args, &runtime, start, behaviours);
+    let conclusion = libtest_mimic::run(&args, trials);
+    drop(runtime);
+    conclusion.exit();
+}
+
+fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+    serde_json::from_value(value).unwrap()
+}
+
+/// A selector-less Service and its ServiceExport in `client`'s cluster.
+async fn export_selectorless(client: &Client, ns: &str, name: &str) {
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    services
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "metadata": {"name": name},
+                "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
+            })),
+        )
+        .await
+        .unwrap();
+    let exports: Api<ServiceExport> = Api::namespaced(client.clone(), ns);
+    exports
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": name}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// A slice as a peer's controller mirrors one, with the name and address
+/// the hostile admin chose.
+fn forged_slice(peer: &str, service: &str, name: &str, address: &str) -> EndpointSlice {
+    object(json!({
+        "metadata": {
+            "name": name,
+            "labels": {
+                "multicluster.kubernetes.io/service-name": service,
+                "multicluster.kubernetes.io/source-cluster": peer,
+                "endpointslice.kubernetes.io/managed-by": MANAGED_BY,
+            },
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [address], "conditions": {"ready": true}}],
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    }))
+}
+
+/// A slice of this cluster's own, not the controller's.
+fn local_slice(name: &str, service: &str, address: &str) -> EndpointSlice {
+    object(json!({
+        "metadata": {"name": name, "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [address], "conditions": {"ready": true}}],
+        "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+    }))
+}
+
+async fn create_slice(client: &Client, ns: &str, slice: &EndpointSlice) -> EndpointSlice {
+    Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), slice)
+        .await
+        .unwrap()
+}
+
+async fn get_slice(client: &Client, ns: &str, name: &str) -> Option<EndpointSlice> {
+    Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+/// The addresses of the slices of `service` this cluster imports from
+/// `source`, by slice name.
+async fn imported(client: &Client, ns: &str, service: &str, source: &str) -> Vec<(String, String)> {
+    let params = ListParams::default().labels(&format!(
+        "multicluster.kubernetes.io/service-name={service},multicluster.kubernetes.io/source-cluster={source}"
+    ));
+    let slices = Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .list(&params)
+        .await
+        .unwrap();
+    let mut found: Vec<(String, String)> = slices
+        .items
+        .iter()
+        .flat_map(|slice| {
+            let name = slice.metadata.name.clone().unwrap_or_default();
+            slice
+                .endpoints
+                .iter()
+                .flat_map(|e| e.addresses.clone())
+                .map(move |address| (name.clone(), address))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+async fn http_get(port: u16, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return String::new();
+    };
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return String::new();
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response).await;
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
+}
+
+/// The sum of a counter's samples whose labels contain every one of `labels`.
+async fn counter(port: u16, name: &str, labels: &[&str]) -> f64 {
+    http_get(port, "/metrics")
+        .await
+        .lines()
+        .filter(|line| line.starts_with(&format!("{name}{{")))
+        .filter(|line| labels.iter().all(|label| line.contains(label)))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The issue's measured attack: cluster1 publishes mirrored slices named
+/// after cluster0's `default/kubernetes` slice (the apiserver's endpoints)
+/// and after a hand-made slice of a selector-less Service. Before the fix
+/// both ended with cluster1's address and our labels; now both keep their
+/// resourceVersion, and cluster1's endpoints arrive under computed names.
+async fn slice_named_after_a_local_one(pair: &mut Pair) {
+    let (victim, hostile) = (pair.client(VICTIM), pair.client(HOSTILE));
+    let ns = "default";
+    let hostile_id = pair.hostile_id().to_owned();
+    // What the apiserver's endpoint reconciler writes (off in these
+    // apiservers), and a user's slice of a selector-less Service.
+    let kubernetes = create_slice(
+        victim,
+        ns,
+        &local_slice("kubernetes", "kubernetes", "10.10.0.1"),
+    )
+    .await;
+    let manual = create_slice(victim, ns, &local_slice("manual", "manual", "10.10.0.2")).await;
+
+    export_selectorless(hostile, ns, "takeover").await;
+    for (name, address) in [("kubernetes", "10.244.66.1"), ("manual", "10.244.66.2")] {
+        create_slice(
+            hostile,
+            ns,
+            &forged_slice(&hostile_id, "takeover", name, address),
+        )
+        .await;
+    }
+
+    let expected: Vec<(String, String)> = vec![
+        (
+            mirrored_slice_name(ns, "takeover", &hostile_id, "kubernetes"),
+            "10.244.66.1".into(),
+        ),
+        (
+            mirrored_slice_name(ns, "takeover", &hostile_id, "manual"),
+            "10.244.66.2".into(),
+        ),
+    ];
+    let mut expected = expected;
+    expected.sort();
+    support::wait_for(
+        "cluster1's slices imported under computed names",
+        WAIT,
+        || async {
+            let found = imported(victim, ns, "takeover", &hostile_id).await;
+            if found == expected {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{found:?}; controller log:\n{}",
+                    pair.controller(VICTIM).log()
+                ))
+            }
+        },
+    )
+    .await;
+    for before in [&kubernetes, &manual] {
+        let name = before.metadata.name.as_deref().unwrap();
+        let after = get_slice(victim, ns, name).await.expect("still there");
+        assert_eq!(
+            after.metadata.resource_version, before.metadata.resource_version,
+            "{name} was written: {after:?}"
+        );
+        assert_eq!(after.metadata.labels, before.metadata.labels, "{name}");
+    }
+    // An honest export of cluster1 keeps importing.
+    honest_export_imports(pair, "honest-1").await;
+}
+
+/// An honest export from the hostile peer still reaches the victim.
+async fn honest_export_imports(pair: &Pair, name: &str) {
+    let (victim, hostile) = (pair.client(VICTIM), pair.client(HOSTILE));
+    let ns = "default";
+    export_selectorless(hostile, ns, name).await;
+    let hostile_id = pair.hostile_id().to_owned();
+    // The hostile controller mirrors nothing for a selector-less Service:
+    // the slice is its admin's, labelled as a mirror.
+    create_slice(
+        hostile,
+        ns,
+        &forged_slice(&hostile_id, name, &format!("{name}-slice"), "10.244.77.7"),
+    )
+    .await;
+    support::wait_for(&format!("{name} imported"), WAIT, || async {
+        let import = Api::<ServiceImport>::namespaced(victim.clone(), ns)
+            .get_opt(name)
+            .await
+            .unwrap();
+        let found = imported(victim, ns, name, &hostile_id).await;
+        match import {
+            Some(_) if found.iter().any(|(_, a)| a == "10.244.77.7") => Ok(()),
+            other => Err(format!("{other:?} {found:?}")),
+        }
+    })
+    .await;
+}
+
+/// A local object under the name the controller computes, not made by it:
+/// the write is refused, the object keeps its resourceVersion, and the
+/// refusal is a Warning Event on the ServiceImport, a metric and an
+/// `/explain` entry; the export's other slice still imports.
+async fn squatted_name_refused(pair: &mut Pair) {
+    let (victim, hostile) = (pair.client(VICTIM), pair.client(HOSTILE));
+    let ns = "default";
+    let hostile_id = pair.hostile_id().to_owned();
+    let port = pair.controller(VICTIM).admin_port();
+    let metric = "clusterset_dns_controller_refused_total";
+    let labels = ["kind=\"endpointslice\"", "reason=\"NotOurs\""];
+    let refused_before = counter(port, metric, &labels).await;
+
+    let squatted = mirrored_slice_name(ns, "squat", &hostile_id, "taken");
+    let squatter = create_slice(victim, ns, &local_slice(&squatted, "squatter", "10.10.0.3")).await;
+    export_selectorless(hostile, ns, "squat").await;
+    for (name, address) in [("taken", "10.244.88.1"), ("free", "10.244.88.2")] {
+        create_slice(
+            hostile,
+            ns,
+            &forged_slice(&hostile_id, "squat", name, address),
+        )
+        .await;
+    }
+    let free = mirrored_slice_name(ns, "squat", &hostile_id, "free");
+    support::wait_for("the free slice imported, the squatted one refused", WAIT, || async {
+        let found = imported(victim, ns, "squat", &hostile_id).await;
+        let events = Api::<Event>::namespaced(victim.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        let event = events.items.iter().any(|e| {
+            e.reason.as_deref() == Some("Refused")
+                && e.type_.as_deref() == Some("Warning")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("squat")
+                && e.note.as_deref().is_some_and(|n| n.starts_with("NotOurs: EndpointSlice") && n.contains(&squatted))
+        });
+        let refused = counter(port, metric, &labels).await;
+        let explain = http_get(port, &format!("/explain?service={ns}/squat")).await;
+        let explained = explain.contains(&squatted) && explain.contains("NotOurs");
+        if found == [(free.clone(), "10.244.88.2".to_owned())]
+            && event
+            && refused > refused_before
+            && explained
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "imported {found:?}, event {event}, refused {refused} (was {refused_before}), explain {explain}"
+            ))
+        }
+    })
+    .await;
+    let after = get_slice(victim, ns, &squatted).await.expect("still there");
+    assert_eq!(
+        after.metadata.resource_version,
+        squatter.metadata.resource_version
+    );
+    assert_eq!(after.endpoints, squatter.endpoints);
+}
+
+/// The previous release copied a peer's slice under the peer's name. A
+/// controller of this release, started over such a slice, writes the slice
+/// under its computed name first and only then deletes the old one: a
+/// watch on the namespace never sees the import without the peer's
+/// endpoint.
+async fn upgrade_replaces_old_names(pair: &mut Pair) {
+    let ns = "default";
+    let hostile_id = pair.hostile_id().to_owned();
+    let service = "upgraded";
+    honest_export_imports(pair, service).await;
+    let victim = pair.client(VICTIM).clone();
+    let computed = mirrored_slice_name(ns, service, &hostile_id, &format!("{service}-slice"));
+
+    // Stop this cluster's controller and put back what the previous
+    // release wrote: the copy under the peer's name, ours in every other
+    // way (labels, owner).
+    pair.controllers[VICTIM].take().unwrap().kill();
+    let import = Api::<ServiceImport>::namespaced(victim.clone(), ns)
+        .get(service)
+        .await
+        .unwrap();
+    let slices: Api<EndpointSlice> = Api::namespaced(victim.clone(), ns);
+    let mut legacy = slices.get(&computed).await.unwrap();
+    let legacy_name = format!("{service}-slice");
+    legacy.metadata = object(json!({
+        "name": legacy_name,
+        "labels": legacy.metadata.labels,
+        "annotations": legacy.metadata.annotations,
+        "ownerReferences": [{
+            "apiVersion": "multicluster.x-k8s.io/v1beta1",
+            "kind": "ServiceImport",
+            "name": service,
+            "uid": import.metadata.uid,
+            "controller": true,
+        }],
+    }));
+    slices
+        .create(&PostParams::default(), &legacy)
+        .await
+        .unwrap();
+    slices
+        .delete(&computed, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // Every state the namespace passes through, from now on.
+    let selector = format!("multicluster.kubernetes.io/service-name={service}");
+    let watched = slices.clone();
+    let gaps = tokio::spawn(async move {
+        let mut live: BTreeSet<String> = BTreeSet::new();
+        let mut gaps = 0u32;
+        let mut listed = false;
+        let mut stream = watcher(watched, watcher::Config::default().labels(&selector)).boxed();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while let Ok(Some(event)) = tokio::time::timeout_at(deadline, stream.next()).await {
+            let name = |s: &EndpointSlice| s.metadata.name.clone().unwrap_or_default();
+            match event {
+                Ok(watcher::Event::Apply(s)) | Ok(watcher::Event::InitApply(s)) => {
+                    live.insert(name(&s));
+                }
+                Ok(watcher::Event::Delete(s)) => {
+                    live.remove(&name(&s));
+                }
+                Ok(watcher::Event::InitDone) => listed = true,
+                _ => {}
+            }
+            if listed && live.is_empty() {
+                gaps += 1;
+            }
+            if live.len() == 1 && live.contains(&computed) {
+                return (gaps, true);
+            }
+        }
+        (gaps, false)
+    });
+    let controller = pair.spawn(VICTIM);
+    pair.controllers[VICTIM] = Some(controller);
+    let (gaps, finished) = gaps.await.unwrap();
+    assert!(
+        finished,
+        "the old slice was not replaced within {WAIT:?}; log:\n{}",
+        pair.controller(VICTIM).log()
+    );
+    assert_eq!(gaps, 0, "the import was left without a slice {gaps} times");
+    assert!(get_slice(&victim, ns, &legacy_name).await.is_none());
+}
