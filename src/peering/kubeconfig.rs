@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use data_encoding::BASE64;
 use kube::Client;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{AuthInfo, Cluster, KubeConfigOptions, Kubeconfig};
 
 use super::KUBECONFIG_KEY;
 use crate::error::Chain;
@@ -121,10 +121,105 @@ pub enum KubeconfigError {
     /// The client could not be built from it.
     #[error("building a client from data.{KUBECONFIG_KEY}: {0}")]
     Client(String),
+    /// A user or cluster entry (any, not only the current context's) has
+    /// a field that would make the controller run a command, read one of
+    /// its own files, or skip or redirect TLS ([`read`]): `field` is its
+    /// path (`users[0].user.exec`), `why` says so.
+    #[error("data.{KUBECONFIG_KEY}: {field}: {why}")]
+    NotInline {
+        /// The field's path in the kubeconfig.
+        field: String,
+        /// Why it is refused.
+        why: &'static str,
+    },
 }
 
-/// A peer Secret's kubeconfig, read and checked: it parses, and its
-/// current context names a cluster with a server.
+/// A field a peer kubeconfig may not have: its name, whether an entry of
+/// type `T` has it, and why not.
+type Refused<T> = (&'static str, fn(&T) -> bool, &'static str);
+
+/// The fields of a `users[]` entry that a peer kubeconfig may not have,
+/// and why: each runs a command or reads one of the controller's files.
+const REFUSED_USER_FIELDS: [Refused<AuthInfo>; 5] = [
+    (
+        "exec",
+        |u| u.exec.is_some(),
+        "credential plugins are not allowed in a peer kubeconfig",
+    ),
+    (
+        "auth-provider",
+        |u| u.auth_provider.is_some(),
+        "auth-provider plugins are not allowed in a peer kubeconfig",
+    ),
+    (
+        "tokenFile",
+        |u| u.token_file.is_some(),
+        "token files are not allowed in a peer kubeconfig (put the token in token)",
+    ),
+    (
+        "client-certificate",
+        |u| u.client_certificate.is_some(),
+        "certificate files are not allowed in a peer kubeconfig (use client-certificate-data)",
+    ),
+    (
+        "client-key",
+        |u| u.client_key.is_some(),
+        "key files are not allowed in a peer kubeconfig (use client-key-data)",
+    ),
+];
+
+/// The fields of a `clusters[]` entry that a peer kubeconfig may not have,
+/// and why: a file read, or the credentials sent elsewhere or unchecked.
+const REFUSED_CLUSTER_FIELDS: [Refused<Cluster>; 3] = [
+    (
+        "certificate-authority",
+        |c| c.certificate_authority.is_some(),
+        "CA files are not allowed in a peer kubeconfig (use certificate-authority-data)",
+    ),
+    (
+        "proxy-url",
+        |c| c.proxy_url.is_some(),
+        "proxies are not allowed in a peer kubeconfig",
+    ),
+    (
+        "insecure-skip-tls-verify",
+        |c| c.insecure_skip_tls_verify == Some(true),
+        "skipping TLS verification is not allowed in a peer kubeconfig (use certificate-authority-data)",
+    ),
+];
+
+/// The first field of `kubeconfig` that a peer Secret may not carry, in
+/// any entry, used or not. Whoever may write Secrets in the controller's
+/// namespace writes it, and the controller reads it with its own process
+/// and files: credentials and CAs inline only (`token`, `username` and
+/// `password`, the `*-data` fields, impersonation). The two tables are
+/// every field of kube's `AuthInfo` and `Cluster` that runs, reads or
+/// redirects something; the others are data.
+fn not_inline(kubeconfig: &Kubeconfig) -> Option<KubeconfigError> {
+    let refused =
+        |field: String, why: &'static str| Some(KubeconfigError::NotInline { field, why });
+    for (i, user) in kubeconfig.auth_infos.iter().enumerate() {
+        if let Some(user) = &user.auth_info
+            && let Some((field, _, why)) = REFUSED_USER_FIELDS.iter().find(|(_, has, _)| has(user))
+        {
+            return refused(format!("users[{i}].user.{field}"), why);
+        }
+    }
+    for (i, cluster) in kubeconfig.clusters.iter().enumerate() {
+        if let Some(cluster) = &cluster.cluster
+            && let Some((field, _, why)) = REFUSED_CLUSTER_FIELDS
+                .iter()
+                .find(|(_, has, _)| has(cluster))
+        {
+            return refused(format!("clusters[{i}].cluster.{field}"), why);
+        }
+    }
+    None
+}
+
+/// A peer Secret's kubeconfig, read and checked: it parses, it carries
+/// its credentials inline only, and its current context names a cluster
+/// with a server.
 #[derive(Debug, Clone)]
 pub struct StoredKubeconfig {
     /// The kubeconfig.
@@ -133,7 +228,11 @@ pub struct StoredKubeconfig {
     pub cluster: KubeconfigCluster,
 }
 
-/// Reads a peer Secret's `data.kubeconfig` (pure: nothing is contacted).
+/// Reads a peer Secret's `data.kubeconfig` (pure: nothing is contacted,
+/// no file is read). Refuses a kubeconfig that is not inline
+/// ([`KubeconfigError::NotInline`]) before anything else is made of it.
+/// Only for peer Secrets: the admin kubeconfigs of `clusterset-dns peer`
+/// are the operator's own and may use files and plugins.
 pub fn read(data: &[u8]) -> Result<StoredKubeconfig, KubeconfigError> {
     if data.is_empty() {
         return Err(KubeconfigError::Missing);
@@ -141,6 +240,9 @@ pub fn read(data: &[u8]) -> Result<StoredKubeconfig, KubeconfigError> {
     let text = std::str::from_utf8(data).map_err(|_| KubeconfigError::NotUtf8)?;
     let kubeconfig = Kubeconfig::from_yaml(text)
         .map_err(|e| KubeconfigError::NotAKubeconfig(Chain(&e).to_string()))?;
+    if let Some(error) = not_inline(&kubeconfig) {
+        return Err(error);
+    }
     let context = kubeconfig
         .current_context
         .clone()
@@ -210,6 +312,62 @@ mod tests {
     current-context: ctx-a
     "#;
 
+    /// A self-signed CA (P-256, valid to 2126): kube parses the CA of the
+    /// current context when it builds a client.
+    const REAL_CA: &str = "-----BEGIN CERTIFICATE-----
+MIIBmDCCAT+gAwIBAgIUd7E2KjpVKzFy8ZGYIF0qfqVH7SQwCgYIKoZIzj0EAwIw
+ITEfMB0GA1UEAwwWY2x1c3RlcnNldC1kbnMtdGVzdC1jYTAgFw0yNjEyMDMxNTU0
+NTFaGA8yMTI2MTEwOTE1NTQ1MVowITEfMB0GA1UEAwwWY2x1c3RlcnNldC1kbnMt
+dGVzdC1jYTBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABN5jtzrR8glZMS08ZVcD
+g3oyv8/uyhDmoJ0CQTPtsl1Da3jyOxMaGmnFpeXquqFrcHBm3GkZqSxFjeWomqDA
+h1mjUzBRMB0GA1UdDgQWBBRvOzuxMfmYTDuM2jqNtJOz+9UIGzAfBgNVHSMEGDAW
+gBRvOzuxMfmYTDuM2jqNtJOz+9UIGzAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49
+BAMCA0cAMEQCIFp1APm735ILgPQuh+qmXb4lk98fyfKO4GsDGG/y87TNAiAWEp8B
+vXCx3BfiR7toLsC+Y0gOSwNooh1rCczDut1I/w==
+-----END CERTIFICATE-----
+";
+
+    /// A peer kubeconfig with everything a peer Secret may hold inline, in
+    /// a context that is not the current one too.
+    fn peer() -> String {
+        r#"
+    apiVersion: v1
+    kind: Config
+    clusters:
+    - name: a
+      cluster:
+        server: https://a.example:6443
+        certificate-authority-data: CA_DATA
+    - name: b
+      cluster:
+        server: https://127.0.0.1:4443
+        certificate-authority-data: CA_DATA
+        tls-server-name: b.internal
+        insecure-skip-tls-verify: false
+        disable-compression: true
+    users:
+    - name: reader
+      user: {token: t}
+    - name: other
+      user:
+        client-certificate-data: Y2VydA==
+        client-key-data: a2V5
+        username: u
+        password: p
+        as: someone
+        as-uid: "1"
+        as-groups: [g]
+        as-user-extra: {k: [v]}
+    contexts:
+    - name: ctx-a
+      context: {cluster: a, user: reader}
+    - name: ctx-b
+      context: {cluster: b, user: other}
+    current-context: ctx-a
+    "#
+        .replace("CA_DATA", &BASE64.encode(REAL_CA.as_bytes()))
+    }
+
     #[test]
     fn the_current_context_names_the_cluster_and_its_inline_ca() {
         let cluster = kubeconfig_cluster(&kubeconfig(TWO_CONTEXTS), None).unwrap();
@@ -263,14 +421,130 @@ mod tests {
 
     #[test]
     fn a_peer_secrets_kubeconfig_is_read_at_its_current_context() {
-        let stored = read(TWO_CONTEXTS.as_bytes()).unwrap();
+        let stored = read(peer().as_bytes()).unwrap();
         assert_eq!(stored.cluster.context, "ctx-a");
         assert_eq!(stored.cluster.server, "https://a.example:6443");
+        assert_eq!(
+            stored.cluster.ca,
+            Some(CaSource::Data(REAL_CA.as_bytes().to_vec()))
+        );
+    }
+
+    #[test]
+    fn an_inline_peer_kubeconfig_is_read_whatever_its_current_context() {
+        let b = peer().replace("current-context: ctx-a", "current-context: ctx-b");
+        let stored = read(b.as_bytes()).unwrap();
+        assert_eq!(stored.cluster.server, "https://127.0.0.1:4443");
+        assert_eq!(
+            stored.cluster.tls_server_name.as_deref(),
+            Some("b.internal")
+        );
+        assert!(!stored.cluster.insecure);
+    }
+
+    #[test]
+    fn a_peer_kubeconfig_that_runs_reads_or_redirects_is_refused_in_any_entry() {
+        // Each edit adds one field, to an entry of the current context or
+        // to one no context uses.
+        let user0 = "user: {token: t}";
+        let user1 = "username: u";
+        let cluster0 = "server: https://a.example:6443";
+        let cluster1 = "tls-server-name: b.internal";
+        let cases: [(&str, &str, &str); 9] = [
+            (
+                user0,
+                "user: {token: t, exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, 'touch /tmp/x']}}",
+                "users[0].user.exec: credential plugins are not allowed in a peer kubeconfig",
+            ),
+            (
+                user1,
+                "username: u\n        exec: {command: ./plugin}",
+                "users[1].user.exec: credential plugins are not allowed in a peer kubeconfig",
+            ),
+            (
+                user1,
+                "username: u\n        auth-provider: {name: gcp, config: {cmd-path: /bin/true}}",
+                "users[1].user.auth-provider: auth-provider plugins are not allowed in a peer kubeconfig",
+            ),
+            (
+                user0,
+                "user: {tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}",
+                "users[0].user.tokenFile: token files are not allowed in a peer kubeconfig (put the token in token)",
+            ),
+            (
+                user1,
+                "username: u\n        client-certificate: /etc/cert.pem",
+                "users[1].user.client-certificate: certificate files are not allowed in a peer kubeconfig (use client-certificate-data)",
+            ),
+            (
+                user1,
+                "username: u\n        client-key: /etc/key.pem",
+                "users[1].user.client-key: key files are not allowed in a peer kubeconfig (use client-key-data)",
+            ),
+            (
+                cluster0,
+                "server: https://a.example:6443\n        certificate-authority: /etc/ca.pem",
+                "clusters[0].cluster.certificate-authority: CA files are not allowed in a peer kubeconfig (use certificate-authority-data)",
+            ),
+            (
+                cluster1,
+                "tls-server-name: b.internal\n        proxy-url: http://127.0.0.1:3128",
+                "clusters[1].cluster.proxy-url: proxies are not allowed in a peer kubeconfig",
+            ),
+            (
+                "insecure-skip-tls-verify: false",
+                "insecure-skip-tls-verify: true",
+                "clusters[1].cluster.insecure-skip-tls-verify: skipping TLS verification is not allowed in a peer kubeconfig (use certificate-authority-data)",
+            ),
+        ];
+        let peer = peer();
+        for (from, to, expected) in cases {
+            assert!(peer.contains(from), "{from}");
+            let edited = peer.replacen(from, to, 1);
+            let error = read(edited.as_bytes()).expect_err(expected);
+            assert!(
+                matches!(error, KubeconfigError::NotInline { .. }),
+                "{error:?}"
+            );
+            assert_eq!(error.to_string(), format!("data.kubeconfig: {expected}"));
+        }
+    }
+
+    #[test]
+    fn the_first_refused_field_is_named_users_before_clusters() {
+        let both = peer()
+            .replace(
+                "insecure-skip-tls-verify: false",
+                "insecure-skip-tls-verify: true",
+            )
+            .replace("user: {token: t}", "user: {tokenFile: /etc/token}");
+        assert_eq!(
+            read(both.as_bytes()).unwrap_err(),
+            KubeconfigError::NotInline {
+                field: "users[0].user.tokenFile".into(),
+                why: "token files are not allowed in a peer kubeconfig (put the token in token)",
+            }
+        );
+    }
+
+    #[test]
+    fn an_admin_kubeconfig_may_use_files_and_skip_tls() {
+        // kubeconfig_cluster is also the `peer` CLI's reading of the
+        // operator's own kubeconfigs: not restricted.
+        let config = kubeconfig(
+            &TWO_CONTEXTS.replace("user: {token: t}", "user: {exec: {command: gcloud}}"),
+        );
+        assert!(kubeconfig_cluster(&config, Some("ctx-b")).unwrap().insecure);
+        assert!(matches!(
+            read(TWO_CONTEXTS.as_bytes()),
+            Err(KubeconfigError::NotInline { .. })
+        ));
     }
 
     #[test]
     fn an_unusable_peer_kubeconfig_says_what_is_wrong() {
-        let edited = |from: &str, to: &str| TWO_CONTEXTS.replace(from, to).into_bytes();
+        let peer = peer();
+        let edited = |from: &str, to: &str| peer.replace(from, to).into_bytes();
         let cases: [(&str, Vec<u8>, &str); 7] = [
             ("missing", Vec::new(), "no data.kubeconfig"),
             (
@@ -318,8 +592,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_checked_kubeconfig_builds_a_client_without_contacting_the_server() {
-        let insecure = TWO_CONTEXTS.replace("current-context: ctx-a", "current-context: ctx-b");
-        let (_, server) = client(insecure.as_bytes()).await.unwrap();
-        assert_eq!(server, "https://127.0.0.1:4443");
+        let (_, server) = client(peer().as_bytes()).await.unwrap();
+        assert_eq!(server, "https://a.example:6443");
+    }
+
+    #[tokio::test]
+    async fn a_refused_kubeconfig_builds_no_client() {
+        let exec = peer().replace("user: {token: t}", "user: {exec: {command: /bin/false}}");
+        assert!(matches!(
+            client(exec.as_bytes()).await,
+            Err(KubeconfigError::NotInline { .. })
+        ));
     }
 }

@@ -321,6 +321,20 @@ fn a_secret_that_is_not_a_kubeconfig_or_names_this_cluster_is_refused_with_a_rea
         e,
         Effect::Refused { reason: "InvalidKubeconfig", message, .. } if message.contains("peer-x") && message.contains("bad")
     )));
+    // What the shell reports for a kubeconfig with a credential plugin:
+    // the Event's note is `<reason>: <message>`, naming the field.
+    let plugin = "current-context: c\nusers:\n- name: u\n  user: {exec: {command: /bin/sh}}\n";
+    let error = crate::peering::kubeconfig::read(plugin.as_bytes()).unwrap_err();
+    let exec = run.connect("peer-exec", plugin);
+    let refused = run.identify("peer-exec", exec, Contact::Invalid(error.to_string()));
+    assert!(
+        refused.contains(&Effect::Refused {
+            secret: "peer-exec".into(),
+            reason: "InvalidKubeconfig",
+            message: "Secret peer-exec: data.kubeconfig: users[0].user.exec: credential plugins are not allowed in a peer kubeconfig".into(),
+        }),
+        "{refused:?}"
+    );
     let me = run.connect("peer-self", "kubeconfig-self");
     let itself = run.identify("peer-self", me, identity("local"));
     assert!(itself.iter().any(|e| matches!(

@@ -51,6 +51,39 @@ fn a_rendered_kubeconfig_reads_back_as_the_controller_reads_it() {
     assert_eq!(raw["users"][0]["user"]["token"], "secret-token");
 }
 
+#[test]
+fn what_peer_add_writes_is_inline_only_so_the_controller_accepts_it() {
+    // Whatever the admin kubeconfig used (a CA file, exec, a token file,
+    // insecure-skip-tls-verify), `peer add` writes this form: the CA and
+    // the token inline, nothing else that kubeconfig::read refuses.
+    for tls_server_name in [None, Some("b.example")] {
+        let text = render_kubeconfig(&PeerKubeconfig {
+            cluster_id: "cluster-b",
+            server: "https://b.internal:6443",
+            ca_pem: CA.as_bytes(),
+            token: "secret-token",
+            tls_server_name,
+            user: "clusterset-dns-peer-reader",
+        });
+        let raw: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+        let mut cluster_fields: Vec<&str> = raw["clusters"][0]["cluster"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        cluster_fields.sort();
+        let mut expected = vec!["certificate-authority-data", "server"];
+        expected.extend(tls_server_name.map(|_| "tls-server-name"));
+        assert_eq!(cluster_fields, expected);
+        assert_eq!(
+            raw["users"][0]["user"],
+            serde_json::json!({"token": "secret-token"})
+        );
+        kubeconfig::read(text.as_bytes()).unwrap();
+    }
+}
+
 fn member<'a>(cluster_id: &'a str, clusterset: &'a str) -> Member<'a> {
     Member {
         cluster_id,
