@@ -70,6 +70,10 @@ fn main() {
             |mesh| Box::pin(refused_peers(mesh)),
         ),
         (
+            "a_peer_kubeconfig_with_a_plugin_or_a_token_file_is_refused_before_anything_runs_or_is_sent",
+            |mesh| Box::pin(not_inline_kubeconfigs(mesh)),
+        ),
+        (
             "exports_in_denied_namespaces_are_imported_nowhere",
             |mesh| Box::pin(denied_namespace(mesh)),
         ),
@@ -898,6 +902,143 @@ async fn refused_peers(mesh: &mut Mesh) {
         );
     }
     assert_eq!(http(controller.admin_port(), "/ready").await.0, 200);
+    for (peer, _, _) in &cases {
+        controlplane::remove_peer_secret(b, peer).await;
+    }
+}
+
+/// In cluster1, a peer Secret whose kubeconfig runs a credential plugin
+/// (`exec`, which would touch a marker file) and one that sends a local
+/// file as its token (`tokenFile`, to a loopback listener of the test's)
+/// are refused as InvalidKubeconfig, naming the field, in the Event, the
+/// metric and `peer list`; the plugin never runs, the listener never sees
+/// a connection (nor from `peer list`, which reads the Secrets too).
+async fn not_inline_kubeconfigs(mesh: &mut Mesh) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    mesh.controllers_running().await;
+    let b = mesh.client(1);
+    let controller = mesh.controller(1);
+    let dir = mesh.plane.dir();
+    let marker = dir.join("the-exec-plugin-ran");
+    let token_file = dir.join("controller-token");
+    std::fs::write(&token_file, "not-for-peers-7f3a").unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let accepting = tokio::spawn({
+        let connections = connections.clone();
+        async move {
+            while listener.accept().await.is_ok() {
+                connections.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+
+    // Cluster0's reader kubeconfig (a real server and its CA) with the
+    // user swapped: only the refused field differs from an accepted peer.
+    let reader: serde_json::Value =
+        serde_json::from_str(&reader_kubeconfig(&mesh.plane, 0).await).unwrap();
+    let with = |server: Option<String>, user: serde_json::Value| {
+        let mut kubeconfig = reader.clone();
+        if let Some(server) = server {
+            kubeconfig["clusters"][0]["cluster"]["server"] = server.into();
+        }
+        kubeconfig["users"][0]["user"] = user;
+        kubeconfig.to_string()
+    };
+    let exec = with(
+        None,
+        json!({"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": "/bin/sh",
+            "args": ["-c", format!("touch {}", marker.display())],
+            "interactiveMode": "Never",
+        }}),
+    );
+    let file = with(
+        Some(format!("https://127.0.0.1:{port}")),
+        json!({"tokenFile": token_file.display().to_string()}),
+    );
+    let cases = [
+        (
+            "exec-plugin",
+            exec,
+            "users[0].user.exec: credential plugins are not allowed in a peer kubeconfig",
+        ),
+        (
+            "token-file",
+            file,
+            "users[0].user.tokenFile: token files are not allowed in a peer kubeconfig (put the token in token)",
+        ),
+    ];
+    let name = "clusterset_dns_controller_peers_refused_total{reason=\"InvalidKubeconfig\"}";
+    let before = metric(controller, name).await;
+    for (peer, kubeconfig, _) in &cases {
+        controlplane::add_peer_secret(b, peer, kubeconfig).await;
+    }
+    for (peer, _, field) in &cases {
+        let secret = format!("peer-{peer}");
+        let note = format!("InvalidKubeconfig: Secret {secret}: data.kubeconfig: {field}");
+        wait_for(&format!("Secret {secret} refused"), WAIT, || async {
+            let events = refusals(b, &secret).await;
+            if !events.contains(&note) {
+                return Err(format!("no PeerRefused Event {note:?}: {events:?}"));
+            }
+            Ok(())
+        })
+        .await;
+    }
+    let count = metric(controller, name).await;
+    assert!(count >= before + 2.0, "{name} = {count}, {before} before");
+    assert!(
+        controller
+            .log()
+            .contains("users[0].user.exec: credential plugins are not allowed"),
+        "the refusal is not logged"
+    );
+
+    // `peer list` shows the refusal, and builds no client from them either.
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_clusterset-dns"))
+        .args(["peer", "list", "-o", "json", "--kubeconfig"])
+        .arg(&mesh.plane.clusters[1].admin_kubeconfig)
+        .env_remove("KUBECONFIG")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "peer list: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    for (peer, _, field) in &cases {
+        let secret = format!("peer-{peer}");
+        let entry = listed
+            .iter()
+            .find(|p| p["name"] == secret.as_str())
+            .unwrap_or_else(|| panic!("{secret} not listed: {stdout}"));
+        let refused = entry["refused"].as_str().unwrap_or_default();
+        assert!(refused.ends_with(field), "{secret}: {entry}");
+        let error = entry["error"].as_str().unwrap_or_default();
+        assert!(error.ends_with(field), "{secret}: {entry}");
+        assert!(!entry["healthy"].as_bool().unwrap(), "{entry}");
+    }
+
+    // Five seconds more for a late plugin run or connection.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        !marker.exists(),
+        "the exec plugin ran: {}",
+        marker.display()
+    );
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        0,
+        "something connected to the tokenFile kubeconfig's server"
+    );
+    accepting.abort();
     for (peer, _, _) in &cases {
         controlplane::remove_peer_secret(b, peer).await;
     }
