@@ -608,8 +608,12 @@ async fn large_slices(cs: &Clusterset) {
             .unwrap();
     }
     export(&a.client, ns, "big").await;
+    // cluster0 mirrors each slice under a computed name; cluster2 copies
+    // that mirror under a name it computes from it (never the peer's).
     let name_of = |source: &str| {
-        clusterset_dns::controller::naming::mirrored_slice_name(ns, "big", "cluster0", source)
+        use clusterset_dns::controller::naming::mirrored_slice_name;
+        let mirror = mirrored_slice_name(ns, "big", "cluster0", source);
+        mirrored_slice_name(ns, "big", "cluster0", &mirror)
     };
     let want: BTreeMap<String, usize> = [(name_of("big-large"), 1000), (name_of("big-small"), 5)]
         .into_iter()
