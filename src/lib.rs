@@ -31,6 +31,7 @@
 //! - [`peering`]: the peer contract both of them keep: the peer Secret and
 //!   its kubeconfig, the per-peer Lease, the identity read and the health
 //!   probe, the refusal reasons.
+//! - [`cidr`]: IP prefixes (Service CIDRs, a peer's endpoint ranges).
 //! - [`config`]: command line, environment and TOML configuration.
 //! - [`error`]: how errors and their causes are printed.
 //! - [`metrics`], [`admin`], [`explain`], [`telemetry`], [`log_limit`]:
@@ -45,6 +46,7 @@ pub mod admin;
 pub mod api;
 pub mod app;
 pub mod build_info;
+pub mod cidr;
 pub mod config;
 pub mod controller;
 pub mod dns;

@@ -1230,11 +1230,19 @@ async fn lost_cluster_failover(cs: &mut Clusterset) {
     let stopped = Instant::now();
     let mut failed = Vec::new();
     let mut switched = None;
+    // c's pods keep serving (only its apiserver stopped), so a batch may
+    // land on b alone by chance while c's endpoints are still imported
+    // within grace: the switch counts once a's copies of c's slices are gone.
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(cs.client(0).await, ns);
     while stopped.elapsed() < CONVERGE {
         let answers = cs.connect(0, ns, &Dial::new(name, "tcp", 4, 80), 10);
         failed.extend(answers.iter().filter_map(|a| a.as_ref().err().cloned()));
         if answers.iter().flatten().all(|a| a.cluster == IDS[1])
             && answers.iter().all(Result::is_ok)
+            && clusterset::slice_sources(&slices, "svc")
+                .await
+                .is_ok_and(|sources| !sources.contains(IDS[2]))
         {
             switched = Some(stopped.elapsed());
             break;

@@ -1186,8 +1186,10 @@ async fn deleted_objects_recreated(mesh: &mut Mesh) {
     .await;
 }
 
-/// C17: MCS slices labelled as ours whose source does not exist, created
-/// while cluster1's controller is stopped, are deleted when it starts.
+/// C17: MCS slices of ours (our label, owned by their ServiceImport, as a
+/// previous controller wrote them) whose source does not exist, created
+/// while cluster1's controller is stopped, are deleted when it starts. One
+/// with our label but no owner is not ours and stays (issue 31).
 async fn orphan_sweep(mesh: &mut Mesh) {
     mesh.controllers_running().await;
     mesh.settle(1).await;
@@ -1203,13 +1205,36 @@ async fn orphan_sweep(mesh: &mut Mesh) {
         // A real source cluster, but a source slice it does not have.
         ("web-stale", "web", "cluster0"),
     ];
-    for (name, service, source) in orphans {
+    let imports: Api<ServiceImport> = Api::namespaced(b.clone(), NS);
+    let web_uid = imports.get("web").await.unwrap().metadata.uid.unwrap();
+    let owner = |service: &str| {
+        // phantom's import does not exist: a uid nothing has.
+        let uid = if service == "web" {
+            web_uid.as_str()
+        } else {
+            "5e1f0000-0000-4000-8000-000000000017"
+        };
+        json!([{
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+            "kind": "ServiceImport",
+            "name": service,
+            "uid": uid,
+            "controller": true,
+        }])
+    };
+    for (name, service, source) in orphans.into_iter().chain([("web-unowned", "web", "ghost")]) {
+        let owners = if name == "web-unowned" {
+            json!([])
+        } else {
+            owner(service)
+        };
         slices
             .create(
                 &PostParams::default(),
                 &object(json!({
                     "metadata": {
                         "name": name,
+                        "ownerReferences": owners,
                         "labels": {
                             LABEL_SERVICE_NAME: service,
                             LABEL_SOURCE_CLUSTER: source,
@@ -1246,6 +1271,25 @@ async fn orphan_sweep(mesh: &mut Mesh) {
     );
     mesh.wait_ready(1).await;
     mesh.settle(1).await;
+    // Not ours: kept as it was written.
+    let unowned = slices.get("web-unowned").await.unwrap();
+    slices
+        .delete("web-unowned", &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        unowned
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter_map(|f| f.manager.as_deref())
+            .collect::<Vec<_>>()
+            .len(),
+        1,
+        "C17: the slice that is not ours was written to: {:?}",
+        unowned.metadata.managed_fields
+    );
     // Only the orphans went: a restart rewrites nothing that is current.
     assert_eq!(
         versions(&b, NS).await,

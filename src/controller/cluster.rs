@@ -5,20 +5,20 @@
 //! ServiceExports, Services and MCS EndpointSlices. This cluster's store also
 //! holds what only the local cluster has: the Kubernetes EndpointSlices of
 //! local Services (mirrored for export), the ServiceImports, the Namespaces,
-//! the ServiceCIDRs and the zones of the Nodes. Each kind is fed by a [`crate::watch::Watch`], so a
+//! the ServiceCIDRs and the zones and addresses of the Nodes. Each kind is fed by a [`crate::watch::Watch`], so a
 //! relist replaces a kind's state in one step, and each store remembers the
 //! services its changes touched ([`Objects::take_touched`]), so the
 //! reconciler recomputes only those. Objects rest compacted
 //! ([`super::compact`]) and are expanded when a decision reads them.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::ResourceExt;
-use kube::core::PartialObjectMeta;
 
 use super::compact::{Compact, Interner, RestSlice};
 use super::lean::Lean;
@@ -26,6 +26,7 @@ use crate::api::well_known::{
     LABEL_KUBERNETES_SERVICE_NAME, LABEL_SERVICE_NAME, LABEL_TOPOLOGY_ZONE,
 };
 use crate::api::{ServiceExport, ServiceImport};
+use crate::cidr::Cidr;
 use crate::model::ServiceRef;
 use crate::watch::IndexResource;
 
@@ -440,9 +441,14 @@ pub struct LocalData {
     /// The zones of the Nodes (the empty zone for a Node without the zone
     /// label, as kube-proxy reads it): what local-first hints name.
     pub node_zones: BTreeSet<String>,
+    /// Every CIDR of the ServiceCIDRs: no peer endpoint may be inside one
+    /// ([`super::addresses`]).
+    pub service_ranges: Vec<Cidr>,
+    /// Every Node's InternalIP and ExternalIP: no peer endpoint may be one.
+    pub node_addresses: BTreeSet<IpAddr>,
     service_cidrs: BTreeMap<String, Vec<String>>,
-    /// Each Node's zone, by name.
-    nodes: BTreeMap<String, String>,
+    /// What is read of each Node, by name.
+    nodes: BTreeMap<String, NodeFacts>,
     all_touched: bool,
 }
 
@@ -454,6 +460,8 @@ impl Default for LocalData {
             namespaces: BTreeSet::new(),
             ip_families: Vec::new(),
             node_zones: BTreeSet::new(),
+            service_ranges: Vec::new(),
+            node_addresses: BTreeSet::new(),
             service_cidrs: BTreeMap::new(),
             nodes: BTreeMap::new(),
             all_touched: false,
@@ -579,38 +587,54 @@ impl IndexResource<ServiceCIDR> for LocalData {
     }
 }
 
-/// Nodes, read as metadata only: their zone is all the controller uses.
-impl IndexResource<PartialObjectMeta<Node>> for LocalData {
-    type Listed = (String, String);
+/// Nodes, decoded without their status but for addresses: a Node's zone
+/// names local-first hints, its addresses are refused as peer endpoints.
+impl IndexResource<Lean<Node>> for LocalData {
+    type Listed = (String, NodeFacts);
 
-    fn apply(&mut self, node: PartialObjectMeta<Node>) {
-        let (name, zone) = zone_of(node);
-        self.nodes.insert(name, zone);
-        self.recompute_zones();
+    fn apply(&mut self, node: Lean<Node>) {
+        let (name, facts) = facts_of(node.0);
+        self.nodes.insert(name, facts);
+        self.recompute_nodes();
     }
 
-    fn delete(&mut self, node: PartialObjectMeta<Node>) {
-        self.nodes.remove(&node.name_any());
-        self.recompute_zones();
+    fn delete(&mut self, node: Lean<Node>) {
+        self.nodes.remove(&node.0.name_any());
+        self.recompute_nodes();
     }
 
-    fn listed(&mut self, node: PartialObjectMeta<Node>) -> Option<Self::Listed> {
-        Some(zone_of(node))
+    fn listed(&mut self, node: Lean<Node>) -> Option<Self::Listed> {
+        Some(facts_of(node.0))
     }
 
     fn reset(&mut self, listed: Vec<Self::Listed>) {
         self.nodes = listed.into_iter().collect();
-        self.recompute_zones();
+        self.recompute_nodes();
     }
 }
 
-fn zone_of(node: PartialObjectMeta<Node>) -> (String, String) {
+/// What the controller reads of a Node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFacts {
+    zone: String,
+    addresses: Vec<IpAddr>,
+}
+
+fn facts_of(node: Node) -> (String, NodeFacts) {
     let zone = node
         .labels()
         .get(LABEL_TOPOLOGY_ZONE)
         .cloned()
         .unwrap_or_default();
-    (node.name_any(), zone)
+    // Hostname and DNS entries are names, not addresses a slice can hold.
+    let addresses = node
+        .status
+        .iter()
+        .flat_map(|status| status.addresses.iter().flatten())
+        .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
+        .filter_map(|a| a.address.parse().ok())
+        .collect();
+    (node.name_any(), NodeFacts { zone, addresses })
 }
 
 fn cidrs_of(cidr: ServiceCIDR) -> (String, Vec<String>) {
@@ -626,12 +650,23 @@ impl LocalData {
         std::mem::take(&mut self.all_touched)
     }
 
-    /// The set of zones; a new or vanished zone may change the hints of
-    /// any local-first service (a Node joining a known zone changes none).
-    fn recompute_zones(&mut self) {
-        let zones: BTreeSet<String> = self.nodes.values().cloned().collect();
+    /// The set of zones and of Node addresses; a new or vanished zone may
+    /// change the hints of any local-first service (a Node joining a known
+    /// zone changes none), a Node address which peer endpoints any service
+    /// keeps.
+    fn recompute_nodes(&mut self) {
+        let zones: BTreeSet<String> = self.nodes.values().map(|n| n.zone.clone()).collect();
         if zones != self.node_zones {
             self.node_zones = zones;
+            self.all_touched = true;
+        }
+        let addresses: BTreeSet<IpAddr> = self
+            .nodes
+            .values()
+            .flat_map(|n| n.addresses.iter().copied())
+            .collect();
+        if addresses != self.node_addresses {
+            self.node_addresses = addresses;
             self.all_touched = true;
         }
     }
@@ -654,6 +689,21 @@ impl LocalData {
         }
         if families != self.ip_families {
             self.ip_families = families;
+            self.all_touched = true;
+        }
+        // A CIDR that does not parse is the apiserver's to refuse; one it
+        // stored and we cannot read is logged, not guessed at.
+        let mut ranges: Vec<Cidr> = Vec::new();
+        for text in self.service_cidrs.values().flatten() {
+            match text.parse() {
+                Ok(cidr) if !ranges.contains(&cidr) => ranges.push(cidr),
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "a ServiceCIDR that cannot be read"),
+            }
+        }
+        ranges.sort();
+        if ranges != self.service_ranges {
+            self.service_ranges = ranges;
             self.all_touched = true;
         }
     }

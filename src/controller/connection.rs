@@ -18,7 +18,6 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::Client;
 use kube::api::Api;
-use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event as WatcherEvent};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -66,8 +65,9 @@ pub enum WatchEvent {
     Namespaces(Result<WatcherEvent<Namespace>, watcher::Error>),
     /// ServiceCIDRs (local only): which IP families Services can have.
     ServiceCidrs(Result<WatcherEvent<ServiceCIDR>, watcher::Error>),
-    /// Nodes' metadata (local only): the zones local-first hints name.
-    Nodes(Result<WatcherEvent<PartialObjectMeta<Node>>, watcher::Error>),
+    /// Nodes (local only): the zones local-first hints name, the addresses
+    /// refused as peer endpoints.
+    Nodes(Result<WatcherEvent<Lean<Node>>, watcher::Error>),
 }
 
 /// What a cluster task reports.
@@ -78,6 +78,9 @@ pub enum Report {
     Watch(ClusterKey, WatchEvent),
     /// A peer's liveness probe result.
     Probe(ClusterKey, Result<(), String>),
+    /// A peer's probe found it answering with another cluster id than the
+    /// one its watches were started for.
+    Identity(ClusterKey, peering::Identity),
     /// A peer Secret changed (local cluster).
     Secrets(Result<WatcherEvent<k8s_openapi::api::core::v1::Secret>, watcher::Error>),
 }
@@ -217,7 +220,7 @@ pub fn connect(
             ));
             tasks.push(forward(
                 key,
-                watch::stream(Api::<PartialObjectMeta<Node>>::all(client), all),
+                watch::stream(Api::<Lean<Node>>::all(client), all),
                 WatchEvent::Nodes,
                 reports,
             ));
@@ -239,6 +242,7 @@ pub fn connect(
             tasks.push(tokio::spawn(probe(
                 client,
                 key,
+                id,
                 probe_interval,
                 probe_timeout,
                 reports,
@@ -253,6 +257,7 @@ pub fn connect(
 async fn probe(
     client: Client,
     key: ClusterKey,
+    id: String,
     interval: Duration,
     timeout: Duration,
     reports: mpsc::Sender<Report>,
@@ -264,10 +269,24 @@ async fn probe(
         let result = peering::probe(&client, timeout)
             .await
             .map_err(|error| error.to_string());
+        let answered = result.is_ok();
         if reports
             .send(Report::Probe(key.clone(), result))
             .await
             .is_err()
+        {
+            return;
+        }
+        // The id it was accepted as, asked again: a peer whose id changes
+        // is refused (IdentityChanged), not followed.
+        if answered
+            && let Ok(Ok(identity)) =
+                tokio::time::timeout(timeout, peering::identity(&client)).await
+            && identity.cluster_id != id
+            && reports
+                .send(Report::Identity(key.clone(), identity))
+                .await
+                .is_err()
         {
             return;
         }

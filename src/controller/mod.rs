@@ -41,6 +41,7 @@
 //! The peer Secret and Lease contract the controller shares with
 //! `clusterset-dns peer` is [`crate::peering`].
 
+pub mod addresses;
 pub mod admin;
 pub mod apply;
 pub mod args;

@@ -24,9 +24,10 @@ use super::lean::Lean;
 use super::membership::peer_refusal;
 use super::reconcile::PeerView;
 use crate::api::ServiceExport;
+use crate::cidr::Cidr;
 use crate::model::ServiceRef;
-use crate::peering::Identity;
 use crate::peering::reason;
+use crate::peering::{Identity, PeerSecret};
 use crate::watch::backoff::RestartSchedule;
 use crate::watch::{Outcome, Watch};
 
@@ -78,13 +79,14 @@ pub enum Contact {
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)] // as for WatchEvent: moved once, not stored
 pub enum Input {
-    /// Peer Secret `name` was applied with `kubeconfig` (empty when it has
-    /// none); `listed` when it came as part of a (re)list.
+    /// Peer Secret `name` was applied holding `secret` (an empty
+    /// kubeconfig when it has none); `listed` when it came as part of a
+    /// (re)list.
     SecretApplied {
         /// The Secret's name.
         name: String,
-        /// Its `data.kubeconfig`.
-        kubeconfig: Vec<u8>,
+        /// What it holds.
+        secret: PeerSecret,
         /// Part of a list.
         listed: bool,
     },
@@ -273,6 +275,19 @@ impl PeerConn {
 pub struct Peer {
     secret: String,
     kubeconfig: Vec<u8>,
+    /// The id its Secret records (`peer add`): the only one it may answer
+    /// with.
+    pinned_id: Option<String>,
+    /// The pod ranges its Secret records: its endpoints outside them are
+    /// refused.
+    endpoint_ranges: Option<Vec<Cidr>>,
+    /// The first id it was accepted with in this run (a Secret without a
+    /// recorded id is pinned to it, or to its Lease's).
+    first_id: Option<String>,
+    /// It answered with an id other than its pinned one: refused, and
+    /// treated as unreachable (what it published before stays for the
+    /// grace period, frozen, and is never relabelled).
+    identity_changed: bool,
     /// The connection whose data counts.
     current: Option<PeerConn>,
     /// A replacement (rotated Secret, or a relist) being synced; swapped in
@@ -294,6 +309,10 @@ impl Peer {
         Self {
             secret: secret.to_owned(),
             kubeconfig: Vec::new(),
+            pinned_id: None,
+            endpoint_ranges: None,
+            first_id: None,
+            identity_changed: false,
             current: None,
             next: None,
             refused: None,
@@ -347,9 +366,21 @@ impl Peer {
         let Some(conn) = &self.current else {
             return false;
         };
-        conn.identity.is_some()
-            && conn.synced()
-            && (conn.healthy() || self.within_grace(grace, now))
+        conn.identity.is_some() && conn.synced() && (self.up() || self.within_grace(grace, now))
+    }
+
+    /// Healthy and still the cluster it joined as.
+    fn up(&self) -> bool {
+        !self.identity_changed && self.current.as_ref().is_some_and(PeerConn::healthy)
+    }
+
+    /// The id it must answer with: its Secret's, else the first it was
+    /// accepted with, else its Lease's from an earlier run.
+    fn expected_id(&self) -> Option<&str> {
+        self.pinned_id
+            .as_deref()
+            .or(self.first_id.as_deref())
+            .or(self.lease_id.as_deref())
     }
 
     /// Whether it lets `/ready` answer 200: usable, or not read yet but
@@ -436,13 +467,13 @@ impl Peers {
         match input {
             Input::SecretApplied {
                 name,
-                kubeconfig,
+                secret,
                 listed,
             } => {
                 if listed && let Some(relisted) = &mut self.secrets_relisted {
                     relisted.insert(name.clone());
                 }
-                self.secret_applied(name, kubeconfig, &mut effects);
+                self.secret_applied(name, secret, &mut effects);
             }
             Input::SecretDeleted(name) => {
                 if let Some(peer) = self.peers.get_mut(&name) {
@@ -482,12 +513,42 @@ impl Peers {
         effects
     }
 
-    fn secret_applied(&mut self, name: String, kubeconfig: Vec<u8>, effects: &mut Vec<Effect>) {
-        if let Some(peer) = self.peers.get_mut(&name) {
-            peer.removing_at = None;
-            if peer.kubeconfig == kubeconfig {
+    fn secret_applied(&mut self, name: String, secret: PeerSecret, effects: &mut Vec<Effect>) {
+        let PeerSecret {
+            kubeconfig,
+            cluster_id,
+            endpoint_ranges,
+        } = secret;
+        let known = self.peers.contains_key(&name);
+        let peer = self
+            .peers
+            .entry(name.clone())
+            .or_insert_with(|| Peer::new(&name));
+        peer.removing_at = None;
+        let endpoint_ranges = match endpoint_ranges {
+            Ok(ranges) => ranges,
+            Err(why) => {
+                peer.kubeconfig = kubeconfig;
+                let message = format!("Secret {name}: {why}");
+                self.refuse(&name, reason::INVALID_ENDPOINT_CIDRS, message, effects);
                 return;
             }
+        };
+        let same_credentials = known && peer.kubeconfig == kubeconfig;
+        let same_rules = peer.pinned_id == cluster_id && peer.endpoint_ranges == endpoint_ranges;
+        peer.pinned_id = cluster_id;
+        peer.endpoint_ranges = endpoint_ranges;
+        if same_credentials {
+            if same_rules {
+                return;
+            }
+            if peer.refused.is_none() {
+                // New ranges change which endpoints count; a new pinned id
+                // is checked at the next identity read.
+                effects.push(Effect::ReplanAll);
+                return;
+            }
+            // Refused: the new rules may let it in.
         }
         self.connect(name, kubeconfig, effects);
     }
@@ -511,6 +572,7 @@ impl Peers {
         }
         peer.kubeconfig = kubeconfig.clone();
         peer.refused = None;
+        peer.identity_changed = false;
         if peer.current.as_ref().is_some_and(PeerConn::synced) {
             tracing::info!(secret = %name, "connecting to the peer beside its current connection (new credentials, or a relist)");
             peer.next = Some(conn);
@@ -550,6 +612,20 @@ impl Peers {
                 return;
             }
         };
+        // The id it joined as comes first: a peer that now claims another
+        // cluster's id is not a duplicate of that cluster, it changed.
+        if let Some(peer) = self.peers.get_mut(secret)
+            && peer.conn_mut(generation).is_some()
+            && let Some(expected) = peer.expected_id()
+            && expected != identity.cluster_id
+        {
+            let message = format!(
+                "Secret {secret}: the peer joined as {expected:?} and now answers as {:?}: it is treated as unreachable (what it published stays for the grace period, then goes) until its Secret is replaced",
+                identity.cluster_id
+            );
+            self.identity_changed(secret, generation, message, effects);
+            return;
+        }
         let refusal = peer_refusal(
             &self.settings.local_id,
             &self.settings.local_clusterset,
@@ -567,17 +643,15 @@ impl Peers {
         let Some(peer) = self.peers.get_mut(secret) else {
             return;
         };
-        if let Some(current) = &peer.current
-            && let Some(previous) = &current.identity
-            && previous.cluster_id != identity.cluster_id
-            && current.generation != generation
-        {
-            tracing::warn!(secret, old = %previous.cluster_id, new = %identity.cluster_id, "the Secret now names another cluster");
+        if peer.conn_mut(generation).is_none() {
+            return;
         }
+        tracing::info!(secret, peer = %identity.cluster_id, "peer accepted");
+        peer.first_id
+            .get_or_insert_with(|| identity.cluster_id.clone());
         let Some(conn) = peer.conn_mut(generation) else {
             return;
         };
-        tracing::info!(secret, peer = %identity.cluster_id, "peer accepted");
         effects.push(Effect::StartWatches {
             secret: secret.to_owned(),
             generation,
@@ -585,6 +659,43 @@ impl Peers {
         });
         conn.identity = Some(identity);
         effects.push(Effect::ReplanAll);
+    }
+
+    /// Refuses a peer that answers with another id than the one it joined
+    /// as: a connection that had synced under the old id keeps its data,
+    /// frozen (its watches and probe stop), counted as unreachable, so it
+    /// is dropped when the grace period ends; the new connection goes.
+    fn identity_changed(
+        &mut self,
+        secret: &str,
+        generation: u64,
+        message: String,
+        effects: &mut Vec<Effect>,
+    ) {
+        let Some(peer) = self.peers.get_mut(secret) else {
+            return;
+        };
+        tracing::error!(
+            secret,
+            reason = reason::IDENTITY_CHANGED,
+            "peer refused: {message}"
+        );
+        peer.refused = Some(message.clone());
+        peer.identity_changed = true;
+        peer.next = None;
+        if peer
+            .current
+            .as_ref()
+            .is_some_and(|c| c.generation == generation && c.identity.is_none())
+        {
+            peer.current = None;
+        }
+        effects.push(Effect::ReplanAll);
+        effects.push(Effect::Refused {
+            secret: secret.to_owned(),
+            reason: reason::IDENTITY_CHANGED,
+            message,
+        });
     }
 
     fn refuse(
@@ -761,7 +872,7 @@ impl Peers {
             let Some(id) = peer.id().map(str::to_owned) else {
                 continue;
             };
-            let up = peer.current.as_ref().is_some_and(PeerConn::healthy);
+            let up = peer.up();
             if up {
                 peer.last_seen = Some(now.wall);
                 if peer
@@ -842,10 +953,12 @@ impl Peers {
     /// the others.
     pub fn is_live(&self, secret: &str, generation: u64) -> bool {
         self.peers.get(secret).is_some_and(|peer| {
-            [&peer.current, &peer.next]
-                .into_iter()
-                .flatten()
-                .any(|c| c.generation == generation)
+            // A peer whose identity changed is read no more.
+            !peer.identity_changed
+                && [&peer.current, &peer.next]
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c.generation == generation)
         })
     }
 
@@ -868,8 +981,18 @@ impl Peers {
         let mut views = Vec::new();
         let mut unknown = BTreeSet::new();
         for peer in self.peers.values() {
-            let Some(conn) = &peer.current else { continue };
             let within_grace = peer.within_grace(grace, now.wall);
+            let Some(conn) = &peer.current else {
+                // Known only from its Lease, then refused for a changed
+                // id: what it published is left alone until grace ends.
+                if peer.identity_changed
+                    && within_grace
+                    && let Some(id) = &peer.lease_id
+                {
+                    unknown.insert(id.clone());
+                }
+                continue;
+            };
             let Some(identity) = &conn.identity else {
                 if within_grace && let Some(id) = &peer.lease_id {
                     unknown.insert(id.clone());
@@ -885,6 +1008,7 @@ impl Peers {
             }
             views.push(PeerView {
                 id,
+                endpoint_ranges: peer.endpoint_ranges.as_deref(),
                 data: &conn.data,
                 usable: peer.usable(grace, now.wall),
             });

@@ -12,9 +12,10 @@
 //! Rules that keep the mesh loop-free and safe (controller.md §6):
 //! - a peer's slice is copied only from the cluster its `source-cluster`
 //!   label names, and only if it carries our managed-by label;
-//! - peer objects are untrusted: endpoints with loopback, link-local,
-//!   unspecified or multicast addresses, slices over the API's endpoint
-//!   limit and services in denied namespaces are dropped and counted;
+//! - peer objects are untrusted: endpoints whose address is not routable
+//!   unicast or points back into this cluster (a Service CIDR, a Node;
+//!   [`super::addresses`]), slices over the API's endpoint limit and
+//!   services in denied namespaces are dropped and counted;
 //! - nothing is deleted while [`Inputs::deletions_allowed`] is false (some
 //!   peer has not been read since start-up), and a service whose current
 //!   import names a cluster we cannot read is left as it is.
@@ -34,6 +35,7 @@ use crate::api::locality::Locality;
 use crate::api::{
     ClusterStatus, EndpointSliceObjects, ServiceImport, ServiceImportStatus, ServiceImportType,
 };
+use crate::cidr::Cidr;
 use crate::model::ServiceRef;
 
 use self::hints::Hints;
@@ -44,8 +46,6 @@ use self::objects::{
     slice_differs,
 };
 use self::slices::SliceContext;
-#[cfg(test)]
-use self::slices::routable;
 
 /// The most endpoints the API allows in one EndpointSlice.
 pub const MAX_SLICE_ENDPOINTS: usize = 1000;
@@ -80,6 +80,9 @@ impl NamespaceFilter {
 pub struct PeerView<'a> {
     /// Its cluster id.
     pub id: &'a str,
+    /// The pod ranges its Secret records (`peer add --endpoint-cidr`): when
+    /// set, its endpoints outside them are refused.
+    pub endpoint_ranges: Option<&'a [Cidr]>,
     /// What its watches indexed.
     pub data: &'a ClusterData,
     /// Whether its data counts: synced and up, or down but within grace.
@@ -194,6 +197,22 @@ impl Write {
     }
 }
 
+/// Peer input dropped as untrusted: a whole slice, or one endpoint of it
+/// (the rest of the slice kept). Counted in
+/// `clusterset_dns_controller_peer_objects_rejected_total{peer,reason}`,
+/// published as a Warning Event `Rejected` on the ServiceImport and shown
+/// by `/explain`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rejection {
+    /// The peer it came from.
+    pub peer: String,
+    /// A CamelCase reason ([`super::addresses`] for an address).
+    pub reason: &'static str,
+    /// What was dropped, for a person: `EndpointSlice web-abc` or
+    /// `endpoint 10.96.0.1 of EndpointSlice web-abc`.
+    pub what: String,
+}
+
 /// A write the plan will not make, and why: the object of that name in
 /// this cluster is not ours ([`NOT_OURS`]). Counted in
 /// `clusterset_dns_controller_refused_total`, published as a Warning Event
@@ -228,8 +247,8 @@ pub struct Plan {
     pub writes: Vec<Write>,
     /// The merge, when some cluster exports the service.
     pub merged: Option<Merged>,
-    /// Untrusted peer input dropped, as (peer, why) pairs.
-    pub rejected: Vec<(String, &'static str)>,
+    /// Untrusted peer input dropped.
+    pub rejected: Vec<Rejection>,
     /// Writes not made because an object not ours holds the name.
     pub refused: Vec<Refusal>,
     /// The service was left alone because it names a peer we cannot read.

@@ -129,6 +129,9 @@ pub struct Controller {
     /// Writes of the last cycle refused at the apiserver (an object not
     /// ours found under the name), by service, for `/explain`.
     write_refusals: BTreeMap<ServiceRef, Vec<crate::controller::reconcile::Refusal>>,
+    /// Peer input each service's last plan rejected: a rejection not in
+    /// it is new, and counted and published once.
+    rejections: BTreeMap<ServiceRef, Vec<crate::controller::reconcile::Rejection>>,
     /// Per service: the local export's `Valid` reason and the conflict
     /// reasons, for the gauges.
     summaries: BTreeMap<ServiceRef, (Option<&'static str>, Option<String>)>,
@@ -149,7 +152,7 @@ struct LocalWatches {
     imports: Watch<Lean<ServiceImport>, Objects<ServiceImport>>,
     namespaces: Watch<k8s_openapi::api::core::v1::Namespace, LocalData>,
     cidrs: Watch<k8s_openapi::api::networking::v1::ServiceCIDR, LocalData>,
-    nodes: Watch<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node>, LocalData>,
+    nodes: Watch<Lean<k8s_openapi::api::core::v1::Node>, LocalData>,
 }
 
 impl LocalWatches {
@@ -263,6 +266,7 @@ impl Controller {
             first_change: None,
             retry: BTreeSet::new(),
             write_refusals: BTreeMap::new(),
+            rejections: BTreeMap::new(),
             summaries: BTreeMap::new(),
             fatal: None,
             _local_connection: local_connection,
@@ -374,7 +378,14 @@ impl Controller {
                     result,
                 });
             }
-            Report::Probe(ClusterKey::Local, _) => {}
+            Report::Identity(ClusterKey::Peer { secret, generation }, identity) => {
+                self.step(Input::Identity {
+                    secret,
+                    generation,
+                    contact: crate::controller::peers::Contact::Identified(identity),
+                });
+            }
+            Report::Probe(ClusterKey::Local, _) | Report::Identity(ClusterKey::Local, _) => {}
             Report::Secrets(event) => self.secrets(event),
         }
     }
@@ -478,7 +489,7 @@ impl Controller {
             "pending_writes": plan.writes.iter().map(|w| format!("{:?}", w.kind())).collect::<Vec<_>>(),
             "deferred": plan.deferred,
             "refused": plan.refused.iter().chain(self.write_refusals.get(service).into_iter().flatten()).map(|r| serde_json::json!({"kind": r.kind.object_kind(), "name": r.name, "reason": r.reason, "message": r.message(service)})).collect::<Vec<_>>(),
-            "rejected": plan.rejected.iter().map(|(peer, why)| serde_json::json!({"peer": peer, "reason": why})).collect::<Vec<_>>(),
+            "rejected": plan.rejected.iter().map(|r| serde_json::json!({"peer": r.peer, "reason": r.reason, "what": r.what})).collect::<Vec<_>>(),
         })
     }
 

@@ -22,6 +22,8 @@ pub mod lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
+use crate::cidr::Cidr;
+
 pub use contact::{Identity, identity, probe, read_identity};
 
 /// Label that makes a Secret a peer (with the value `true`).
@@ -37,6 +39,51 @@ pub const ANNOTATION_CLUSTER_ID: &str = "clusterset-dns.io/cluster-id";
 /// Annotation on a peer Secret written by `peer add`: `<namespace>/<name>`
 /// of the token Secret in the peer.
 pub const ANNOTATION_TOKEN_SECRET: &str = "clusterset-dns.io/token-secret";
+/// Annotation on a peer Secret written by `peer add --endpoint-cidr`: the
+/// peer's pod ranges, comma-separated; when present, endpoints the peer
+/// publishes outside them are refused.
+pub const ANNOTATION_ENDPOINT_CIDRS: &str = "clusterset-dns.io/endpoint-cidrs";
+
+/// What the controller reads of a peer Secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerSecret {
+    /// Its `data.kubeconfig` (empty when missing).
+    pub kubeconfig: Vec<u8>,
+    /// The id written at `peer add` ([`ANNOTATION_CLUSTER_ID`]): the only
+    /// id the peer may answer with.
+    pub cluster_id: Option<String>,
+    /// The peer's endpoint ranges ([`ANNOTATION_ENDPOINT_CIDRS`]), `None`
+    /// when not recorded; `Err` with why when the annotation does not parse.
+    pub endpoint_ranges: Result<Option<Vec<Cidr>>, String>,
+}
+
+impl Default for PeerSecret {
+    fn default() -> Self {
+        Self {
+            kubeconfig: Vec::new(),
+            cluster_id: None,
+            endpoint_ranges: Ok(None),
+        }
+    }
+}
+
+impl PeerSecret {
+    /// Reads a peer Secret.
+    pub fn read(secret: &Secret) -> Self {
+        let annotations = secret.annotations();
+        let endpoint_ranges = match annotations.get(ANNOTATION_ENDPOINT_CIDRS) {
+            None => Ok(None),
+            Some(text) => crate::cidr::parse_list(text)
+                .map(Some)
+                .map_err(|error| format!("annotation {ANNOTATION_ENDPOINT_CIDRS}: {error}")),
+        };
+        Self {
+            kubeconfig: kubeconfig_data(secret).to_vec(),
+            cluster_id: annotations.get(ANNOTATION_CLUSTER_ID).cloned(),
+            endpoint_ranges,
+        }
+    }
+}
 
 /// Whether `secret` carries [`PEER_LABEL`]`=true`.
 pub fn is_peer_secret(secret: &Secret) -> bool {
@@ -70,6 +117,11 @@ pub mod reason {
     pub const OTHER_CLUSTER_SET: &str = "OtherClusterSet";
     /// Another Secret names the same cluster.
     pub const DUPLICATE_CLUSTER_ID: &str = "DuplicateClusterId";
+    /// The peer answers with an id other than the one it joined with (the
+    /// Secret's [`super::ANNOTATION_CLUSTER_ID`], else the first id seen).
+    pub const IDENTITY_CHANGED: &str = "IdentityChanged";
+    /// The Secret's endpoint ranges do not parse.
+    pub const INVALID_ENDPOINT_CIDRS: &str = "InvalidEndpointCidrs";
 }
 
 #[cfg(test)]
@@ -111,5 +163,40 @@ mod tests {
         let s = secret(&[], &[("config", b"yaml")]);
         assert!(kubeconfig_data(&s).is_empty());
         assert!(kubeconfig_data(&Secret::default()).is_empty());
+    }
+
+    #[test]
+    fn a_peer_secret_is_read_with_its_pinned_id_and_endpoint_ranges() {
+        let mut s = secret(&[(PEER_LABEL, "true")], &[(KUBECONFIG_KEY, b"yaml")]);
+        assert_eq!(
+            PeerSecret::read(&s),
+            PeerSecret {
+                kubeconfig: b"yaml".to_vec(),
+                ..PeerSecret::default()
+            }
+        );
+        s.metadata.annotations = Some(
+            [
+                (ANNOTATION_CLUSTER_ID.to_owned(), "b".to_owned()),
+                (
+                    ANNOTATION_ENDPOINT_CIDRS.to_owned(),
+                    "10.1.0.0/16,fd00:1::/64".to_owned(),
+                ),
+            ]
+            .into(),
+        );
+        let read = PeerSecret::read(&s);
+        assert_eq!(read.cluster_id.as_deref(), Some("b"));
+        assert_eq!(
+            read.endpoint_ranges.unwrap().unwrap(),
+            crate::cidr::parse_list("10.1.0.0/16,fd00:1::/64").unwrap()
+        );
+        s.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(ANNOTATION_ENDPOINT_CIDRS.to_owned(), "10.1.0.0".to_owned());
+        let error = PeerSecret::read(&s).endpoint_ranges.unwrap_err();
+        assert!(error.contains(ANNOTATION_ENDPOINT_CIDRS), "{error}");
     }
 }

@@ -20,7 +20,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
-use k8s_openapi::api::core::v1::{Service, ServiceSpec};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus, Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{
     Endpoint, EndpointConditions, EndpointHints, EndpointPort, EndpointSlice,
 };
@@ -381,6 +381,31 @@ impl<'de> Deserialize<'de> for Stripped<Service, Controller> {
             metadata: raw.metadata.into(),
             spec: raw.spec,
             status: None,
+        }))
+    }
+}
+
+impl<'de> Deserialize<'de> for Stripped<Node, Controller> {
+    /// A Node's labels (its zone) and addresses: its images, conditions
+    /// and the rest of its status are skipped.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Raw {
+            metadata: ControllerMeta<SkippedAnnotations>,
+            status: Option<RawStatus>,
+        }
+        #[derive(Deserialize)]
+        struct RawStatus {
+            addresses: Option<Vec<NodeAddress>>,
+        }
+        let raw = Raw::deserialize(deserializer)?;
+        Ok(Self::new(Node {
+            metadata: raw.metadata.into(),
+            spec: None,
+            status: raw.status.map(|status| NodeStatus {
+                addresses: status.addresses,
+                ..NodeStatus::default()
+            }),
         }))
     }
 }

@@ -7,6 +7,7 @@ use kube::runtime::watcher::{self, Event};
 
 use super::*;
 use crate::api::ServiceExport;
+use crate::peering::PeerSecret;
 
 const GRACE: Duration = Duration::from_secs(10);
 
@@ -88,7 +89,10 @@ impl Run {
     fn apply_secret(&mut self, name: &str, kubeconfig: &str) -> Vec<Effect> {
         self.input(Input::SecretApplied {
             name: name.into(),
-            kubeconfig: kubeconfig.into(),
+            secret: PeerSecret {
+                kubeconfig: kubeconfig.into(),
+                ..PeerSecret::default()
+            },
             listed: false,
         })
     }
@@ -406,7 +410,10 @@ fn a_secret_deleted_while_the_watch_was_down_is_dropped_by_the_next_list() {
     run.input(Input::SecretsListing);
     run.input(Input::SecretApplied {
         name: "peer-c".into(),
-        kubeconfig: b"kubeconfig-1".to_vec(),
+        secret: PeerSecret {
+            kubeconfig: b"kubeconfig-1".to_vec(),
+            ..PeerSecret::default()
+        },
         listed: true,
     });
     run.input(Input::SecretsListed);
@@ -431,7 +438,10 @@ fn a_peer_from_an_earlier_run_is_left_alone_within_the_grace_its_lease_recorded(
     let effects = peers.handle(
         Input::SecretApplied {
             name: "peer-b".into(),
-            kubeconfig: b"kubeconfig-1".to_vec(),
+            secret: PeerSecret {
+                kubeconfig: b"kubeconfig-1".to_vec(),
+                ..PeerSecret::default()
+            },
             listed: false,
         },
         now,
@@ -454,4 +464,126 @@ fn a_peer_from_an_earlier_run_is_left_alone_within_the_grace_its_lease_recorded(
     assert!(replanned.contains(&Effect::ReplanAll), "{replanned:?}");
     assert!(peers.views(later).1.is_empty());
     assert_eq!(peers.not_ready(later), vec!["peer-b".to_owned()]);
+}
+
+fn refused_with(effects: &[Effect]) -> Vec<&'static str> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Refused { reason, .. } => Some(*reason),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Issue 31: a peer that answers with another id than the one it joined
+/// as (found by the probe on a live connection) is refused
+/// `IdentityChanged` and treated as unreachable: its data stays, frozen
+/// and under its old id, for the grace period, then counts no more; its
+/// connection's I/O stops, and its Lease is not renewed.
+#[test]
+fn a_peer_whose_id_changes_is_refused_kept_within_grace_frozen_then_dropped() {
+    let mut run = Run::new();
+    let generation = run.healthy_peer("peer-b", "b", &["web"]);
+    let changed = run.identify("peer-b", generation, identity("b2"));
+    assert_eq!(refused_with(&changed), [reason::IDENTITY_CHANGED]);
+    assert!(
+        !run.peers.is_live("peer-b", generation),
+        "its watches and probe stop"
+    );
+    assert_eq!(run.usable("b"), Some(true), "within grace its data counts");
+    assert_eq!(run.usable("b2"), None, "never under the new id");
+    assert_eq!(run.exported(), ["web"]);
+    // Its (stopped) watches and probe no longer make it healthy.
+    run.probe("peer-b", generation, Ok(()));
+    let ticked = run.wait(Duration::from_secs(2));
+    assert!(
+        !ticked
+            .iter()
+            .any(|e| matches!(e, Effect::RenewLease { .. })),
+        "{ticked:?}"
+    );
+    run.wait(GRACE);
+    assert_eq!(run.usable("b"), Some(false), "dropped after grace");
+}
+
+/// The id recorded on the Secret (`peer add`) is the peer's: a first
+/// contact answering with another is refused before anything is watched;
+/// one answering with it is accepted.
+#[test]
+fn the_id_on_the_secret_is_the_only_one_a_peer_may_answer_with() {
+    let mut run = Run::new();
+    let secret = |id: &str| Input::SecretApplied {
+        name: "peer-b".into(),
+        secret: PeerSecret {
+            kubeconfig: b"kubeconfig-1".to_vec(),
+            cluster_id: Some(id.into()),
+            ..PeerSecret::default()
+        },
+        listed: false,
+    };
+    let generation = connected(&run.input(secret("b"))).unwrap();
+    let refused = run.identify("peer-b", generation, identity("c"));
+    assert_eq!(refused_with(&refused), [reason::IDENTITY_CHANGED]);
+    assert!(
+        !refused
+            .iter()
+            .any(|e| matches!(e, Effect::StartWatches { .. })),
+        "{refused:?}"
+    );
+    assert!(run.peers.views(run.now).0.is_empty());
+    // Re-added for the cluster it really is: accepted.
+    let generation = connected(&run.input(secret("c"))).unwrap();
+    let accepted = run.identify("peer-b", generation, identity("c"));
+    assert!(
+        accepted
+            .iter()
+            .any(|e| matches!(e, Effect::StartWatches { id, .. } if id == "c")),
+        "{accepted:?}"
+    );
+}
+
+/// A Secret without a recorded id is pinned to the first id accepted: new
+/// credentials for another cluster under the same Secret are refused.
+#[test]
+fn a_secret_without_an_id_is_pinned_to_the_first_one_seen() {
+    let mut run = Run::new();
+    run.healthy_peer("peer-b", "b", &["web"]);
+    let generation = run.connect("peer-b", "kubeconfig-2");
+    let refused = run.identify("peer-b", generation, identity("c"));
+    assert_eq!(refused_with(&refused), [reason::IDENTITY_CHANGED]);
+    assert_eq!(
+        run.usable("b"),
+        Some(true),
+        "the old connection's data, within grace"
+    );
+}
+
+/// Endpoint ranges that do not parse refuse the peer, naming the
+/// annotation; fixed, the peer connects again.
+#[test]
+fn unreadable_endpoint_ranges_refuse_the_peer_until_fixed() {
+    let mut run = Run::new();
+    let secret = |ranges: Result<Option<Vec<Cidr>>, String>| Input::SecretApplied {
+        name: "peer-b".into(),
+        secret: PeerSecret {
+            kubeconfig: b"kubeconfig-1".to_vec(),
+            endpoint_ranges: ranges,
+            ..PeerSecret::default()
+        },
+        listed: false,
+    };
+    let refused = run.input(secret(Err("annotation x: nonsense".into())));
+    assert_eq!(refused_with(&refused), [reason::INVALID_ENDPOINT_CIDRS]);
+    assert_eq!(connected(&refused), None);
+    let fixed = run.input(secret(Ok(Some(vec!["10.1.0.0/16".parse().unwrap()]))));
+    let generation = connected(&fixed).expect("connects once fixed");
+    run.identify("peer-b", generation, identity("b"));
+    run.watch("peer-b", generation, listed(&[]));
+    let (views, _) = run.peers.views(run.now);
+    assert_eq!(
+        views[0].endpoint_ranges.map(<[Cidr]>::len),
+        Some(1),
+        "the ranges reach the plan"
+    );
 }

@@ -1,12 +1,12 @@
 //! The MCS EndpointSlices of one service: this cluster's own Kubernetes
 //! slices mirrored, and usable peers' mirrored slices copied under names
-//! computed here (never the peer's), each checked
-//! as untrusted input (routable addresses of the slice's family, the API's
-//! endpoint limit); for a local-first clusterset IP, every endpoint hinted
-//! ([`super::hints`]).
+//! computed here (never the peer's), each checked as untrusted input: the
+//! slice as a whole (the peer's own mirror, of a known family, within the
+//! API's endpoint limit), then each endpoint's addresses
+//! ([`crate::controller::addresses`]: an endpoint refused, the rest kept);
+//! for a local-first clusterset IP, every endpoint hinted ([`super::hints`]).
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -14,11 +14,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::ResourceExt;
 
 use super::hints::Hints;
-use super::{Inputs, MAX_SLICE_ENDPOINTS};
+use super::{Inputs, MAX_SLICE_ENDPOINTS, PeerView, Rejection};
 use crate::api::stripped::cross_cluster;
 use crate::api::well_known::{
     LABEL_KUBERNETES_SERVICE_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_SOURCE_CLUSTER,
 };
+use crate::controller::addresses::{NOT_ROUTABLE, Screen};
 use crate::controller::merge::Merged;
 use crate::controller::naming::{ANNOTATION_SOURCE_SLICE, MANAGED_BY, mirrored_slice_name};
 use crate::model::ServiceRef;
@@ -39,11 +40,11 @@ pub(super) struct SliceContext<'a> {
 impl SliceContext<'_> {
     /// The slices of every exporting cluster, by name: this cluster's
     /// mirrored, usable peers' copied; untrusted peer input dropped is
-    /// recorded in `rejected` as (peer, why).
+    /// recorded in `rejected`.
     pub(super) fn desired(
         &self,
         inputs: &Inputs<'_>,
-        rejected: &mut Vec<(String, &'static str)>,
+        rejected: &mut Vec<Rejection>,
     ) -> BTreeMap<String, EndpointSlice> {
         let mut desired = BTreeMap::new();
         let hints = self.hints;
@@ -59,13 +60,22 @@ impl SliceContext<'_> {
                 .iter()
                 .find(|peer| peer.usable && peer.id == cluster)
             {
+                let screen = Screen {
+                    service_cidrs: &inputs.local_only.service_ranges,
+                    node_addresses: &inputs.local_only.node_addresses,
+                    peer_ranges: peer.endpoint_ranges,
+                };
                 for source in peer.data.mcs_slices.of(self.service) {
-                    match self.copy(peer.id, &source, hints) {
+                    match self.copy(peer, &screen, &source, hints, rejected) {
                         Ok(Some(slice)) => {
                             desired.insert(slice.name_any(), slice);
                         }
                         Ok(None) => {}
-                        Err(why) => rejected.push((peer.id.to_owned(), why)),
+                        Err(reason) => rejected.push(Rejection {
+                            peer: peer.id.to_owned(),
+                            reason,
+                            what: format!("EndpointSlice {}", source.name_any()),
+                        }),
                     }
                 }
             }
@@ -171,46 +181,64 @@ impl SliceContext<'_> {
     }
 
     /// A peer's mirrored slice, checked as untrusted input, with this
-    /// cluster's hints for another cluster's endpoints.
+    /// cluster's hints for another cluster's endpoints. `Err` with the
+    /// reason the whole slice is refused; an endpoint refused is left out
+    /// and recorded in `rejected`.
     fn copy(
         &self,
-        peer: &str,
+        peer: &PeerView<'_>,
+        screen: &Screen<'_>,
         source: &EndpointSlice,
         hints: Option<&Hints>,
+        rejected: &mut Vec<Rejection>,
     ) -> Result<Option<EndpointSlice>, &'static str> {
         let labels = source.labels();
-        if labels.get(LABEL_SOURCE_CLUSTER).map(String::as_str) != Some(peer)
+        if labels.get(LABEL_SOURCE_CLUSTER).map(String::as_str) != Some(peer.id)
             || labels.get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY)
         {
-            return Err("slice not mirrored by the peer itself");
+            return Err(slice_reason::NOT_MIRRORED_BY_PEER);
         }
         let Some(family) = Self::family_of(&source.address_type) else {
-            return Err("slice address type is not IPv4 or IPv6");
+            return Err(slice_reason::UNKNOWN_ADDRESS_TYPE);
         };
         if !self.families.iter().any(|f| f == family) {
             return Ok(None);
         }
         if source.endpoints.len() > MAX_SLICE_ENDPOINTS {
-            return Err("slice has more endpoints than the API allows");
+            return Err(slice_reason::TOO_MANY_ENDPOINTS);
         }
         // The peer's name for its slice only feeds the hash: a name a peer
         // chose never names an object here.
-        let source_name = source.metadata.name.as_deref().ok_or("slice has no name")?;
+        let source_name = source
+            .metadata
+            .name
+            .as_deref()
+            .ok_or(slice_reason::UNNAMED)?;
         let name = mirrored_slice_name(
             &self.service.namespace,
             &self.service.name,
-            peer,
+            peer.id,
             source_name,
         );
         let mut endpoints = Vec::with_capacity(source.endpoints.len());
         for endpoint in &source.endpoints {
-            let valid = !endpoint.addresses.is_empty()
-                && endpoint
-                    .addresses
-                    .iter()
-                    .all(|address| routable(address, family));
-            if !valid {
-                return Err("slice has an address that is not a routable unicast IP");
+            let refused = if endpoint.addresses.is_empty() {
+                Some(("none".to_owned(), NOT_ROUTABLE))
+            } else {
+                endpoint.addresses.iter().find_map(|address| {
+                    screen
+                        .check(address, family)
+                        .err()
+                        .map(|reason| (address.clone(), reason))
+                })
+            };
+            if let Some((address, reason)) = refused {
+                rejected.push(Rejection {
+                    peer: peer.id.to_owned(),
+                    reason,
+                    what: format!("endpoint {address} of EndpointSlice {source_name}"),
+                });
+                continue;
             }
             endpoints.push(Endpoint {
                 hints: hints.map(Hints::remote),
@@ -218,7 +246,7 @@ impl SliceContext<'_> {
             });
         }
         Ok(Some(self.build(
-            peer,
+            peer.id,
             name,
             format!("{}/{source_name}", self.service.namespace),
             family,
@@ -228,24 +256,17 @@ impl SliceContext<'_> {
     }
 }
 
-/// Whether `address` is an IP of `family` that traffic can be sent to.
-pub(super) fn routable(address: &str, family: &str) -> bool {
-    match address.parse::<IpAddr>() {
-        Ok(IpAddr::V4(ip)) => {
-            family == "IPv4"
-                && !(ip.is_loopback()
-                    || ip.is_link_local()
-                    || ip.is_unspecified()
-                    || ip.is_multicast()
-                    || ip.is_broadcast())
-        }
-        Ok(IpAddr::V6(ip)) => {
-            family == "IPv6"
-                && !(ip.is_loopback()
-                    || ip.is_unicast_link_local()
-                    || ip.is_unspecified()
-                    || ip.is_multicast())
-        }
-        Err(_) => false,
-    }
+/// Why a peer's slice is refused as a whole (the `reason` of
+/// `peer_objects_rejected_total`, `/explain` and the Event).
+pub mod slice_reason {
+    /// Its `source-cluster` label is not the peer it was read from, or it
+    /// lacks our managed-by label: a relay of a third cluster's slice, or
+    /// not a mirror at all.
+    pub const NOT_MIRRORED_BY_PEER: &str = "NotMirroredByPeer";
+    /// Its address type is not IPv4 or IPv6 (FQDN slices are not imported).
+    pub const UNKNOWN_ADDRESS_TYPE: &str = "UnknownAddressType";
+    /// It has more endpoints than the API allows in one slice.
+    pub const TOO_MANY_ENDPOINTS: &str = "TooManyEndpoints";
+    /// It has no name.
+    pub const UNNAMED: &str = "Unnamed";
 }

@@ -124,6 +124,7 @@ struct World {
     unknown: BTreeSet<String>,
     deletions_allowed: bool,
     next_ip: u8,
+    endpoint_ranges: std::collections::BTreeMap<String, Vec<Cidr>>,
 }
 
 impl World {
@@ -141,6 +142,7 @@ impl World {
             unknown: BTreeSet::new(),
             deletions_allowed: true,
             next_ip: 1,
+            endpoint_ranges: Default::default(),
         }
     }
 
@@ -157,6 +159,7 @@ impl World {
             .iter()
             .map(|(id, data, usable)| PeerView {
                 id,
+                endpoint_ranges: self.endpoint_ranges.get(id.as_str()).map(Vec::as_slice),
                 data,
                 usable: *usable,
             })
@@ -510,9 +513,83 @@ fn untrusted_peer_slices_are_rejected_and_loops_are_impossible() {
     relayed.metadata.name = Some("relayed".into());
     peer.mcs_slices.apply(relayed);
     world.converge("web", 5);
-    assert!(world.slices().is_empty(), "{:?}", world.slices());
-    let rejected = world.plan("web").rejected;
-    assert_eq!(rejected.len(), 2, "{rejected:?}");
+    // b's slice arrives without its refused endpoint; the relay not at all.
+    let slices = world.slices();
+    assert_eq!(slices.len(), 1, "{slices:?}");
+    assert!(slices[0].endpoints.is_empty(), "{slices:?}");
+    let mut rejected = world.plan("web").rejected;
+    rejected.sort();
+    let reasons: Vec<(&str, &str)> = rejected
+        .iter()
+        .map(|r| (r.reason, r.what.as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            (
+                slices::slice_reason::NOT_MIRRORED_BY_PEER,
+                "EndpointSlice relayed"
+            ),
+            (
+                crate::controller::addresses::NOT_ROUTABLE,
+                &*format!(
+                    "endpoint 127.0.0.1 of EndpointSlice {}",
+                    mirrored_slice_name(NS, "web", "b", "x")
+                )
+            ),
+        ],
+    );
+}
+
+/// Issue 31: an endpoint a peer publishes inside this cluster's Service
+/// CIDR, at one of its Node addresses, or outside the ranges recorded for
+/// the peer is refused by name; the slice's other endpoints are imported.
+#[test]
+fn endpoints_pointing_back_into_this_cluster_are_refused_and_the_rest_kept() {
+    let mut world = World::new();
+    world.local_only.service_ranges = vec!["10.96.0.0/12".parse().unwrap()];
+    world.local_only.node_addresses = ["172.18.0.2".parse().unwrap()].into();
+    let peer = world.peer("b");
+    peer.exports.apply(export("web", 0));
+    peer.services.apply(service("web", 80));
+    peer.mcs_slices.apply(peer_slice(
+        "b",
+        "web",
+        &["10.96.0.1", "172.18.0.2", "10.3.0.1", "10.9.0.1"],
+    ));
+    world.converge("web", 5);
+    let kept = |world: &World| -> Vec<String> {
+        world
+            .slices()
+            .iter()
+            .flat_map(|s| s.endpoints.iter().flat_map(|e| e.addresses.clone()))
+            .collect()
+    };
+    assert_eq!(kept(&world), ["10.3.0.1", "10.9.0.1"]);
+    let reasons: Vec<&str> = world
+        .plan("web")
+        .rejected
+        .iter()
+        .map(|r| r.reason)
+        .collect();
+    assert_eq!(reasons, ["InServiceCIDR", "NodeAddress"]);
+
+    // Ranges recorded for b: 10.9.0.1 is outside them.
+    world
+        .endpoint_ranges
+        .insert("b".into(), vec!["10.3.0.0/16".parse().unwrap()]);
+    world.converge("web", 5);
+    assert_eq!(kept(&world), ["10.3.0.1"]);
+    let reasons: Vec<&str> = world
+        .plan("web")
+        .rejected
+        .iter()
+        .map(|r| r.reason)
+        .collect();
+    assert_eq!(
+        reasons,
+        ["InServiceCIDR", "NodeAddress", "OutsidePeerRanges"]
+    );
 }
 
 #[test]
@@ -612,28 +689,6 @@ fn denied_namespaces_and_missing_namespaces_get_no_import() {
     assert!(deny.denies("secret"));
     assert!(!deny.denies("secrets"));
     assert!(!NamespaceFilter::new([String::new()]).denies("demo"));
-}
-
-#[test]
-fn only_routable_unicast_addresses_of_the_family_pass() {
-    for good in ["10.1.2.3", "192.168.0.1"] {
-        assert!(routable(good, "IPv4"), "{good}");
-    }
-    assert!(routable("fd00::1", "IPv6"));
-    for bad in [
-        "127.0.0.1",
-        "169.254.1.1",
-        "0.0.0.0",
-        "224.0.0.1",
-        "255.255.255.255",
-        "x",
-        "fd00::1",
-    ] {
-        assert!(!routable(bad, "IPv4"), "{bad}");
-    }
-    for bad in ["::1", "fe80::1", "::", "ff02::1", "10.0.0.1"] {
-        assert!(!routable(bad, "IPv6"), "{bad}");
-    }
 }
 
 /// A local-first clusterset IP: exported from here (a) and from b, both

@@ -12,11 +12,18 @@ use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use super::{Controller, ROUNDS_PER_CYCLE, SERVICES_PER_CYCLE, WRITE_CONCURRENCY};
 use crate::api::ServiceImport;
 use crate::controller::apply::{Written, execute};
-use crate::controller::reconcile::{Kind, Plan, Refusal, Write, plan};
+use crate::controller::reconcile::{Kind, Plan, Refusal, Rejection, Write, plan};
 use crate::model::ServiceRef;
 
 /// Writes a plan refused, with the service each belongs to.
 type Refused = Vec<(ServiceRef, Refusal)>;
+
+/// Peer input newly rejected, with the service it was for.
+type Rejected = Vec<(ServiceRef, Rejection)>;
+
+/// The most `Rejected` Events one service gets per change (the rest are
+/// counted, and all of them listed by `/explain`).
+const REJECTED_EVENTS_PER_SERVICE: usize = 5;
 
 impl Controller {
     /// One cycle over the services marked dirty.
@@ -43,9 +50,17 @@ impl Controller {
         // behind the rest of a cold start.
         let mut wrote = false;
         for round in 0..ROUNDS_PER_CYCLE {
-            let (plans, refused) = self.plan_round(keys, round == 0);
+            let (plans, refused, rejected) = self.plan_round(keys, round == 0);
             for (service, refusal) in &refused {
                 refused_event(&self.recorder, service, refusal).await;
+            }
+            let mut per_service: BTreeMap<&ServiceRef, usize> = BTreeMap::new();
+            for (service, rejection) in &rejected {
+                let published = per_service.entry(service).or_default();
+                if *published < REJECTED_EVENTS_PER_SERVICE {
+                    *published += 1;
+                    rejected_event(&self.recorder, service, rejection).await;
+                }
             }
             if plans.is_empty() {
                 break;
@@ -71,16 +86,18 @@ impl Controller {
     }
 
     /// Plans `keys`, keeps the status summaries current, and returns the
-    /// plans with something to do and the writes refused. Rejected peer
-    /// input and refusals are counted once per cycle (`count_rejected` on
-    /// its first round; later rounds return no refusals).
+    /// plans with something to do, the writes refused and the peer input
+    /// newly rejected. Refusals are counted once per cycle
+    /// (`count_rejected` on its first round; later rounds return none),
+    /// a rejection once when it first appears.
     fn plan_round(
         &mut self,
         keys: BTreeSet<ServiceRef>,
         count_rejected: bool,
-    ) -> (Vec<(ServiceRef, Plan)>, Refused) {
-        let (plans, summaries) = self.with_inputs(|inputs| {
+    ) -> (Vec<(ServiceRef, Plan)>, Refused, Rejected) {
+        let (plans, summaries, rejections) = self.with_inputs(|inputs| {
             let mut summaries = Vec::new();
+            let mut rejections = Vec::new();
             let plans: Vec<(ServiceRef, Plan)> = keys
                 .into_iter()
                 .map(|key| {
@@ -91,14 +108,26 @@ impl Controller {
                         .and_then(|m| m.conflict.as_ref())
                         .map(|c| c.reason.clone());
                     summaries.push((key.clone(), (plan.export_reason, conflict)));
+                    rejections.push((key.clone(), plan.rejected.clone()));
                     (key, plan)
                 })
-                .filter(|(_, plan)| {
-                    !plan.writes.is_empty() || !plan.rejected.is_empty() || !plan.refused.is_empty()
-                })
+                .filter(|(_, plan)| !plan.writes.is_empty() || !plan.refused.is_empty())
                 .collect();
-            (plans, summaries)
+            (plans, summaries, rejections)
         });
+        let mut rejected = Vec::new();
+        for (service, mut now) in rejections {
+            now.sort();
+            now.dedup();
+            let before = self.rejections.remove(&service).unwrap_or_default();
+            for rejection in now.iter().filter(|r| before.binary_search(r).is_err()) {
+                self.count_rejected(&service, rejection);
+                rejected.push((service.clone(), rejection.clone()));
+            }
+            if !now.is_empty() {
+                self.rejections.insert(service, now);
+            }
+        }
         for (key, summary) in summaries {
             if summary == (None, None) {
                 self.summaries.remove(&key);
@@ -110,12 +139,6 @@ impl Controller {
         let mut refused = Vec::new();
         if count_rejected {
             for (service, plan) in &plans {
-                for (peer, why) in &plan.rejected {
-                    self.metrics
-                        .rejected
-                        .with_label_values(&[peer.as_str(), why])
-                        .inc();
-                }
                 for refusal in &plan.refused {
                     self.count_refused(refusal);
                     refused.push((service.clone(), refusal.clone()));
@@ -126,7 +149,21 @@ impl Controller {
             .into_iter()
             .filter(|(_, plan)| !plan.writes.is_empty())
             .collect();
-        (plans, refused)
+        (plans, refused, rejected)
+    }
+
+    fn count_rejected(&self, service: &ServiceRef, rejection: &Rejection) {
+        tracing::warn!(
+            %service,
+            peer = %rejection.peer,
+            reason = rejection.reason,
+            what = %rejection.what,
+            "refused untrusted peer input"
+        );
+        self.metrics
+            .rejected
+            .with_label_values(&[rejection.peer.as_str(), rejection.reason])
+            .inc();
     }
 
     fn count_refused(&self, refusal: &Refusal) {
@@ -302,6 +339,23 @@ async fn refused_event(recorder: &Recorder, service: &ServiceRef, refusal: &Refu
         reason: "Refused".into(),
         note: Some(format!("{}: {}", refusal.reason, refusal.message(service))),
         action: "Write".into(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, &import_reference(service)).await {
+        tracing::debug!(error = %crate::error::Chain(&error), "could not record an Event");
+    }
+}
+
+/// Tells the users of an import that part of a peer's input was refused.
+async fn rejected_event(recorder: &Recorder, service: &ServiceRef, rejection: &Rejection) {
+    let event = KubeEvent {
+        type_: EventType::Warning,
+        reason: "Rejected".into(),
+        note: Some(format!(
+            "{}: {} from cluster {} is not imported for {service}",
+            rejection.reason, rejection.what, rejection.peer
+        )),
+        action: "Import".into(),
         secondary: None,
     };
     if let Err(error) = recorder.publish(&event, &import_reference(service)).await {

@@ -16,20 +16,19 @@ use super::{ConnTasks, Controller};
 use crate::controller::connection::{ClusterKey, Scope, connect};
 use crate::controller::naming::FIELD_MANAGER;
 use crate::controller::peers::{Contact, Effect, Input, Now};
-use crate::peering::{self, lease, read_identity, reason};
+use crate::peering::{self, PeerSecret, lease, read_identity, reason};
 
 impl Controller {
     /// The peer Secret watch, as inputs of the peers' state.
     pub(super) fn secrets(&mut self, event: Result<WatcherEvent<Secret>, watcher::Error>) {
-        let kubeconfig = |secret: &Secret| peering::kubeconfig_data(secret).to_vec();
         let input = match event {
             Ok(WatcherEvent::Apply(secret)) => Input::SecretApplied {
-                kubeconfig: kubeconfig(&secret),
+                secret: PeerSecret::read(&secret),
                 name: secret.name_any(),
                 listed: false,
             },
             Ok(WatcherEvent::InitApply(secret)) => Input::SecretApplied {
-                kubeconfig: kubeconfig(&secret),
+                secret: PeerSecret::read(&secret),
                 name: secret.name_any(),
                 listed: true,
             },
