@@ -1049,7 +1049,13 @@ async fn not_inline_kubeconfigs(mesh: &mut Mesh) {
 /// not written.
 async fn denied_namespace(mesh: &mut Mesh) {
     mesh.controllers_running().await;
-    const DENIED: [&str; 2] = ["kube-system", "secret-team"];
+    // kube-* and secret-team by --deny-namespaces; the controller's own
+    // namespace always (issue 31).
+    const DENIED: [&str; 3] = [
+        "kube-system",
+        "secret-team",
+        controlplane::CONTROLLER_NAMESPACE,
+    ];
     for i in 0..3 {
         create_namespace(mesh.client(i), "secret-team").await;
     }

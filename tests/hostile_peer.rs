@@ -118,6 +118,19 @@ fn main() {
             "slices_under_peer_chosen_names_are_replaced_without_a_gap_on_upgrade",
             |pair| Box::pin(upgrade_replaces_old_names(pair)),
         ),
+        (
+            "endpoints_in_the_victims_service_cidr_or_at_its_node_addresses_are_refused_and_the_rest_kept",
+            |pair| Box::pin(endpoints_pointing_back_refused(pair)),
+        ),
+        (
+            "endpoints_outside_the_ranges_recorded_for_a_peer_are_refused",
+            |pair| Box::pin(endpoints_outside_ranges_refused(pair)),
+        ),
+        // Last: the hostile peer stays refused afterwards.
+        (
+            "a_peer_that_changes_its_cluster_id_is_refused_and_its_imports_go_after_grace",
+            |pair| Box::pin(identity_change_refused(pair)),
+        ),
     ];
     let start: trials::Start<Pair> = || Box::pin(Pair::start());
     let trials = trials::group(&args, &runtime, start, behaviours);
@@ -493,4 +506,278 @@ async fn upgrade_replaces_old_names(pair: &mut Pair) {
     );
     assert_eq!(gaps, 0, "the import was left without a slice {gaps} times");
     assert!(get_slice(&victim, ns, &legacy_name).await.is_none());
+}
+
+/// A Warning Event with `reason` regarding ServiceImport `ns/name` (or any
+/// object, when `name` is empty) whose note contains every one of `parts`.
+async fn event_with(client: &Client, ns: &str, reason: &str, name: &str, parts: &[&str]) -> bool {
+    let events = Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    events.items.iter().any(|e| {
+        e.reason.as_deref() == Some(reason)
+            && e.type_.as_deref() == Some("Warning")
+            && (name.is_empty()
+                || e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            && e.note
+                .as_deref()
+                .is_some_and(|n| parts.iter().all(|p| n.contains(p)))
+    })
+}
+
+/// The hostile peer publishes, beside an honest endpoint, the victim's
+/// `kubernetes` ClusterIP (in its Service CIDR, 10.0.0.0/24) and the
+/// address of one of its Nodes: both are refused by name (Event, metric,
+/// `/explain`), the honest endpoint of the same slice imported; the
+/// victim's Service and Node keep their resourceVersion.
+async fn endpoints_pointing_back_refused(pair: &mut Pair) {
+    use k8s_openapi::api::core::v1::Node;
+    let (victim, hostile) = (pair.client(VICTIM), pair.client(HOSTILE));
+    let ns = "default";
+    let hostile_id = pair.hostile_id().to_owned();
+    let port = pair.controller(VICTIM).admin_port();
+    let nodes: Api<Node> = Api::all(victim.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": "victim-node"}})),
+        )
+        .await
+        .unwrap();
+    let node = nodes
+        .patch_status(
+            "victim-node",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {"addresses": [
+                {"type": "InternalIP", "address": "172.31.0.5"},
+                {"type": "Hostname", "address": "victim-node"},
+            ]}})),
+        )
+        .await
+        .unwrap();
+    let kubernetes = Api::<Service>::namespaced(victim.clone(), ns)
+        .get("kubernetes")
+        .await
+        .unwrap();
+    let cluster_ip = kubernetes
+        .spec
+        .as_ref()
+        .unwrap()
+        .cluster_ip
+        .clone()
+        .unwrap();
+    let metric = "clusterset_dns_controller_peer_objects_rejected_total";
+    let peer_label = format!("peer=\"{hostile_id}\"");
+    let before = [
+        counter(port, metric, &[&peer_label, "reason=\"InServiceCIDR\""]).await,
+        counter(port, metric, &[&peer_label, "reason=\"NodeAddress\""]).await,
+    ];
+
+    export_selectorless(hostile, ns, "redirect").await;
+    let mut slice = forged_slice(&hostile_id, "redirect", "redirect-slice", "10.244.99.1");
+    slice.endpoints = ["10.244.99.1", cluster_ip.as_str(), "172.31.0.5"]
+        .iter()
+        .map(|address| object(json!({"addresses": [address], "conditions": {"ready": true}})))
+        .collect();
+    create_slice(hostile, ns, &slice).await;
+
+    support::wait_for("the honest endpoint imported, the others refused and shown", WAIT, || async {
+        let found = imported(victim, ns, "redirect", &hostile_id).await;
+        let addresses: Vec<&str> = found.iter().map(|(_, a)| a.as_str()).collect();
+        let events = [
+            event_with(victim, ns, "InServiceCIDR", "redirect", &["InServiceCIDR: endpoint", &cluster_ip]).await,
+            event_with(victim, ns, "NodeAddress", "redirect", &["NodeAddress: endpoint 172.31.0.5"]).await,
+        ];
+        let counted = [
+            counter(port, metric, &[&peer_label, "reason=\"InServiceCIDR\""]).await,
+            counter(port, metric, &[&peer_label, "reason=\"NodeAddress\""]).await,
+        ];
+        let explain = http_get(port, &format!("/explain?service={ns}/redirect")).await;
+        let explained = explain.contains("InServiceCIDR") && explain.contains("NodeAddress") && explain.contains(&cluster_ip);
+        if addresses == ["10.244.99.1"]
+            && events == [true, true]
+            && counted[0] > before[0]
+            && counted[1] > before[1]
+            && explained
+        {
+            Ok(())
+        } else {
+            Err(format!("imported {addresses:?}, events {events:?}, counted {counted:?} (was {before:?}), explain {explain}"))
+        }
+    })
+    .await;
+    // The victim's own objects were not written.
+    let after = Api::<Service>::namespaced(victim.clone(), ns)
+        .get("kubernetes")
+        .await
+        .unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        kubernetes.metadata.resource_version
+    );
+    let node_after = nodes.get("victim-node").await.unwrap();
+    assert_eq!(
+        node_after.metadata.resource_version,
+        node.metadata.resource_version
+    );
+    honest_export_imports(pair, "honest-2").await;
+}
+
+/// With `clusterset-dns.io/endpoint-cidrs` on the victim's peer Secret (as
+/// `peer add --endpoint-cidr 10.244.0.0/16` writes it), an endpoint the
+/// hostile peer publishes outside it is refused and one inside imported;
+/// the ranges removed, both import again.
+async fn endpoints_outside_ranges_refused(pair: &mut Pair) {
+    use k8s_openapi::api::core::v1::Secret;
+    let (victim, hostile) = (pair.client(VICTIM), pair.client(HOSTILE));
+    let ns = "default";
+    let hostile_id = pair.hostile_id().to_owned();
+    let port = pair.controller(VICTIM).admin_port();
+    let secrets: Api<Secret> = Api::namespaced(victim.clone(), controlplane::CONTROLLER_NAMESPACE);
+    let secret = format!("peer-{hostile_id}");
+    let annotate = |value: serde_json::Value| {
+        let secrets = secrets.clone();
+        let secret = secret.clone();
+        async move {
+            secrets
+                .patch(
+                    &secret,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+                        clusterset_dns::peering::ANNOTATION_ENDPOINT_CIDRS: value,
+                    }}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    annotate(json!("10.244.0.0/16")).await;
+    export_selectorless(hostile, ns, "ranged").await;
+    let mut slice = forged_slice(&hostile_id, "ranged", "ranged-slice", "10.244.50.1");
+    slice.endpoints = ["10.244.50.1", "10.250.0.9"]
+        .iter()
+        .map(|address| object(json!({"addresses": [address], "conditions": {"ready": true}})))
+        .collect();
+    create_slice(hostile, ns, &slice).await;
+    let addresses =
+        |found: Vec<(String, String)>| found.into_iter().map(|(_, a)| a).collect::<Vec<_>>();
+    support::wait_for(
+        "only the endpoint inside the peer's range imported",
+        WAIT,
+        || async {
+            let found = addresses(imported(victim, ns, "ranged", &hostile_id).await);
+            let event = event_with(
+                victim,
+                ns,
+                "OutsidePeerRanges",
+                "ranged",
+                &["OutsidePeerRanges: endpoint 10.250.0.9"],
+            )
+            .await;
+            let counted = counter(
+                port,
+                "clusterset_dns_controller_peer_objects_rejected_total",
+                &["reason=\"OutsidePeerRanges\""],
+            )
+            .await;
+            if found == ["10.244.50.1"] && event && counted > 0.0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "imported {found:?}, event {event}, counted {counted}"
+                ))
+            }
+        },
+    )
+    .await;
+    // Ranges removed: nothing restricts the peer's addresses any more.
+    annotate(serde_json::Value::Null).await;
+    support::wait_for(
+        "both endpoints imported once the ranges are gone",
+        WAIT,
+        || async {
+            let found = addresses(imported(victim, ns, "ranged", &hostile_id).await);
+            if found == ["10.244.50.1", "10.250.0.9"] {
+                Ok(())
+            } else {
+                Err(format!("{found:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+/// The hostile member changes its ClusterProperty id. The victim refuses it
+/// (`PeerRefused` Event with `IdentityChanged`, the peers-refused metric),
+/// keeps what it published for the grace period (8 s here), then drops
+/// it; nothing is ever imported under the new id.
+async fn identity_change_refused(pair: &mut Pair) {
+    let (victim, hostile) = (pair.client(VICTIM), pair.client(HOSTILE));
+    let ns = "default";
+    let hostile_id = pair.hostile_id().to_owned();
+    let port = pair.controller(VICTIM).admin_port();
+    honest_export_imports(pair, "honest-3").await;
+    let new_id = format!("{hostile_id}-renamed");
+    controlplane::set_cluster_properties(hostile, &new_id, "hostile-test").await;
+    let changed = std::time::Instant::now();
+    support::wait_for("the peer refused as IdentityChanged", WAIT, || async {
+        let event = event_with(
+            victim,
+            controlplane::CONTROLLER_NAMESPACE,
+            "PeerRefused",
+            "",
+            &["IdentityChanged", &new_id],
+        )
+        .await;
+        let counted = counter(
+            port,
+            "clusterset_dns_controller_peers_refused_total",
+            &["reason=\"IdentityChanged\""],
+        )
+        .await;
+        if event && counted > 0.0 {
+            Ok(())
+        } else {
+            Err(format!("event {event}, counted {counted}"))
+        }
+    })
+    .await;
+    // Within grace: still imported under the old id.
+    let within = imported(victim, ns, "honest-3", &hostile_id).await;
+    assert!(
+        changed.elapsed() < Duration::from_secs(6),
+        "refusal took {:?}, too long to check within the 8 s grace",
+        changed.elapsed()
+    );
+    assert!(!within.is_empty(), "dropped before the grace period ended");
+    support::wait_for("dropped once the grace period ended", WAIT, || async {
+        let left = imported(victim, ns, "honest-3", &hostile_id).await;
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{left:?}"))
+        }
+    })
+    .await;
+    let dropped = changed.elapsed();
+    assert!(
+        dropped >= Duration::from_secs(7),
+        "dropped after {dropped:?}, before the 8 s grace"
+    );
+    let renamed = Api::<EndpointSlice>::namespaced(victim.clone(), ns)
+        .list(&ListParams::default().labels(&format!(
+            "multicluster.kubernetes.io/source-cluster={new_id}"
+        )))
+        .await
+        .unwrap();
+    assert!(
+        renamed.items.is_empty(),
+        "imported under the new id: {:?}",
+        renamed.items
+    );
+    eprintln!(
+        "identity change: refused, dropped {:.1} s after (grace 8 s)",
+        dropped.as_secs_f64()
+    );
 }

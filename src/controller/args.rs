@@ -37,7 +37,8 @@ pub struct ControllerArgs {
     #[arg(long, env = "CLUSTERSET_DNS_STARTUP_SYNC_TIMEOUT", default_value = "30s", value_parser = duration::parse)]
     pub startup_sync_timeout: Duration,
     /// Namespaces never imported into or exported from: names, or
-    /// prefixes ending in `*`, comma-separated.
+    /// prefixes ending in `*`, comma-separated. The controller's own
+    /// namespace (`--namespace`) is always denied besides.
     #[arg(
         long,
         env = "CLUSTERSET_DNS_DENY_NAMESPACES",

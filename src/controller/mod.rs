@@ -159,7 +159,14 @@ pub async fn run(
         peer_selector: args.peer_selector.clone(),
         grace: args.peer_grace_period,
         startup_sync_timeout: args.startup_sync_timeout,
-        deny: NamespaceFilter::new(args.deny_namespaces.iter().cloned()),
+        // The controller's own namespace holds the peer Secrets: never
+        // imported into, whatever --deny-namespaces says.
+        deny: NamespaceFilter::new(
+            args.deny_namespaces
+                .iter()
+                .cloned()
+                .chain([args.namespace.clone()]),
+        ),
         probe_interval: crate::peering::contact::PROBE_INTERVAL,
         probe_timeout: crate::peering::contact::PROBE_TIMEOUT,
         instance: identity.clone(),

@@ -200,8 +200,8 @@ impl Write {
 /// Peer input dropped as untrusted: a whole slice, or one endpoint of it
 /// (the rest of the slice kept). Counted in
 /// `clusterset_dns_controller_peer_objects_rejected_total{peer,reason}`,
-/// published as a Warning Event `Rejected` on the ServiceImport and shown
-/// by `/explain`.
+/// published as a Warning Event on the ServiceImport (its reason the
+/// rejection's) and shown by `/explain`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Rejection {
     /// The peer it came from.

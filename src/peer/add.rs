@@ -24,9 +24,11 @@ use super::cluster::{
 };
 use super::rules::{self, Member, PeerKubeconfig, Target};
 use super::{AddArgs, FIELD_MANAGER, PeerError, list, reader};
+use crate::cidr::Cidr;
 use crate::peering::kubeconfig::CaSource;
 use crate::peering::{
-    self, ANNOTATION_CLUSTER_ID, ANNOTATION_TOKEN_SECRET, KUBECONFIG_KEY, PEER_LABEL, read_identity,
+    self, ANNOTATION_CLUSTER_ID, ANNOTATION_ENDPOINT_CIDRS, ANNOTATION_TOKEN_SECRET,
+    KUBECONFIG_KEY, PEER_LABEL, read_identity,
 };
 
 /// How long the peer's kube-controller-manager may take to fill in a new
@@ -36,6 +38,16 @@ const TOKEN_WAIT: Duration = Duration::from_secs(30);
 /// Runs `peer add` and returns what it did, one line per step.
 pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
     let local_ns = args.local.namespace.as_str();
+    // Checked before anything is read or written.
+    let endpoint_cidrs = args
+        .endpoint_cidrs
+        .iter()
+        .map(|text| {
+            text.parse::<Cidr>()
+                .map(|cidr| cidr.to_string())
+                .map_err(|e| PeerError::Failed(format!("--endpoint-cidr: {e}")))
+        })
+        .collect::<Result<Vec<String>, PeerError>>()?;
     let peer_ns = args.remote.peer_namespace.as_deref().unwrap_or(local_ns);
     let local = connect_local(&args.local).await?;
     let peer = connect_peer(
@@ -158,6 +170,13 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
         "peer: token Secret {peer_ns}/{token_name} created and checked (CA from {ca_origin})\n"
     );
 
+    let mut annotations = serde_json::json!({
+        ANNOTATION_CLUSTER_ID: peer_id.cluster_id,
+        ANNOTATION_TOKEN_SECRET: format!("{peer_ns}/{token_name}"),
+    });
+    if !endpoint_cidrs.is_empty() {
+        annotations[ANNOTATION_ENDPOINT_CIDRS] = endpoint_cidrs.join(",").into();
+    }
     let secret = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Secret",
@@ -166,10 +185,7 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
             "name": name,
             "namespace": local_ns,
             "labels": {PEER_LABEL: "true"},
-            "annotations": {
-                ANNOTATION_CLUSTER_ID: peer_id.cluster_id,
-                ANNOTATION_TOKEN_SECRET: format!("{peer_ns}/{token_name}"),
-            },
+            "annotations": annotations,
         },
         "data": {KUBECONFIG_KEY: k8s_openapi::ByteString(kubeconfig.into_bytes())},
     });

@@ -111,6 +111,12 @@ pub struct AddArgs {
     /// Name of the peer Secret (default: `peer-<peer cluster id>`).
     #[arg(long)]
     pub name: Option<String>,
+    /// A pod range of the peer (repeat for each, e.g. `10.1.0.0/16` and
+    /// `fd00:1::/64`): this cluster's controller then refuses any endpoint
+    /// the peer publishes outside them. Recorded on the peer Secret; a
+    /// re-run without it clears them.
+    #[arg(long = "endpoint-cidr", value_name = "CIDR")]
+    pub endpoint_cidrs: Vec<String>,
 }
 
 /// Output format of `peer list`.

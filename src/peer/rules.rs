@@ -244,6 +244,9 @@ pub struct PeerStatus {
     pub last_seen_seconds_ago: Option<i64>,
     /// The controller's refusal that still holds (the `PeerRefused` note).
     pub refused: Option<String>,
+    /// The pod ranges recorded for it (`peer add --endpoint-cidr`): its
+    /// endpoints outside them are refused. Empty when none are recorded.
+    pub endpoint_cidrs: Vec<String>,
 }
 
 impl PeerStatus {
@@ -319,6 +322,13 @@ pub fn render_table(peers: &[PeerStatus]) -> String {
         out += &line(&row.each_ref().map(String::as_str));
     }
     for p in peers {
+        if !p.endpoint_cidrs.is_empty() {
+            out += &format!(
+                "{}: endpoints only in {}\n",
+                p.name,
+                p.endpoint_cidrs.join(", ")
+            );
+        }
         if let Some(error) = &p.error {
             out += &format!("{}: {error}\n", p.name);
         }

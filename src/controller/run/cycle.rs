@@ -21,7 +21,7 @@ type Refused = Vec<(ServiceRef, Refusal)>;
 /// Peer input newly rejected, with the service it was for.
 type Rejected = Vec<(ServiceRef, Rejection)>;
 
-/// The most `Rejected` Events one service gets per change (the rest are
+/// The most rejection Events one service gets per change (the rest are
 /// counted, and all of them listed by `/explain`).
 const REJECTED_EVENTS_PER_SERVICE: usize = 5;
 
@@ -348,14 +348,16 @@ async fn refused_event(recorder: &Recorder, service: &ServiceRef, refusal: &Refu
 
 /// Tells the users of an import that part of a peer's input was refused.
 async fn rejected_event(recorder: &Recorder, service: &ServiceRef, rejection: &Rejection) {
+    // The reason names the rule: the Recorder folds Events of one reason
+    // and action on one object into a series, whatever their notes say.
     let event = KubeEvent {
         type_: EventType::Warning,
-        reason: "Rejected".into(),
+        reason: rejection.reason.into(),
         note: Some(format!(
             "{}: {} from cluster {} is not imported for {service}",
             rejection.reason, rejection.what, rejection.peer
         )),
-        action: "Import".into(),
+        action: "RejectPeerInput".into(),
         secondary: None,
     };
     if let Err(error) = recorder.publish(&event, &import_reference(service)).await {

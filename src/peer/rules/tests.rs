@@ -253,6 +253,7 @@ fn status(name: &str, healthy: bool) -> PeerStatus {
         last_seen: Some("2027-01-15T08:00:00Z".into()),
         last_seen_seconds_ago: Some(4),
         refused: None,
+        endpoint_cidrs: Vec::new(),
     }
 }
 
@@ -263,7 +264,9 @@ fn the_table_aligns_columns_and_lists_problems_after_it() {
     down.last_seen = None;
     down.last_seen_seconds_ago = None;
     down.refused = Some("DuplicateClusterId: Secrets a and b both name cluster c".into());
-    let table = render_table(&[status("peer-cluster-b", true), down]);
+    let mut ranged = status("peer-cluster-b", true);
+    ranged.endpoint_cidrs = vec!["10.1.0.0/16".into(), "fd00:1::/64".into()];
+    let table = render_table(&[ranged, down]);
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(
         lines[0].split_whitespace().collect::<Vec<_>>(),
@@ -285,12 +288,16 @@ fn the_table_aligns_columns_and_lists_problems_after_it() {
         lines[2],
         "peer-cluster-c  ?          https://127.0.0.1:6443  unhealthy  -          refused"
     );
-    assert_eq!(lines[3], "peer-cluster-c: connection refused");
     assert_eq!(
-        lines[4],
+        lines[3],
+        "peer-cluster-b: endpoints only in 10.1.0.0/16, fd00:1::/64"
+    );
+    assert_eq!(lines[4], "peer-cluster-c: connection refused");
+    assert_eq!(
+        lines[5],
         "peer-cluster-c: refused by the controller: DuplicateClusterId: Secrets a and b both name cluster c"
     );
-    assert_eq!(lines.len(), 5);
+    assert_eq!(lines.len(), 6);
 }
 
 #[test]
