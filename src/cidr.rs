@@ -49,6 +49,21 @@ impl fmt::Display for Cidr {
 }
 
 impl Cidr {
+    /// Its network address.
+    pub fn network(&self) -> IpAddr {
+        self.network
+    }
+
+    /// How many addresses it holds (at most `u64::MAX`: an IPv6 /64 and
+    /// wider saturate).
+    pub fn size(&self) -> u64 {
+        let bits = match self.network {
+            IpAddr::V4(_) => 32,
+            IpAddr::V6(_) => 128,
+        } - u32::from(self.prefix);
+        1u64.checked_shl(bits).unwrap_or(u64::MAX)
+    }
+
     /// Whether `ip` is inside this prefix (never across families).
     pub fn contains(&self, ip: IpAddr) -> bool {
         ip.is_ipv4() == self.network.is_ipv4() && mask(ip, self.prefix) == self.network

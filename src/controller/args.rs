@@ -46,6 +46,11 @@ pub struct ControllerArgs {
         value_delimiter = ','
     )]
     pub deny_namespaces: Vec<String>,
+    /// Opt-in mode: import only into namespaces whose labels match this
+    /// label selector (`clusterset.example/import=true`, `team in (a,b)`).
+    /// Unset, every namespace not denied is imported into.
+    #[arg(long, env = "CLUSTERSET_DNS_IMPORT_NAMESPACE_SELECTOR")]
+    pub import_namespace_selector: Option<crate::controller::namespaces::LabelSelector>,
     /// The most ServiceExports read from one peer; beyond it a peer's
     /// objects are refused and counted
     /// (`peer_objects_rejected_total{reason="peer-limit"}`).
@@ -63,6 +68,17 @@ pub struct ControllerArgs {
         default_value_t = 100_000
     )]
     pub peer_max_services: usize,
+    /// The percentage of this cluster's Service CIDR (its primary family)
+    /// that one peer alone may fill with clusterset IPs: imports only that
+    /// peer exports count against it, and past it further ones are refused
+    /// (`peer_objects_rejected_total{reason="ClusterSetIPShareExceeded"}`).
+    #[arg(
+        long,
+        env = "CLUSTERSET_DNS_PEER_CLUSTERSET_IP_SHARE",
+        default_value_t = 25,
+        value_parser = clap::value_parser!(u8).range(1..=100)
+    )]
+    pub peer_clusterset_ip_share: u8,
     /// The most mirrored EndpointSlices read from one peer.
     #[arg(long, env = "CLUSTERSET_DNS_PEER_MAX_SLICES", default_value_t = 50_000)]
     pub peer_max_slices: usize,

@@ -435,6 +435,8 @@ pub struct LocalData {
     pub imports: Objects<ServiceImport>,
     /// Namespaces that exist and are not terminating.
     pub namespaces: BTreeSet<String>,
+    /// Their labels (`--import-namespace-selector` reads them).
+    pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
     /// IP families the cluster's Services can have (from its ServiceCIDRs),
     /// primary first.
     pub ip_families: Vec<String>,
@@ -458,6 +460,7 @@ impl Default for LocalData {
             kubernetes_slices: Objects::new(kubernetes_slice_owner),
             imports: Objects::new(named),
             namespaces: BTreeSet::new(),
+            namespace_labels: BTreeMap::new(),
             ip_families: Vec::new(),
             node_zones: BTreeSet::new(),
             service_ranges: Vec::new(),
@@ -529,35 +532,43 @@ objects_store!(EndpointSlice);
 objects_store!(ServiceImport);
 
 impl IndexResource<Namespace> for LocalData {
-    type Listed = String;
+    type Listed = (String, BTreeMap<String, String>);
 
     fn apply(&mut self, namespace: Namespace) {
         let name = namespace.name_any();
         let live = namespace.metadata.deletion_timestamp.is_none();
         let changed = if live {
-            self.namespaces.insert(name)
+            let labels = namespace.metadata.labels.unwrap_or_default();
+            let relabelled = self.namespace_labels.get(&name) != Some(&labels);
+            self.namespace_labels.insert(name.clone(), labels);
+            self.namespaces.insert(name) | relabelled
         } else {
+            self.namespace_labels.remove(&name);
             self.namespaces.remove(&name)
         };
         self.all_touched |= changed;
     }
 
     fn delete(&mut self, namespace: Namespace) {
-        self.all_touched |= self.namespaces.remove(&namespace.name_any());
+        let name = namespace.name_any();
+        self.namespace_labels.remove(&name);
+        self.all_touched |= self.namespaces.remove(&name);
     }
 
-    fn listed(&mut self, namespace: Namespace) -> Option<String> {
-        namespace
-            .metadata
-            .deletion_timestamp
-            .is_none()
-            .then(|| namespace.name_any())
+    fn listed(&mut self, namespace: Namespace) -> Option<Self::Listed> {
+        namespace.metadata.deletion_timestamp.is_none().then(|| {
+            (
+                namespace.name_any(),
+                namespace.metadata.labels.unwrap_or_default(),
+            )
+        })
     }
 
-    fn reset(&mut self, listed: Vec<String>) {
-        let listed: BTreeSet<String> = listed.into_iter().collect();
-        if listed != self.namespaces {
-            self.namespaces = listed;
+    fn reset(&mut self, listed: Vec<Self::Listed>) {
+        let labels: BTreeMap<String, BTreeMap<String, String>> = listed.into_iter().collect();
+        if labels != self.namespace_labels {
+            self.namespaces = labels.keys().cloned().collect();
+            self.namespace_labels = labels;
             self.all_touched = true;
         }
     }

@@ -50,11 +50,13 @@ pub mod compact;
 pub mod conditions;
 pub mod connection;
 pub mod fence;
+pub mod ip_share;
 pub mod leader;
 pub mod lean;
 pub mod membership;
 pub mod merge;
 pub mod metrics;
+pub mod namespaces;
 pub mod naming;
 pub mod ownership;
 pub mod peers;
@@ -167,6 +169,8 @@ pub async fn run(
                 .cloned()
                 .chain([args.namespace.clone()]),
         ),
+        import_selector: args.import_namespace_selector.clone(),
+        peer_ip_share: args.peer_clusterset_ip_share,
         probe_interval: crate::peering::contact::PROBE_INTERVAL,
         probe_timeout: crate::peering::contact::PROBE_TIMEOUT,
         instance: identity.clone(),

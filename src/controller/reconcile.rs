@@ -28,7 +28,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, 
 
 use super::cluster::{ClusterData, LocalData};
 use super::conditions::{ImportReadiness, export_conditions, import_ready};
+use super::ip_share::{IpShare, SHARE_EXCEEDED};
 use super::merge::{ExportedService, Invalid, Merged, merge, project};
+pub use super::namespaces::NamespaceFilter;
+use super::namespaces::{LabelSelector, reason as namespace_reason};
 use super::naming::derived_service_name;
 use super::ownership::{NOT_OURS, claim, owns};
 use crate::api::locality::Locality;
@@ -49,31 +52,6 @@ use self::slices::SliceContext;
 
 /// The most endpoints the API allows in one EndpointSlice.
 pub const MAX_SLICE_ENDPOINTS: usize = 1000;
-
-/// Namespaces that are never imported into or exported from.
-#[derive(Debug, Clone)]
-pub struct NamespaceFilter {
-    patterns: Vec<String>,
-}
-
-impl NamespaceFilter {
-    /// Patterns are names, or prefixes ending in `*` (`kube-*`).
-    pub fn new(patterns: impl IntoIterator<Item = String>) -> Self {
-        Self {
-            patterns: patterns.into_iter().filter(|p| !p.is_empty()).collect(),
-        }
-    }
-
-    /// Whether `namespace` is denied.
-    pub fn denies(&self, namespace: &str) -> bool {
-        self.patterns
-            .iter()
-            .any(|pattern| match pattern.strip_suffix('*') {
-                Some(prefix) => namespace.starts_with(prefix),
-                None => namespace == pattern,
-            })
-    }
-}
 
 /// One peer as the reconciler sees it.
 #[derive(Debug)]
@@ -106,6 +84,11 @@ pub struct Inputs<'a> {
     pub unknown_peers: &'a BTreeSet<String>,
     /// Namespaces never imported or exported.
     pub deny: &'a NamespaceFilter,
+    /// In the opt-in mode, the labels a namespace needs to be imported into.
+    pub import_selector: Option<&'a LabelSelector>,
+    /// How many clusterset IPs one peer alone may make this cluster
+    /// allocate, and how many each holds.
+    pub ip_share: &'a IpShare,
     /// Whether objects may be deleted (every peer read once, or in grace).
     pub deletions_allowed: bool,
     /// The time written into changed conditions.
@@ -267,6 +250,7 @@ pub struct Plan {
 pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
     let mut plan = Plan::default();
     if inputs.deny.denies(&service.namespace) {
+        plan.rejected = refused_exports(inputs, service, namespace_reason::NAMESPACE_DENIED);
         return plan;
     }
     let observed = Observed::read(inputs, service);
@@ -294,8 +278,29 @@ pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
     let mut desired_slices = BTreeMap::new();
     let mut mirrored = true;
     let mut creating_import = false;
-    if let Some(merged) = merged.as_ref().filter(|_| observed.namespace_exists) {
+    if merged.is_some() && observed.namespace_exists && !observed.namespace_selected {
+        plan.rejected = refused_exports(inputs, service, namespace_reason::NAMESPACE_NOT_SELECTED);
+    }
+    if let Some(merged) = merged
+        .as_ref()
+        .filter(|_| observed.namespace_exists && observed.namespace_selected)
+    {
         let target = Target::new(inputs, merged, &observed);
+        // A new clusterset IP that only one peer asks for counts against
+        // that peer's share of this cluster's Service CIDR.
+        if observed.import.is_none()
+            && target.want_derived
+            && let [only] = merged.clusters.as_slice()
+            && only != inputs.local_id
+            && !inputs.ip_share.admit(only, inputs.local_only)
+        {
+            plan.rejected.push(Rejection {
+                peer: only.clone(),
+                reason: SHARE_EXCEEDED,
+                what: format!("ServiceExport {service}"),
+            });
+            return plan;
+        }
         if target.name_taken {
             plan.refused.push(Refusal {
                 kind: Kind::Service,
@@ -392,6 +397,25 @@ fn local_first_hints(inputs: &Inputs<'_>, service: &ServiceRef, merged: &Merged)
     )
 }
 
+/// One rejection per usable peer exporting `service`, which is not
+/// imported here for `reason`.
+fn refused_exports(
+    inputs: &Inputs<'_>,
+    service: &ServiceRef,
+    reason: &'static str,
+) -> Vec<Rejection> {
+    inputs
+        .peers
+        .iter()
+        .filter(|peer| peer.usable && peer.data.exports.of(service).next().is_some())
+        .map(|peer| Rejection {
+            peer: peer.id.to_owned(),
+            reason,
+            what: format!("ServiceExport {service}"),
+        })
+        .collect()
+}
+
 /// What this cluster holds now for one service, as far as we own it.
 struct Observed {
     service: ServiceRef,
@@ -400,6 +424,8 @@ struct Observed {
     derived: Option<Service>,
     slices: BTreeMap<String, EndpointSlice>,
     namespace_exists: bool,
+    /// Imports are wanted in the namespace (no selector, or it matches).
+    namespace_selected: bool,
 }
 
 impl Observed {
@@ -421,6 +447,13 @@ impl Observed {
                 .map(|slice| (slice.metadata.name.clone().unwrap_or_default(), slice))
                 .collect(),
             namespace_exists: inputs.local_only.namespaces.contains(&*service.namespace),
+            namespace_selected: inputs.import_selector.is_none_or(|selector| {
+                inputs
+                    .local_only
+                    .namespace_labels
+                    .get(&*service.namespace)
+                    .is_some_and(|labels| selector.matches(labels))
+            }),
         }
     }
 

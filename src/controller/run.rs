@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::cluster::{ClusterData, LocalData, Objects, PeerLimits, Touched};
 use super::connection::{ClusterKey, Connection, Report, Scope, WatchEvent, connect};
+use super::ip_share::IpShare;
 use super::lean::Lean;
 use super::membership::local_identity_problem;
 use super::metrics::ControllerMetrics;
@@ -65,6 +66,11 @@ pub struct Settings {
     pub startup_sync_timeout: Duration,
     /// Denied namespaces.
     pub deny: NamespaceFilter,
+    /// In the opt-in mode, the labels of the namespaces imported into.
+    pub import_selector: Option<super::namespaces::LabelSelector>,
+    /// The percentage of the Service CIDR one peer alone may make this
+    /// cluster allocate as clusterset IPs.
+    pub peer_ip_share: u8,
     /// Probe interval.
     pub probe_interval: Duration,
     /// Probe timeout.
@@ -504,6 +510,8 @@ impl Controller {
             peers: &views,
             unknown_peers: &unknown,
             deny: &self.settings.deny,
+            import_selector: self.settings.import_selector.as_ref(),
+            ip_share: &IpShare::new(self.settings.peer_ip_share),
             // Nothing is deleted before the start-up gate opens.
             deletions_allowed: self.started,
             now: &now,

@@ -125,6 +125,8 @@ struct World {
     deletions_allowed: bool,
     next_ip: u8,
     endpoint_ranges: std::collections::BTreeMap<String, Vec<Cidr>>,
+    import_selector: Option<crate::controller::namespaces::LabelSelector>,
+    ip_share: u8,
 }
 
 impl World {
@@ -143,6 +145,8 @@ impl World {
             deletions_allowed: true,
             next_ip: 1,
             endpoint_ranges: Default::default(),
+            import_selector: None,
+            ip_share: 100,
         }
     }
 
@@ -173,6 +177,8 @@ impl World {
             peers: &views,
             unknown_peers: &self.unknown,
             deny: &deny,
+            import_selector: self.import_selector.as_ref(),
+            ip_share: &crate::controller::ip_share::IpShare::new(self.ip_share),
             deletions_allowed: self.deletions_allowed,
             now: &now,
         };
@@ -675,22 +681,6 @@ fn a_user_service_with_the_derived_name_is_never_touched() {
     );
 }
 
-#[test]
-fn denied_namespaces_and_missing_namespaces_get_no_import() {
-    let mut world = World::new();
-    let peer = world.peer("b");
-    peer.exports.apply(export("web", 0));
-    peer.services.apply(service("web", 80));
-    world.local_only.namespaces.clear();
-    assert_eq!(world.plan("web").writes, [], "namespace missing here");
-
-    let deny = NamespaceFilter::new(["kube-*".to_owned(), "secret".to_owned()]);
-    assert!(deny.denies("kube-system"));
-    assert!(deny.denies("secret"));
-    assert!(!deny.denies("secrets"));
-    assert!(!NamespaceFilter::new([String::new()]).denies("demo"));
-}
-
 /// A local-first clusterset IP: exported from here (a) and from b, both
 /// with `trafficDistribution: PreferClose`, on nodes of zones x and y.
 fn local_first_world(local_ips: &[(&str, &str, bool)]) -> World {
@@ -836,4 +826,83 @@ fn a_spread_import_and_a_headless_one_have_no_hints() {
             .flat_map(|s| s.endpoints.iter())
             .all(|e| e.hints.is_none())
     );
+}
+
+#[test]
+fn denied_missing_and_unselected_namespaces_get_no_import_and_say_why() {
+    let mut world = World::new();
+    let peer = world.peer("b");
+    peer.exports.apply(export("web", 0));
+    peer.services.apply(service("web", 80));
+    world.local_only.namespaces.clear();
+    world.local_only.namespace_labels.clear();
+    let missing = world.plan("web");
+    assert_eq!(missing.writes, [], "namespace missing here");
+    assert_eq!(
+        missing.rejected,
+        [],
+        "a namespace created later gets it (C14)"
+    );
+
+    // Opt-in mode: the namespace exists, but its labels do not match.
+    let namespace = |labels: serde_json::Value| {
+        serde_json::from_value::<Namespace>(
+            serde_json::json!({"metadata": {"name": NS, "labels": labels}}),
+        )
+        .unwrap()
+    };
+    world
+        .local_only
+        .apply(namespace(serde_json::json!({"team": "x"})));
+    world.import_selector = Some("mcs.example/import=true".parse().unwrap());
+    let unselected = world.plan("web");
+    assert_eq!(unselected.writes, []);
+    let reasons: Vec<(&str, &str)> = unselected
+        .rejected
+        .iter()
+        .map(|r| (r.peer.as_str(), r.reason))
+        .collect();
+    assert_eq!(reasons, [("b", "NamespaceNotSelected")]);
+    // Labelled: imported.
+    world
+        .local_only
+        .apply(namespace(serde_json::json!({"mcs.example/import": "true"})));
+    world.converge("web", 5);
+    assert!(world.import("web").is_some());
+    // Label removed: what was imported goes.
+    world.local_only.apply(namespace(serde_json::json!({})));
+    world.converge("web", 5);
+    assert!(world.import("web").is_none());
+}
+
+/// Issue 31: one peer alone makes this cluster allocate at most its share
+/// of clusterset IPs; past it, its next export is refused, while a service
+/// another cluster exports too is not counted against it.
+#[test]
+fn a_peer_alone_gets_no_more_clusterset_ips_than_its_share() {
+    let mut world = World::new();
+    // 4 addresses, a 50 % share: 2 for b alone.
+    world.local_only.service_ranges = vec!["10.96.0.0/30".parse().unwrap()];
+    world.ip_share = 50;
+    for name in ["one", "two", "three"] {
+        let peer = world.peer("b");
+        peer.exports.apply(export(name, 0));
+        peer.services.apply(service(name, 80));
+    }
+    world.converge("one", 5);
+    world.converge("two", 5);
+    let refused = world.plan("three");
+    assert_eq!(refused.writes, [], "{:?}", refused.writes);
+    let reasons: Vec<(&str, &str)> = refused
+        .rejected
+        .iter()
+        .map(|r| (r.peer.as_str(), r.reason))
+        .collect();
+    assert_eq!(reasons, [("b", "ClusterSetIPShareExceeded")]);
+    assert!(world.local_only.imports.get(NS, "three").is_none());
+    // Exported here too: the peer cannot make it exist, so it is not counted.
+    world.local.exports.apply(export("three", 0));
+    world.local.services.apply(service("three", 80));
+    world.converge("three", 6);
+    assert!(world.local_only.imports.get(NS, "three").is_some());
 }
