@@ -82,11 +82,22 @@ impl Pair {
     }
 
     fn spawn(&self, i: usize) -> ControllerProcess {
-        controlplane::spawn_controller(
-            &self.plane.clusters[i],
-            &self.kubeconfigs[i],
-            &["--peer-grace-period", "8s", "--startup-sync-timeout", "10s"],
-        )
+        self.spawn_with(i, &[])
+    }
+
+    fn spawn_with(&self, i: usize, extra: &[&str]) -> ControllerProcess {
+        let mut args = vec!["--peer-grace-period", "8s", "--startup-sync-timeout", "10s"];
+        args.extend_from_slice(extra);
+        controlplane::spawn_controller(&self.plane.clusters[i], &self.kubeconfigs[i], &args)
+    }
+
+    /// Restarts the victim's controller with `extra` flags, and waits for
+    /// it to be ready.
+    fn restart_victim(&mut self, extra: &[&str]) {
+        self.controllers[VICTIM].take().unwrap().kill();
+        let controller = self.spawn_with(VICTIM, extra);
+        tokio::task::block_in_place(|| controller.wait_ready(WAIT));
+        self.controllers[VICTIM] = Some(controller);
     }
 
     fn controller(&self, i: usize) -> &ControllerProcess {
@@ -125,6 +136,18 @@ fn main() {
         (
             "endpoints_outside_the_ranges_recorded_for_a_peer_are_refused",
             |pair| Box::pin(endpoints_outside_ranges_refused(pair)),
+        ),
+        (
+            "an_export_into_the_controllers_namespace_is_refused_and_imported_nowhere",
+            |pair| Box::pin(controller_namespace_refused(pair)),
+        ),
+        (
+            "in_the_opt_in_mode_only_selected_namespaces_are_imported_into",
+            |pair| Box::pin(namespace_selector(pair)),
+        ),
+        (
+            "a_peer_past_its_share_of_clusterset_ips_gets_no_new_import",
+            |pair| Box::pin(clusterset_ip_share(pair)),
         ),
         // Last: the hostile peer stays refused afterwards.
         (
@@ -780,4 +803,177 @@ async fn identity_change_refused(pair: &mut Pair) {
         "identity change: refused, dropped {:.1} s after (grace 8 s)",
         dropped.as_secs_f64()
     );
+}
+
+/// The hostile member exports a Service in the controller's namespace
+/// (where the victim keeps its peer Secrets): nothing is imported there,
+/// and the refusal shows as an Event, a metric and in `/explain`.
+async fn controller_namespace_refused(pair: &mut Pair) {
+    let (victim, hostile) = (pair.client(VICTIM), pair.client(HOSTILE));
+    let ns = controlplane::CONTROLLER_NAMESPACE;
+    let port = pair.controller(VICTIM).admin_port();
+    export_selectorless(hostile, ns, "intruder").await;
+    support::wait_for(
+        "the export in the controller's namespace refused",
+        WAIT,
+        || async {
+            let event = event_with(
+                victim,
+                ns,
+                "NamespaceDenied",
+                "intruder",
+                &["ServiceExport"],
+            )
+            .await;
+            let counted = counter(
+                port,
+                "clusterset_dns_controller_peer_objects_rejected_total",
+                &["reason=\"NamespaceDenied\""],
+            )
+            .await;
+            let explain = http_get(port, &format!("/explain?service={ns}/intruder")).await;
+            if event && counted > 0.0 && explain.contains("NamespaceDenied") {
+                Ok(())
+            } else {
+                Err(format!(
+                    "event {event}, counted {counted}, explain {explain}"
+                ))
+            }
+        },
+    )
+    .await;
+    let import = Api::<ServiceImport>::namespaced(victim.clone(), ns)
+        .get_opt("intruder")
+        .await
+        .unwrap();
+    assert!(
+        import.is_none(),
+        "imported into the controller's namespace: {import:?}"
+    );
+    honest_export_imports(pair, "honest-4").await;
+}
+
+/// The victim's controller runs with `--import-namespace-selector`: an
+/// export into a namespace without the label is refused
+/// (`NamespaceNotSelected`), one into a labelled namespace imported.
+async fn namespace_selector(pair: &mut Pair) {
+    use k8s_openapi::api::core::v1::Namespace;
+    pair.restart_victim(&["--import-namespace-selector", "mcs.example/import=true"]);
+    let (victim, hostile) = (pair.client(VICTIM).clone(), pair.client(HOSTILE).clone());
+    let port = pair.controller(VICTIM).admin_port();
+    let hostile_id = pair.hostile_id().to_owned();
+    for (ns, labels) in [
+        ("optin-yes", json!({"mcs.example/import": "true"})),
+        ("optin-no", json!({})),
+    ] {
+        Api::<Namespace>::all(victim.clone())
+            .create(
+                &PostParams::default(),
+                &object(json!({"metadata": {"name": ns, "labels": labels}})),
+            )
+            .await
+            .unwrap();
+        Api::<Namespace>::all(hostile.clone())
+            .create(
+                &PostParams::default(),
+                &object(json!({"metadata": {"name": ns}})),
+            )
+            .await
+            .unwrap();
+        export_selectorless(&hostile, ns, "opted").await;
+        create_slice(
+            &hostile,
+            ns,
+            &forged_slice(&hostile_id, "opted", "opted-slice", "10.244.60.1"),
+        )
+        .await;
+    }
+    support::wait_for(
+        "imported only into the selected namespace",
+        WAIT,
+        || async {
+            let yes = imported(&victim, "optin-yes", "opted", &hostile_id).await;
+            let no = Api::<ServiceImport>::namespaced(victim.clone(), "optin-no")
+                .get_opt("opted")
+                .await
+                .unwrap();
+            let event = event_with(
+                &victim,
+                "optin-no",
+                "NamespaceNotSelected",
+                "opted",
+                &["ServiceExport"],
+            )
+            .await;
+            let counted = counter(
+                port,
+                "clusterset_dns_controller_peer_objects_rejected_total",
+                &["reason=\"NamespaceNotSelected\""],
+            )
+            .await;
+            if !yes.is_empty() && no.is_none() && event && counted > 0.0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "optin-yes {yes:?}, optin-no {no:?}, event {event}, counted {counted}"
+                ))
+            }
+        },
+    )
+    .await;
+    pair.restart_victim(&[]);
+}
+
+/// The victim's controller runs with `--peer-clusterset-ip-share 1` (2
+/// addresses of its /24): the hostile peer already holds more imports
+/// than that, so its next export alone gets none (Event, metric), while
+/// the ones it has keep theirs.
+async fn clusterset_ip_share(pair: &mut Pair) {
+    let ns = "default";
+    let hostile_id = pair.hostile_id().to_owned();
+    let held = imported(pair.client(VICTIM), ns, "honest-1", &hostile_id).await;
+    assert!(!held.is_empty(), "an earlier trial's import is there");
+    pair.restart_victim(&["--peer-clusterset-ip-share", "1"]);
+    let (victim, hostile) = (pair.client(VICTIM).clone(), pair.client(HOSTILE).clone());
+    let port = pair.controller(VICTIM).admin_port();
+    export_selectorless(&hostile, ns, "one-too-many").await;
+    create_slice(
+        &hostile,
+        ns,
+        &forged_slice(&hostile_id, "one-too-many", "many-slice", "10.244.61.1"),
+    )
+    .await;
+    support::wait_for("the import past the share refused", WAIT, || async {
+        let event = event_with(
+            &victim,
+            ns,
+            "ClusterSetIPShareExceeded",
+            "one-too-many",
+            &["ServiceExport"],
+        )
+        .await;
+        let counted = counter(
+            port,
+            "clusterset_dns_controller_peer_objects_rejected_total",
+            &["reason=\"ClusterSetIPShareExceeded\""],
+        )
+        .await;
+        if event && counted > 0.0 {
+            Ok(())
+        } else {
+            Err(format!("event {event}, counted {counted}"))
+        }
+    })
+    .await;
+    let import = Api::<ServiceImport>::namespaced(victim.clone(), ns)
+        .get_opt("one-too-many")
+        .await
+        .unwrap();
+    assert!(import.is_none(), "imported past the share: {import:?}");
+    assert_eq!(
+        imported(&victim, ns, "honest-1", &hostile_id).await,
+        held,
+        "an import it had is kept"
+    );
+    pair.restart_victim(&[]);
 }
