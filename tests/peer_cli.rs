@@ -557,6 +557,66 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         "known from the annotation"
     );
 
+    // --- --endpoint-cidr: checked before anything is written, recorded on
+    // the Secret, shown by `peer list` (table and JSON). ---
+    let before = kubeconfig_of(&admin_a, "peer-cluster-b").await;
+    let run = cli(
+        dir,
+        &[
+            "peer",
+            "add",
+            "--kubeconfig",
+            "a.kubeconfig",
+            "--peer-kubeconfig",
+            "b.kubeconfig",
+            "--endpoint-cidr",
+            "10.1.0.0",
+        ],
+    )
+    .await;
+    assert!(!run.ok, "a range without a prefix length was accepted");
+    assert!(
+        run.stderr
+            .contains("--endpoint-cidr: \"10.1.0.0\" is not a CIDR"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        kubeconfig_of(&admin_a, "peer-cluster-b").await,
+        before,
+        "written anyway"
+    );
+    let run = cli(
+        dir,
+        &[
+            "peer",
+            "add",
+            "--kubeconfig",
+            "a.kubeconfig",
+            "--peer-kubeconfig",
+            "b.kubeconfig",
+            "--endpoint-cidr",
+            "10.1.0.0/16",
+            "--endpoint-cidr",
+            "fd00:1::/64",
+        ],
+    )
+    .await;
+    assert!(run.ok, "{}", run.stderr);
+    let list = list_json(dir, "a.kubeconfig").await;
+    assert_eq!(
+        entry(&list, "peer-cluster-b")["endpoint_cidrs"],
+        json!(["10.1.0.0/16", "fd00:1::/64"])
+    );
+    let table = cli(dir, &["peer", "list", "--kubeconfig", "a.kubeconfig"]).await;
+    assert!(
+        table
+            .stdout
+            .contains("peer-cluster-b: endpoints only in 10.1.0.0/16, fd00:1::/64"),
+        "{}",
+        table.stdout
+    );
+
     // --- Back to the documented command: the controller reads b with the
     // latest token (its Lease is renewed after it), the import never dropped. ---
     run_doc(dir, &docs[0]).await;
@@ -586,6 +646,11 @@ async fn peer_add_list_remove_against_two_member_clusters() {
     assert!(
         imports_a.get_opt("web").await.unwrap().is_some(),
         "the import dropped during rotations"
+    );
+    assert_eq!(
+        entry(&list_json(dir, "a.kubeconfig").await, "peer-cluster-b")["endpoint_cidrs"],
+        json!([]),
+        "re-run without --endpoint-cidr: the ranges are cleared"
     );
 
     // --- `peer list`, table and JSON, as documented. ---
