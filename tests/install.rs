@@ -37,9 +37,10 @@ const CHART: &str = "deploy/helm/clusterset-dns";
 const WAIT: Duration = Duration::from_secs(45);
 
 /// Every tag of docs/deploy.md that a test here runs.
-const RUN_TAGS: [&str; 7] = [
+const RUN_TAGS: [&str; 8] = [
     "install",
     "install-no-crds",
+    "network-policy",
     "helm-install",
     "helm-install-no-crds",
     "helm-upgrade",
@@ -559,6 +560,9 @@ async fn kustomize_install_creates_everything_and_a_second_apply_changes_nothing
         text(&diff.stderr)
     );
     assert_eq!(before, fingerprint(&shell.live(&["-k", "deploy"])));
+    // The optional NetworkPolicies, as documented, on this apiserver.
+    let policies = shell.run_doc("network-policy");
+    assert_eq!(policies.matches(" created").count(), 2, "{policies}");
 
     // The example clusterset, namespaces included, on the installed CRDs.
     let out = shell.run_doc(EXAMPLE_TAG);
@@ -858,6 +862,52 @@ fn the_chart_renders_the_objects_of_the_kustomization() {
         assert_eq!(
             object, &helm[id],
             "{id}: the chart renders it differently from the kustomization"
+        );
+    }
+}
+
+/// The optional NetworkPolicies (issue 32): off by default in the chart,
+/// and with `networkPolicy.enabled=true` exactly the objects of
+/// `kubectl kustomize deploy/network-policy`.
+#[test]
+fn the_network_policies_are_optional_and_the_chart_renders_the_kustomizations() {
+    let shell = Shell::offline();
+    let render = |extra: &[&str]| -> Vec<Value> {
+        let mut args = vec!["template", "clusterset-dns", CHART, "--namespace", NS];
+        args.extend_from_slice(extra);
+        documents(&shell.helm(&args))
+    };
+    let policies = |objects: Vec<Value>| -> BTreeMap<String, Value> {
+        objects
+            .into_iter()
+            .filter(|o| o["kind"] == "NetworkPolicy")
+            .map(|o| (id(&o), o))
+            .collect()
+    };
+    assert!(policies(render(&[])).is_empty(), "off by default");
+    assert!(
+        policies(kustomized(&shell)).is_empty(),
+        "in `kubectl apply -k deploy`"
+    );
+    let kustomize = policies(documents(
+        &shell.kubectl(&["kustomize", "deploy/network-policy"]),
+    ));
+    assert_eq!(kustomize.len(), 2, "{kustomize:?}");
+    assert_eq!(
+        policies(render(&["--set", "networkPolicy.enabled=true"])),
+        kustomize
+    );
+    let other = policies(render(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "networkPolicy.monitoringNamespace=observability",
+    ]));
+    for policy in other.values() {
+        let text = policy.to_string();
+        assert!(
+            text.contains("observability") && !text.contains("monitoring"),
+            "{text}"
         );
     }
 }

@@ -9,22 +9,26 @@
 //!
 //! Probes must answer whatever clients do to the port, so the server keeps
 //! its own budget: at most [`Limits::max_connections`] open at once (a new
-//! one closes the oldest, so connections held open cannot lock probes out),
-//! each open at most [`Limits::lifetime`], and an accept error (EMFILE,
-//! ENFILE) backs off [`Limits::accept_backoff`] instead of retrying at once.
+//! one closes the oldest idle one, a connection with no request in flight,
+//! so neither connections held open nor a flood of new ones can close a
+//! probe mid-request), each open at most [`Limits::lifetime`], and an
+//! accept error (EMFILE, ENFILE) backs off [`Limits::accept_backoff`]
+//! instead of retrying at once. The routes answer GET and HEAD, and 405 to
+//! any other method.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
@@ -54,7 +58,8 @@ pub trait Routes: Send + Sync + 'static {
 /// The budget of the admin endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Most connections open at once; a new one closes the oldest.
+    /// Most connections open at once; a new one closes the oldest idle
+    /// one (the oldest of all when every one has a request in flight).
     pub max_connections: usize,
     /// How long one connection may stay open (probes take milliseconds,
     /// `/explain` waits up to 2 s for its answer).
@@ -170,7 +175,7 @@ pub async fn serve<R: Routes>(
                 }
             }
         };
-        let (id, close) = connections.admit(|| {
+        let (id, close, in_flight) = connections.admit(Some(stream.as_raw_fd()), || {
             if let Some(suppressed) = routes.refused() {
                 tracing::warn!(
                     max = limits.max_connections,
@@ -187,6 +192,7 @@ pub async fn serve<R: Routes>(
             Closing {
                 connections: connections.clone(),
                 id,
+                in_flight,
             },
         ));
     }
@@ -199,11 +205,17 @@ async fn serve_connection<R: Routes>(
     routes: Arc<R>,
     lifetime: Duration,
     close: Arc<Notify>,
-    _closing: Closing,
+    closing: Closing,
 ) {
+    let in_flight = closing.in_flight.clone();
     let service = hyper::service::service_fn(move |request| {
         let routes = routes.clone();
-        async move { Ok::<_, Infallible>(respond(&request, &*routes).await) }
+        let busy = Busy::begin(&in_flight);
+        async move {
+            let response = respond(&request, &*routes).await;
+            drop(busy);
+            Ok::<_, Infallible>(response)
+        }
     });
     let connection =
         hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
@@ -214,6 +226,16 @@ async fn serve_connection<R: Routes>(
 }
 
 async fn respond<R: Routes>(request: &Request<Incoming>, routes: &R) -> Response<Full<Bytes>> {
+    // Read-only routes: a HEAD is answered as its GET (hyper sends no body).
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        let mut response =
+            Reply::text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n").into_response();
+        response.headers_mut().insert(
+            hyper::header::ALLOW,
+            hyper::header::HeaderValue::from_static("GET, HEAD"),
+        );
+        return response;
+    }
     let reply = match Route::of(request.uri().path()) {
         Route::Live => Reply::text(StatusCode::OK, "ok\n"),
         Route::Ready => match routes.ready().await {
@@ -230,12 +252,46 @@ async fn respond<R: Routes>(request: &Request<Incoming>, routes: &R) -> Response
     reply.into_response()
 }
 
-/// The open connections, oldest first, each with the signal that closes it.
+/// The open connections, oldest first, each with the signal that closes it
+/// and its count of requests in flight.
 #[derive(Debug)]
 struct Connections {
     max: usize,
     next_id: AtomicU64,
-    open: Mutex<VecDeque<(u64, Arc<Notify>)>>,
+    open: Mutex<VecDeque<Open>>,
+}
+
+#[derive(Debug)]
+struct Open {
+    id: u64,
+    close: Arc<Notify>,
+    in_flight: Arc<AtomicUsize>,
+    /// Its socket, to ask whether a request has arrived that its task has
+    /// not read yet.
+    socket: Option<RawFd>,
+}
+
+impl Open {
+    /// No request being answered, none arrived unread: a connection that
+    /// is doing nothing. One that has just sent its request counts as
+    /// busy, though its task may not have run yet: under a flood of new
+    /// connections the accept loop outpaces the tasks, and a probe would
+    /// otherwise be closed before it was read.
+    fn idle(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) == 0 && !self.socket.is_some_and(bytes_waiting)
+    }
+}
+
+/// Whether `socket` holds received bytes not yet read (FIONREAD).
+fn bytes_waiting(socket: RawFd) -> bool {
+    let mut waiting: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer, which is
+    // valid for the call. The descriptor is a socket of ours; were it
+    // closed and reused meanwhile, the answer would only misjudge which
+    // connection to close.
+    #[allow(unsafe_code)]
+    let result = unsafe { libc::ioctl(socket, libc::FIONREAD, &mut waiting) };
+    result == 0 && waiting > 0
 }
 
 impl Connections {
@@ -247,27 +303,46 @@ impl Connections {
         }
     }
 
-    /// Registers a connection; at the cap closes the oldest first (calling
-    /// `on_full`), so a client holding connections open cannot lock probes
-    /// out.
-    fn admit(&self, on_full: impl FnOnce()) -> (u64, Arc<Notify>) {
+    /// Registers a connection; at the cap first closes the oldest idle one
+    /// (no request in flight), else the oldest, calling `on_full`: a client
+    /// holding connections open, or opening them as fast as it can, cannot
+    /// lock probes out or close one being answered.
+    fn admit(
+        &self,
+        socket: Option<RawFd>,
+        on_full: impl FnOnce(),
+    ) -> (u64, Arc<Notify>, Arc<AtomicUsize>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let close = Arc::new(Notify::new());
+        let in_flight = Arc::new(AtomicUsize::new(0));
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        if open.len() >= self.max
-            && let Some((_, oldest)) = open.pop_front()
-        {
-            // A stored permit: the connection's task sees it when it waits.
-            oldest.notify_one();
-            on_full();
+        if open.len() >= self.max {
+            let victim = open
+                .iter()
+                .position(Open::idle)
+                .or_else(|| {
+                    open.iter()
+                        .position(|c| c.in_flight.load(Ordering::Acquire) == 0)
+                })
+                .unwrap_or(0);
+            if let Some(evicted) = open.remove(victim) {
+                // A stored permit: the connection's task sees it when it waits.
+                evicted.close.notify_one();
+                on_full();
+            }
         }
-        open.push_back((id, close.clone()));
-        (id, close)
+        open.push_back(Open {
+            id,
+            close: close.clone(),
+            in_flight: in_flight.clone(),
+            socket,
+        });
+        (id, close, in_flight)
     }
 
     fn remove(&self, id: u64) {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.retain(|(open_id, _)| *open_id != id);
+        open.retain(|c| c.id != id);
     }
 
     #[cfg(test)]
@@ -276,11 +351,28 @@ impl Connections {
     }
 }
 
+/// A request in flight on a connection, for as long as it is answered.
+struct Busy(Arc<AtomicUsize>);
+
+impl Busy {
+    fn begin(in_flight: &Arc<AtomicUsize>) -> Self {
+        in_flight.fetch_add(1, Ordering::AcqRel);
+        Self(in_flight.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Takes a connection off the list when its task ends, however it ends
 /// (a panic in a route included).
 struct Closing {
     connections: Arc<Connections>,
     id: u64,
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl Drop for Closing {
@@ -436,21 +528,42 @@ mod tests {
     }
 
     #[test]
-    fn a_full_endpoint_closes_its_oldest_connection() {
+    fn a_full_endpoint_closes_its_oldest_idle_connection() {
         let connections = Connections::new(MAX_CONNECTIONS);
-        let (_, oldest) = connections.admit(|| panic!("not full yet"));
-        for _ in 1..MAX_CONNECTIONS {
-            connections.admit(|| panic!("not full yet"));
+        let (_, oldest, oldest_busy) = connections.admit(None, || panic!("not full yet"));
+        let (_, second, _) = connections.admit(None, || panic!("not full yet"));
+        for _ in 2..MAX_CONNECTIONS {
+            connections.admit(None, || panic!("not full yet"));
         }
+        // The oldest is answering a request: the next oldest goes.
+        let busy = Busy::begin(&oldest_busy);
         let mut full = false;
-        let (newest, _) = connections.admit(|| full = true);
+        let (newest, _, _) = connections.admit(None, || full = true);
         assert!(full);
+        assert!(oldest.notified().now_or_never().is_none(), "busy, kept");
+        assert!(
+            second.notified().now_or_never().is_some(),
+            "oldest idle told to close"
+        );
+        drop(busy);
+        connections.admit(None, || {});
         assert!(
             oldest.notified().now_or_never().is_some(),
-            "oldest told to close"
+            "idle again, oldest"
         );
         connections.remove(newest);
         assert_eq!(connections.len(), MAX_CONNECTIONS - 1);
+    }
+
+    #[test]
+    fn when_every_connection_is_busy_the_oldest_goes() {
+        let connections = Connections::new(2);
+        let (_, first, first_busy) = connections.admit(None, || {});
+        let (_, _, second_busy) = connections.admit(None, || {});
+        let _busy = [Busy::begin(&first_busy), Busy::begin(&second_busy)];
+        connections.admit(None, || {});
+        assert!(first.notified().now_or_never().is_some());
+        assert_eq!(connections.len(), 2);
     }
 
     #[tokio::test]
@@ -488,6 +601,40 @@ mod tests {
             TcpStream::connect(addr).await.is_err(),
             "the listener is closed after shutdown"
         );
+    }
+
+    /// A request in `raw` (with `connection: close`) on a new connection:
+    /// the whole response, lower-cased.
+    async fn head_of(addr: SocketAddr, raw: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        stream.write_all(raw.as_bytes()).await.expect("send");
+        let mut received = Vec::new();
+        stream.read_to_end(&mut received).await.expect("read");
+        String::from_utf8_lossy(&received).to_ascii_lowercase()
+    }
+
+    #[tokio::test]
+    async fn the_routes_answer_get_and_head_and_405_to_anything_else() {
+        let server = start(Fixed::default(), Limits::default()).await;
+        for method in ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"] {
+            for path in ["/live", "/ready", "/metrics", "/explain", "/nothing"] {
+                let head = head_of(
+                    server.addr,
+                    &format!("{method} {path} HTTP/1.1\r\nhost: a\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"),
+                )
+                .await;
+                assert!(head.starts_with("http/1.1 405"), "{method} {path}: {head}");
+                assert!(head.contains("allow: get, head"), "{method} {path}: {head}");
+            }
+        }
+        let head = head_of(
+            server.addr,
+            "HEAD /ready HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert!(head.ends_with("\r\n\r\n"), "HEAD has no body: {head}");
     }
 
     #[tokio::test]
