@@ -24,8 +24,10 @@ use tokio::time::Instant;
 
 const BIN: &str = env!("CARGO_BIN_EXE_clusterset-dns");
 /// How long a probe of TCP or the admin endpoint may take while a file
-/// misbehaves.
-const PROBE_LIMIT: Duration = Duration::from_millis(100);
+/// misbehaves. A stall is the whole load (2.5-3.3 s for the large reload);
+/// alone the slowest probe takes 30-65 ms, and 101.7 ms was seen in CI
+/// with this file's other tests (an alias bomb, /dev/zero) beside it.
+const PROBE_LIMIT: Duration = Duration::from_millis(250);
 /// How long a change (or a failure) may take to be seen.
 const RELOAD_LIMIT: Duration = Duration::from_secs(5);
 const STALE: &str = "clusterset_dns_source_stale";
@@ -427,7 +429,7 @@ async fn an_atomic_rename_is_served_within_a_second() {
 }
 
 /// While a manifest of 2,000 services parses, TCP queries, `/ready` and
-/// `/live` keep answering within 100 ms.
+/// `/live` keep answering within [`PROBE_LIMIT`].
 #[tokio::test(flavor = "multi_thread")]
 async fn a_large_reload_stalls_neither_tcp_nor_the_admin_endpoint() {
     let server = TestServer::from_yaml(&example(), Options::fast_path(true)).await;
