@@ -14,9 +14,7 @@ use kube::{Client, ResourceExt};
 use super::cluster::{check_peer, connect_local};
 use super::rules::{self, PeerStatus, RefusalEvent, current_refusal};
 use super::{ListArgs, Output, PeerError};
-use crate::peering::{
-    self, ANNOTATION_CLUSTER_ID, ANNOTATION_ENDPOINT_CIDRS, PEER_SELECTOR, lease, reason,
-};
+use crate::peering::{self, ANNOTATION_CLUSTER_ID, PEER_SELECTOR, PeerSecret, lease, reason};
 
 /// Runs `peer list`.
 pub async fn list(args: &ListArgs) -> Result<String, PeerError> {
@@ -79,17 +77,16 @@ pub async fn inspect(client: &Client, namespace: &str) -> Result<Vec<PeerStatus>
             last_seen: lease.map(|l| l.1.to_string()),
             last_seen_seconds_ago: lease.map(|l| now.duration_since(l.1).as_secs()),
             refused,
-            endpoint_cidrs: secret
-                .annotations()
-                .get(ANNOTATION_ENDPOINT_CIDRS)
-                .map(|list| {
-                    list.split(',')
-                        .map(str::trim)
-                        .filter(|c| !c.is_empty())
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default(),
+            // As the controller reads them (one that does not parse is
+            // shown by its refusal).
+            endpoint_cidrs: PeerSecret::read(secret)
+                .endpoint_ranges
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
         });
     }
     Ok(peers)
