@@ -17,7 +17,7 @@ use super::well_known::{
     LABEL_CRD_SCHEMA_REVISION, LABEL_RELEASE_VERSION, MCS_CRD_SCHEMA_REVISION, MCS_RELEASE_VERSION,
     STORAGE_VERSION,
 };
-use super::{cluster_property, service_export, service_import};
+use super::{PublishedService, cluster_property, service_export, service_import};
 
 /// The `serviceimports.multicluster.x-k8s.io` CRD: v1alpha1 and v1beta1
 /// (storage), labelled with the mcs-api release it matches.
@@ -62,6 +62,13 @@ pub fn cluster_property() -> CustomResourceDefinition {
     crd
 }
 
+/// The `publishedservices.clusterset-dns.io` CRD: what a controller
+/// publishes to its peers (one version, ours, not part of the mcs-api
+/// bundle).
+pub fn published_service() -> CustomResourceDefinition {
+    PublishedService::crd()
+}
+
 /// Annotation the apiserver requires on CRDs in protected (`*.k8s.io`) groups.
 pub const API_APPROVED_ANNOTATION: &str = "api-approved.kubernetes.io";
 
@@ -69,10 +76,18 @@ pub const API_APPROVED_ANNOTATION: &str = "api-approved.kubernetes.io";
 pub const CLUSTER_PROPERTY_API_APPROVAL: &str =
     "https://github.com/kubernetes/enhancements/tree/master/keps/sig-multicluster/2149-clusterid";
 
-/// Every CRD this crate defines, ordered by CRD name so the rendered
-/// output is stable.
-pub fn all() -> Vec<CustomResourceDefinition> {
+/// The CRDs of the MCS API (KEP-1645, KEP-2149), ordered by CRD name.
+pub fn mcs() -> Vec<CustomResourceDefinition> {
     let mut crds = vec![service_import(), service_export(), cluster_property()];
+    crds.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    crds
+}
+
+/// Every CRD this crate defines (the MCS API's and ours), ordered by CRD
+/// name so the rendered output is stable.
+pub fn all() -> Vec<CustomResourceDefinition> {
+    let mut crds = mcs();
+    crds.push(published_service());
     crds.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     crds
 }
@@ -185,8 +200,8 @@ mod tests {
     }
 
     #[test]
-    fn every_crd_serves_both_versions_and_stores_only_v1beta1() {
-        for crd in all() {
+    fn every_mcs_crd_serves_both_versions_and_stores_only_v1beta1() {
+        for crd in mcs() {
             let versions: Vec<_> = crd
                 .spec
                 .versions
@@ -204,7 +219,7 @@ mod tests {
 
     #[test]
     fn both_versions_of_a_kind_share_one_schema() {
-        for crd in all() {
+        for crd in mcs() {
             let [alpha, beta] = &crd.spec.versions[..] else {
                 panic!("two versions expected in {:?}", crd.metadata.name);
             };
@@ -222,6 +237,10 @@ mod tests {
             names,
             [
                 ("clusterproperties.about.k8s.io".into(), ABOUT_GROUP.into()),
+                (
+                    "publishedservices.clusterset-dns.io".into(),
+                    crate::api::published_service::GROUP.into()
+                ),
                 (
                     "serviceexports.multicluster.x-k8s.io".into(),
                     MCS_GROUP.into()
@@ -306,8 +325,8 @@ mod tests {
     }
 
     #[test]
-    fn every_version_has_the_status_subresource() {
-        for crd in all() {
+    fn every_mcs_version_has_the_status_subresource() {
+        for crd in mcs() {
             for version in &crd.spec.versions {
                 let subresources = version.subresources.as_ref().unwrap();
                 assert!(subresources.status.is_some(), "{:?}", crd.metadata.name);
@@ -394,7 +413,7 @@ mod tests {
     fn rendered_yaml_is_deterministic_and_parses_back_to_every_crd() {
         let yaml = render_all_yaml();
         assert_eq!(yaml, render_all_yaml());
-        assert_eq!(yaml.matches("\n---\n").count(), 2);
+        assert_eq!(yaml.matches("\n---\n").count(), 3);
 
         let parsed: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&yaml).unwrap();
         assert_eq!(parsed, all());

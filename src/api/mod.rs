@@ -10,6 +10,8 @@
 //!   types are also re-exported here, so `api::ServiceImport` is
 //!   `api::v1beta1::ServiceImport`. Objects convert between versions with
 //!   `From`.
+//! - [`published_service`] (`clusterset-dns.io`): what a controller
+//!   publishes to its peers about each exported Service.
 //! - [`well_known`]: label, annotation, property, condition and group names.
 //! - [`crds`]: the merged multi-version CRDs and their YAML rendering.
 //! - [`install`]: `crds install`, a server-side apply that never downgrades
@@ -64,6 +66,7 @@ pub mod crds;
 pub mod install;
 pub mod limits;
 pub mod locality;
+pub mod published_service;
 mod service_export;
 mod service_import;
 pub mod stripped;
@@ -89,3 +92,4 @@ pub use v1beta1::{
     EndpointSliceObjects, ServiceExport, ServiceExportSpec, ServiceExportStatus, ServiceImport,
     ServiceImportSpec, ServiceImportStatus, ServiceImportType, ServicePort,
 };
+pub use published_service::{PublishedPort, PublishedService, PublishedServiceSpec};

@@ -1,6 +1,6 @@
 //! Durations as every subcommand, environment variable and configuration
 //! file writes them: a whole number with a unit (`500ms`, `30s`, `5m`,
-//! `1h`), or a plain number of seconds, which is what the DNS server's
+//! `1h`, `90d`), or a plain number of seconds, which is what the DNS server's
 //! options took before units were accepted.
 
 use std::fmt;
@@ -10,9 +10,15 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The units, largest first (the order [`format`] tries them in).
-const UNITS: [(&str, u64); 4] = [("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)];
+const UNITS: [(&str, u64); 5] = [
+    ("d", 86_400_000),
+    ("h", 3_600_000),
+    ("m", 60_000),
+    ("s", 1_000),
+    ("ms", 1),
+];
 
-/// Parses `500ms`, `30s`, `5m`, `1h`, or plain seconds (`30`).
+/// Parses `500ms`, `30s`, `5m`, `1h`, `90d`, or plain seconds (`30`).
 pub fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
@@ -21,12 +27,12 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     };
     let Ok(value) = number.parse::<u64>() else {
         return Err(format!(
-            "{text:?} is not a duration: a whole number with a unit (500ms, 30s, 5m, 1h) or plain seconds"
+            "{text:?} is not a duration: a whole number with a unit (500ms, 30s, 5m, 1h, 90d) or plain seconds"
         ));
     };
     let Some((_, millis)) = UNITS.iter().find(|(name, _)| *name == unit) else {
         return Err(format!(
-            "{text:?}: unknown unit {unit:?} (the units are ms, s, m and h)"
+            "{text:?}: unknown unit {unit:?} (the units are ms, s, m, h and d)"
         ));
     };
     value

@@ -18,7 +18,7 @@ use super::lean::Lean;
 use super::naming::FIELD_MANAGER;
 use super::ownership::{NOT_OURS, owns};
 use super::reconcile::{Kind, Write, export_status_object};
-use crate::api::{ServiceExport, ServiceImport};
+use crate::api::{PublishedService, ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
 
 /// What a successful write returned, for the local store (so the next plan
@@ -37,6 +37,10 @@ pub enum Written {
     Slice(Lean<EndpointSlice>),
     /// A ServiceExport with its new status.
     Export(Lean<ServiceExport>),
+    /// A PublishedService as stored.
+    Published(Lean<PublishedService>),
+    /// A published slice as stored.
+    PublishedSlice(Lean<EndpointSlice>),
     /// Not written: an object that is not ours holds the name.
     Refused {
         /// Its kind.
@@ -263,6 +267,20 @@ pub async fn execute(
                 .map(|applied| outcome(applied, kind, &name, Written::Slice))
                 .map_err(fail("apply", &ns, &name))
         }
+        Write::Published(published) => {
+            let (ns, name) = meta_of(&published.metadata);
+            apply(client, &**published, false, kind, service)
+                .await
+                .map(|applied| outcome(applied, kind, &name, Written::Published))
+                .map_err(fail("apply", &ns, &name))
+        }
+        Write::PublishedSlice(slice) => {
+            let (ns, name) = meta_of(&slice.metadata);
+            apply(client, &**slice, false, kind, service)
+                .await
+                .map(|applied| outcome(applied, kind, &name, Written::PublishedSlice))
+                .map_err(fail("apply", &ns, &name))
+        }
         Write::ExportStatus {
             service: exported,
             conditions,
@@ -286,8 +304,11 @@ pub async fn execute(
                     delete::<ServiceImport>(client, namespace, name, uid.clone()).await
                 }
                 Kind::Service => delete::<Service>(client, namespace, name, uid.clone()).await,
-                Kind::EndpointSlice => {
+                Kind::EndpointSlice | Kind::PublishedSlice => {
                     delete::<EndpointSlice>(client, namespace, name, uid.clone()).await
+                }
+                Kind::PublishedService => {
+                    delete::<PublishedService>(client, namespace, name, uid.clone()).await
                 }
                 Kind::ServiceExportStatus => Ok(()),
             };

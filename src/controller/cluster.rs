@@ -5,7 +5,9 @@
 //! ServiceExports, Services and MCS EndpointSlices. This cluster's store also
 //! holds what only the local cluster has: the Kubernetes EndpointSlices of
 //! local Services (mirrored for export), the ServiceImports, the Namespaces,
-//! the ServiceCIDRs and the zones and addresses of the Nodes. Each kind is fed by a [`crate::watch::Watch`], so a
+//! the ServiceCIDRs, the zones and addresses of the Nodes, and what this
+//! cluster publishes for its peers ([`Published`]). Each kind is fed by a
+//! [`crate::watch::Watch`], so a
 //! relist replaces a kind's state in one step, and each store remembers the
 //! services its changes touched ([`Objects::take_touched`]), so the
 //! reconciler recomputes only those. Objects rest compacted
@@ -29,6 +31,9 @@ use crate::api::{ServiceExport, ServiceImport};
 use crate::cidr::Cidr;
 use crate::model::ServiceRef;
 use crate::watch::IndexResource;
+
+mod published;
+pub use published::Published;
 
 /// Objects of one kind, keyed by namespace and name, with the services
 /// they belong to: held compacted ([`super::compact`]) and expanded when
@@ -448,6 +453,8 @@ pub struct LocalData {
     pub service_ranges: Vec<Cidr>,
     /// Every Node's InternalIP and ExternalIP: no peer endpoint may be one.
     pub node_addresses: BTreeSet<IpAddr>,
+    /// What this cluster publishes for its peers.
+    pub published: Published,
     service_cidrs: BTreeMap<String, Vec<String>>,
     /// What is read of each Node, by name.
     nodes: BTreeMap<String, NodeFacts>,
@@ -465,6 +472,7 @@ impl Default for LocalData {
             node_zones: BTreeSet::new(),
             service_ranges: Vec::new(),
             node_addresses: BTreeSet::new(),
+            published: Published::default(),
             service_cidrs: BTreeMap::new(),
             nodes: BTreeMap::new(),
             all_touched: false,

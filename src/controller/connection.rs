@@ -3,17 +3,21 @@
 //!
 //! Each cluster gets the watches its role needs ([`Scope`]): this cluster
 //! watches everything the controller reads or writes; a peer only what it
-//! publishes (its ServiceExports, its Services except the derived ones, and
-//! the MCS slices it mirrored itself, selected on the server by `source-cluster=<peer id>` and
-//! our managed-by label: one cheap watch instead of every slice). Peers also
-//! get a liveness probe, because a hung connection does not always end a
-//! watch with an error: the health probe of the peer contract
-//! ([`crate::peering::probe`]).
+//! publishes: its ServiceExports, and in the [`Form`] its release writes
+//! either its publication (PublishedServices and published slices in its
+//! controller's namespace, turned back into Services and mirrored slices by
+//! [`crate::controller::publication`]) or, from a previous release, its
+//! Services except the derived ones and the MCS slices it mirrored itself
+//! (selected on the server by `source-cluster=<peer id>` and our managed-by
+//! label). Peers also get a liveness probe, because a hung connection does
+//! not always end a watch with an error: the health probe of the peer
+//! contract ([`crate::peering::probe`]), which also reads the peer's
+//! publication marker and reports a change of form.
 
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Node, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::Client;
@@ -24,10 +28,11 @@ use tokio::task::JoinHandle;
 
 use super::lean::Lean;
 use super::naming::{LABEL_APP_MANAGED_BY, MANAGED_BY};
+use super::publication::{self, Form, PUBLISHED_BY};
 use crate::api::well_known::{
     LABEL_KUBERNETES_SERVICE_NAME, LABEL_MANAGED_BY, LABEL_SOURCE_CLUSTER,
 };
-use crate::api::{ServiceExport, ServiceImport};
+use crate::api::{PublishedService, ServiceExport, ServiceImport};
 use crate::{peering, watch};
 
 /// Which cluster an event is about.
@@ -68,6 +73,10 @@ pub enum WatchEvent {
     /// Nodes (local only): the zones local-first hints name, the addresses
     /// refused as peer endpoints.
     Nodes(Result<WatcherEvent<Lean<Node>>, watcher::Error>),
+    /// This cluster's PublishedServices (local only).
+    Published(Result<WatcherEvent<Lean<PublishedService>>, watcher::Error>),
+    /// This cluster's published slices (local only).
+    PublishedSlices(Result<WatcherEvent<Lean<EndpointSlice>>, watcher::Error>),
 }
 
 /// What a cluster task reports.
@@ -83,17 +92,38 @@ pub enum Report {
     Identity(ClusterKey, peering::Identity),
     /// A peer Secret changed (local cluster).
     Secrets(Result<WatcherEvent<k8s_openapi::api::core::v1::Secret>, watcher::Error>),
+    /// A peer's probe found its publication in another form than the one
+    /// its watches read (the peer was upgraded, or rolled back).
+    FormChanged(ClusterKey, Form),
+    /// Part of a peer's publication was refused as untrusted input.
+    Rejected {
+        /// The connection it came from.
+        key: ClusterKey,
+        /// The peer's cluster id.
+        peer: String,
+        /// Why ([`publication::reason`]).
+        reason: &'static str,
+        /// What, for a person.
+        what: String,
+    },
 }
 
 /// Which watches a cluster gets.
 #[derive(Debug, Clone)]
 pub enum Scope {
     /// This cluster: everything read or written.
-    Local,
+    Local {
+        /// The controller's namespace (this cluster's publication).
+        namespace: String,
+    },
     /// A peer with this cluster id: what it publishes.
     Peer {
         /// Its cluster id (selects its mirrored slices).
         id: String,
+        /// Its controller's namespace (where its publication is).
+        namespace: String,
+        /// How its exports are read.
+        form: Form,
         /// How often to probe it.
         probe_interval: Duration,
         /// How long a probe may take.
@@ -146,6 +176,72 @@ where
     })
 }
 
+/// Forwards a peer's published kind as the kind a previous release's
+/// watch delivered: each object through `view`; one that does not pass is
+/// left out and reported as [`Report::Rejected`].
+fn forward_viewed<P, K, S>(
+    key: ClusterKey,
+    peer: String,
+    stream: S,
+    view: fn(P) -> Result<K, &'static str>,
+    wrap: fn(Result<WatcherEvent<K>, watcher::Error>) -> WatchEvent,
+    reports: mpsc::Sender<Report>,
+) -> JoinHandle<()>
+where
+    S: Stream<Item = Result<WatcherEvent<P>, watcher::Error>> + Send + 'static,
+    P: kube::Resource<DynamicType = ()> + Send + 'static,
+    K: Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            let mut refused = None;
+            let mut viewed = |object: P, report: bool| {
+                let what = format!(
+                    "{} {}",
+                    P::kind(&()),
+                    object.meta().name.as_deref().unwrap_or_default()
+                );
+                match view(object) {
+                    Ok(object) => Some(object),
+                    Err(reason) => {
+                        if report {
+                            refused = Some((reason, what));
+                        }
+                        None
+                    }
+                }
+            };
+            let event = match event {
+                Ok(WatcherEvent::Apply(object)) => viewed(object, true).map(|o| Ok(WatcherEvent::Apply(o))),
+                Ok(WatcherEvent::InitApply(object)) => viewed(object, true).map(|o| Ok(WatcherEvent::InitApply(o))),
+                Ok(WatcherEvent::Delete(object)) => viewed(object, false).map(|o| Ok(WatcherEvent::Delete(o))),
+                Ok(WatcherEvent::Init) => Some(Ok(WatcherEvent::Init)),
+                Ok(WatcherEvent::InitDone) => Some(Ok(WatcherEvent::InitDone)),
+                Err(error) => Some(Err(error)),
+            };
+            if let Some((reason, what)) = refused
+                && reports
+                    .send(Report::Rejected {
+                        key: key.clone(),
+                        peer: peer.clone(),
+                        reason,
+                        what,
+                    })
+                    .await
+                    .is_err()
+            {
+                return;
+            }
+            if let Some(event) = event
+                && reports.send(Report::Watch(key.clone(), wrap(event))).await.is_err()
+            {
+                return;
+            }
+        }
+    })
+}
+
 /// Starts the watches of one cluster.
 pub fn connect(
     client: Client,
@@ -155,31 +251,20 @@ pub fn connect(
 ) -> Connection {
     let all = watcher::Config::default().page_size(5_000);
     let ours = format!("{LABEL_MANAGED_BY}={MANAGED_BY}");
-    // Here the derived Services are ours to keep current; a peer's derived
-    // Services are never exported, so they stay on the peer's side of the
-    // wire (at scale, most of a peer's Services).
-    let services = match scope {
-        Scope::Local => all.clone(),
-        Scope::Peer { .. } => all
-            .clone()
-            .labels(&format!("{LABEL_APP_MANAGED_BY}!={MANAGED_BY}")),
-    };
-    let mut tasks = vec![
-        forward(
-            key.clone(),
-            watch::stream(Api::<Lean<ServiceExport>>::all(client.clone()), all.clone()),
-            WatchEvent::Exports,
-            reports.clone(),
-        ),
-        forward(
-            key.clone(),
-            watch::stream(Api::<Lean<Service>>::all(client.clone()), services),
-            WatchEvent::Services,
-            reports.clone(),
-        ),
-    ];
+    let mut tasks = vec![forward(
+        key.clone(),
+        watch::stream(Api::<Lean<ServiceExport>>::all(client.clone()), all.clone()),
+        WatchEvent::Exports,
+        reports.clone(),
+    )];
     match scope {
-        Scope::Local => {
+        Scope::Local { namespace } => {
+            tasks.push(forward(
+                key.clone(),
+                watch::stream(Api::<Lean<Service>>::all(client.clone()), all.clone()),
+                WatchEvent::Services,
+                reports.clone(),
+            ));
             tasks.push(forward(
                 key.clone(),
                 watch::stream(
@@ -219,30 +304,96 @@ pub fn connect(
                 reports.clone(),
             ));
             tasks.push(forward(
-                key,
-                watch::stream(Api::<Lean<Node>>::all(client), all),
+                key.clone(),
+                watch::stream(Api::<Lean<Node>>::all(client.clone()), all.clone()),
                 WatchEvent::Nodes,
+                reports.clone(),
+            ));
+            tasks.push(forward(
+                key.clone(),
+                watch::stream(
+                    Api::<Lean<PublishedService>>::namespaced(client.clone(), &namespace),
+                    all.clone()
+                        .labels(&format!("{LABEL_APP_MANAGED_BY}={MANAGED_BY}")),
+                ),
+                WatchEvent::Published,
+                reports.clone(),
+            ));
+            tasks.push(forward(
+                key,
+                watch::stream(
+                    Api::<Lean<EndpointSlice>>::namespaced(client, &namespace),
+                    all.labels(&format!("{LABEL_MANAGED_BY}={PUBLISHED_BY}")),
+                ),
+                WatchEvent::PublishedSlices,
                 reports,
             ));
         }
         Scope::Peer {
             id,
+            namespace,
+            form,
             probe_interval,
             probe_timeout,
         } => {
-            tasks.push(forward(
-                key.clone(),
-                watch::stream(
-                    Api::<Lean<EndpointSlice>>::all(client.clone()),
-                    all.labels(&format!("{LABEL_SOURCE_CLUSTER}={id},{ours}")),
-                ),
-                WatchEvent::McsSlices,
-                reports.clone(),
-            ));
+            match form {
+                Form::Published => {
+                    tasks.push(forward_viewed(
+                        key.clone(),
+                        id.clone(),
+                        watch::stream(
+                            Api::<Lean<PublishedService>>::namespaced(client.clone(), &namespace),
+                            all.clone(),
+                        ),
+                        |published: Lean<PublishedService>| {
+                            publication::service_view(&published.0).map(Lean::new)
+                        },
+                        WatchEvent::Services,
+                        reports.clone(),
+                    ));
+                    tasks.push(forward_viewed(
+                        key.clone(),
+                        id.clone(),
+                        watch::stream(
+                            Api::<Lean<EndpointSlice>>::namespaced(client.clone(), &namespace),
+                            all.labels(&format!(
+                                "{LABEL_SOURCE_CLUSTER}={id},{LABEL_MANAGED_BY}={PUBLISHED_BY}"
+                            )),
+                        ),
+                        |slice: Lean<EndpointSlice>| publication::slice_view(slice.0).map(Lean::new),
+                        WatchEvent::McsSlices,
+                        reports.clone(),
+                    ));
+                }
+                Form::Legacy => {
+                    // A previous release's peer: its Services but the
+                    // derived ones (never exported; at scale most of a
+                    // peer's Services), and the slices it mirrored itself.
+                    tasks.push(forward(
+                        key.clone(),
+                        watch::stream(
+                            Api::<Lean<Service>>::all(client.clone()),
+                            all.clone()
+                                .labels(&format!("{LABEL_APP_MANAGED_BY}!={MANAGED_BY}")),
+                        ),
+                        WatchEvent::Services,
+                        reports.clone(),
+                    ));
+                    tasks.push(forward(
+                        key.clone(),
+                        watch::stream(
+                            Api::<Lean<EndpointSlice>>::all(client.clone()),
+                            all.labels(&format!("{LABEL_SOURCE_CLUSTER}={id},{ours}")),
+                        ),
+                        WatchEvent::McsSlices,
+                        reports.clone(),
+                    ));
+                }
+            }
             tasks.push(tokio::spawn(probe(
                 client,
                 key,
-                id,
+                (id, namespace, form),
                 probe_interval,
                 probe_timeout,
                 reports,
@@ -252,18 +403,34 @@ pub fn connect(
     Connection { tasks }
 }
 
+/// The form a peer's exports are read in: its publication once its marker
+/// says so; a previous release's otherwise, also when the reader role does
+/// not grant the marker (403: a peer not yet given this release's role).
+/// `Err` when the peer did not answer.
+pub async fn read_form(client: &Client, namespace: &str) -> Result<Form, String> {
+    let markers: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    match markers.get_opt(publication::MARKER).await {
+        Ok(marker) => Ok(publication::form_of_marker(
+            marker.as_ref().and_then(|marker| marker.data.as_ref()),
+        )),
+        Err(kube::Error::Api(status)) if status.code == 403 => Ok(Form::Legacy),
+        Err(error) => Err(crate::error::Chain(&error).to_string()),
+    }
+}
+
 /// Runs the peer's health probe ([`peering::probe`]) every `interval`, for
 /// as long as the connection lives.
 async fn probe(
     client: Client,
     key: ClusterKey,
-    id: String,
+    (id, namespace, form): (String, String, Form),
     interval: Duration,
     timeout: Duration,
     reports: mpsc::Sender<Report>,
 ) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut form_reported = false;
     loop {
         ticker.tick().await;
         let result = peering::probe(&client, timeout)
@@ -289,6 +456,23 @@ async fn probe(
                 .is_err()
         {
             return;
+        }
+        // The peer upgraded (its marker appeared) or rolled back: its
+        // exports are read again in the other form, by a new connection
+        // (reported once; this one ends when that one has synced).
+        if answered
+            && !form_reported
+            && let Ok(Ok(now)) = tokio::time::timeout(timeout, read_form(&client, &namespace)).await
+            && now != form
+        {
+            form_reported = true;
+            if reports
+                .send(Report::FormChanged(key.clone(), now))
+                .await
+                .is_err()
+            {
+                return;
+            }
         }
     }
 }

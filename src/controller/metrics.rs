@@ -17,6 +17,9 @@ pub struct ControllerMetrics {
     pub peer_up: IntGaugeVec,
     /// Unix time a peer was last seen healthy, by peer.
     pub peer_last_seen: IntGaugeVec,
+    /// Unix time a peer's credential expires, by peer (absent for one that
+    /// never expires).
+    pub peer_credential_expiry: IntGaugeVec,
     /// Watch and probe errors reading a peer, by peer and kind.
     pub peer_sync_errors: IntCounterVec,
     /// Peers refused, by reason.
@@ -112,6 +115,11 @@ impl ControllerMetrics {
             "Unix time a peer was last seen healthy, by peer.",
             &["peer"],
         );
+        let peer_credential_expiry = gauge_vec(
+            "peer_credential_expiry_timestamp_seconds",
+            "Unix time a peer's credential (the token in its Secret) expires, by peer: its cluster id as the Secret records it, else the Secret's name. Absent for a credential that never expires.",
+            &["peer"],
+        );
         let exports = gauge_vec(
             "exports",
             "Local ServiceExports, by Valid reason.",
@@ -162,6 +170,7 @@ impl ControllerMetrics {
             catalog,
             peer_up,
             peer_last_seen,
+            peer_credential_expiry,
             peer_sync_errors,
             peers_refused,
             rejected,

@@ -60,6 +60,7 @@ pub mod namespaces;
 pub mod naming;
 pub mod ownership;
 pub mod peers;
+pub mod publication;
 pub mod reconcile;
 pub mod run;
 

@@ -17,6 +17,8 @@
 use kube::Resource;
 
 use super::cluster::is_ours;
+use super::publication::PUBLISHED_BY;
+use crate::api::well_known::LABEL_MANAGED_BY;
 use super::reconcile::Kind;
 use crate::api::ServiceImport;
 use crate::model::ServiceRef;
@@ -33,6 +35,13 @@ pub fn owns(kind: Kind, object: &impl Resource, service: &ServiceRef) -> bool {
         Kind::Service | Kind::EndpointSlice => is_ours(object) && owned_by_import(object, service),
         // The export is the user's; only its status conditions are ours.
         Kind::ServiceExportStatus => true,
+        Kind::PublishedService => is_ours(object),
+        Kind::PublishedSlice => object
+            .meta()
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get(LABEL_MANAGED_BY))
+            .is_some_and(|by| by == PUBLISHED_BY),
     }
 }
 
@@ -69,7 +78,6 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
     use super::*;
-    use crate::api::well_known::LABEL_MANAGED_BY;
     use crate::controller::naming::MANAGED_BY;
 
     fn slice(labelled: bool, owner: Option<(&str, &str, bool)>) -> EndpointSlice {

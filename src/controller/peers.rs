@@ -123,6 +123,15 @@ pub enum Input {
         /// `Err` with why it failed.
         result: Result<(), String>,
     },
+    /// Connection `generation`'s peer publishes in another form than its
+    /// watches read (it was upgraded, or rolled back): connect again beside
+    /// it, in the new form.
+    Reconnect {
+        /// The peer's Secret.
+        secret: String,
+        /// The connection.
+        generation: u64,
+    },
     /// Once a second: drop peers whose Secret is gone, keep Leases and
     /// gauges current, notice grace periods ending.
     Tick,
@@ -140,6 +149,8 @@ pub enum Effect {
         generation: u64,
         /// The credentials.
         kubeconfig: Vec<u8>,
+        /// The peer controller's namespace, when its Secret names one.
+        namespace: Option<String>,
     },
     /// The peer was accepted as `id`: start connection `generation`'s
     /// watches and probe with the client the identity was read with.
@@ -275,6 +286,8 @@ impl PeerConn {
 pub struct Peer {
     secret: String,
     kubeconfig: Vec<u8>,
+    /// Its controller's namespace, when its Secret names one.
+    namespace: Option<String>,
     /// The id its Secret records (`peer add`): the only one it may answer
     /// with.
     pinned_id: Option<String>,
@@ -309,6 +322,7 @@ impl Peer {
         Self {
             secret: secret.to_owned(),
             kubeconfig: Vec::new(),
+            namespace: None,
             pinned_id: None,
             endpoint_ranges: None,
             first_id: None,
@@ -507,6 +521,7 @@ impl Peers {
                 generation,
                 result,
             } => self.probed(&secret, generation, result, now, &mut effects),
+            Input::Reconnect { secret, generation } => self.reconnect(&secret, generation, &mut effects),
             Input::Tick => self.tick(now, &mut effects),
         }
         self.notice_usability(now, &mut effects);
@@ -518,6 +533,8 @@ impl Peers {
             kubeconfig,
             cluster_id,
             endpoint_ranges,
+            namespace,
+            credential_expires: _,
         } = secret;
         let known = self.peers.contains_key(&name);
         let peer = self
@@ -534,7 +551,11 @@ impl Peers {
                 return;
             }
         };
-        let same_credentials = known && peer.kubeconfig == kubeconfig;
+        // Where the peer is read is part of its credentials: a new
+        // namespace is a new connection.
+        let same_credentials =
+            known && peer.kubeconfig == kubeconfig && peer.namespace == namespace;
+        peer.namespace = namespace;
         let same_rules = peer.pinned_id == cluster_id && peer.endpoint_ranges == endpoint_ranges;
         peer.pinned_id = cluster_id;
         peer.endpoint_ranges = endpoint_ranges;
@@ -583,7 +604,23 @@ impl Peers {
             secret: name,
             generation,
             kubeconfig,
+            namespace: peer.namespace.clone(),
         });
+    }
+
+    /// Connects again to the peer of connection `generation`, when that is
+    /// its current connection and no replacement is on its way.
+    fn reconnect(&mut self, secret: &str, generation: u64, effects: &mut Vec<Effect>) {
+        let Some(peer) = self.peers.get(secret) else {
+            return;
+        };
+        let current = peer.current.as_ref().map(|c| c.generation) == Some(generation);
+        if !current || peer.next.is_some() || peer.refused.is_some() {
+            return;
+        }
+        tracing::info!(secret, "the peer publishes in another form: reading it again");
+        let kubeconfig = peer.kubeconfig.clone();
+        self.connect(secret.to_owned(), kubeconfig, effects);
     }
 
     fn identified(

@@ -4,7 +4,8 @@
 //! For a service `<ns>/<name>`, [`plan`] reads every usable cluster's
 //! ServiceExport and Service, merges them ([`super::merge`]), and derives
 //! this cluster's ServiceImport, derived Service, MCS EndpointSlices and the
-//! status of its own ServiceExport. It then compares each with the live
+//! status of its own ServiceExport, and what this cluster publishes of its
+//! own export for its peers (`published`). It then compares each with the live
 //! object, normalised to the fields we own, and returns only the writes that
 //! change something: with no input change the plan is empty, so an idle
 //! controller writes nothing.
@@ -36,7 +37,8 @@ use super::naming::derived_service_name;
 use super::ownership::{NOT_OURS, claim, owns};
 use crate::api::locality::Locality;
 use crate::api::{
-    ClusterStatus, EndpointSliceObjects, ServiceImport, ServiceImportStatus, ServiceImportType,
+    ClusterStatus, EndpointSliceObjects, PublishedService, ServiceImport, ServiceImportStatus,
+    ServiceImportType,
 };
 use crate::cidr::Cidr;
 use crate::model::ServiceRef;
@@ -91,6 +93,8 @@ pub struct Inputs<'a> {
     pub ip_share: &'a IpShare,
     /// Whether objects may be deleted (every peer read once, or in grace).
     pub deletions_allowed: bool,
+    /// The controller's namespace, where this cluster's publication lives.
+    pub publish_namespace: &'a str,
     /// The time written into changed conditions.
     pub now: &'a Time,
 }
@@ -106,6 +110,10 @@ pub enum Write {
     DerivedService(Box<Service>),
     /// Server-side apply of an MCS EndpointSlice.
     Slice(Box<EndpointSlice>),
+    /// Server-side apply of what this cluster publishes of one export.
+    Published(Box<PublishedService>),
+    /// Server-side apply of a published slice.
+    PublishedSlice(Box<EndpointSlice>),
     /// Server-side apply of this cluster's ServiceExport conditions.
     ExportStatus {
         /// The export.
@@ -141,6 +149,10 @@ pub enum Kind {
     EndpointSlice,
     /// ServiceExport status.
     ServiceExportStatus,
+    /// A PublishedService (this cluster's publication).
+    PublishedService,
+    /// A published EndpointSlice (this cluster's publication).
+    PublishedSlice,
 }
 
 impl Kind {
@@ -149,8 +161,9 @@ impl Kind {
         match self {
             Self::ServiceImport | Self::ServiceImportStatus => "ServiceImport",
             Self::Service => "Service",
-            Self::EndpointSlice => "EndpointSlice",
+            Self::EndpointSlice | Self::PublishedSlice => "EndpointSlice",
             Self::ServiceExportStatus => "ServiceExport",
+            Self::PublishedService => "PublishedService",
         }
     }
 
@@ -162,6 +175,8 @@ impl Kind {
             Self::Service => "service",
             Self::EndpointSlice => "endpointslice",
             Self::ServiceExportStatus => "serviceexport_status",
+            Self::PublishedService => "publishedservice",
+            Self::PublishedSlice => "published_endpointslice",
         }
     }
 }
@@ -175,6 +190,8 @@ impl Write {
             Self::DerivedService(_) => Kind::Service,
             Self::Slice(_) => Kind::EndpointSlice,
             Self::ExportStatus { .. } => Kind::ServiceExportStatus,
+            Self::Published(_) => Kind::PublishedService,
+            Self::PublishedSlice(_) => Kind::PublishedSlice,
             Self::Delete { kind, .. } => *kind,
         }
     }
@@ -246,8 +263,16 @@ pub struct Plan {
 
 /// Plans the writes for `service`: its import, derived Service, slices and
 /// export status, each by a function of its own, then what we own and no
-/// longer want.
+/// longer want; last, what this cluster publishes of it for its peers.
 pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
+    let mut plan = plan_import(inputs, service);
+    plan.writes.extend(published::writes(inputs, service));
+    plan
+}
+
+/// The plan of what this cluster imports of `service` (and its export's
+/// status).
+fn plan_import(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
     let mut plan = Plan::default();
     if inputs.deny.denies(&service.namespace) {
         plan.rejected = refused_exports(inputs, service, namespace_reason::NAMESPACE_DENIED);
@@ -722,6 +747,7 @@ fn names_unknown_peer(import: &ServiceImport, unknown: &BTreeSet<String>) -> boo
 
 mod hints;
 mod objects;
+mod published;
 mod slices;
 
 #[cfg(test)]

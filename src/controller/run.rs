@@ -23,7 +23,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use tokio::sync::{mpsc, oneshot};
 
-use super::cluster::{ClusterData, LocalData, Objects, PeerLimits, Touched};
+use super::cluster::{ClusterData, LocalData, Objects, PeerLimits, Published, Touched};
 use super::connection::{ClusterKey, Connection, Report, Scope, WatchEvent, connect};
 use super::ip_share::IpShare;
 use super::lean::Lean;
@@ -32,7 +32,8 @@ use super::metrics::ControllerMetrics;
 use super::naming::FIELD_MANAGER;
 use super::peers::{Contact, Input, Now, Peers, Settings as PeerSettings, may_start};
 use super::reconcile::{Inputs, NamespaceFilter, plan};
-use crate::api::{ServiceExport, ServiceImport};
+use super::publication::Form;
+use crate::api::{PublishedService, ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
 use crate::peering::{Identity, read_identity};
 use crate::watch::{Verdict, Watch};
@@ -94,7 +95,9 @@ pub enum Query {
 /// with, then the watches and probe. Dropping it stops them.
 struct ConnTasks {
     identity: Option<tokio::task::JoinHandle<()>>,
-    client: Option<Client>,
+    /// The client the identity was read with, and where and in which form
+    /// the peer publishes.
+    client: Option<(Client, String, Form)>,
     connection: Option<Connection>,
 }
 
@@ -143,12 +146,18 @@ pub struct Controller {
     summaries: BTreeMap<ServiceRef, (Option<&'static str>, Option<String>)>,
     /// Why the controller must stop, once it knows.
     fatal: Option<String>,
+    /// Whether this run has written the publication marker (after its
+    /// first pass over every service).
+    marker_written: bool,
+    /// The label of each peer Secret's credential expiry gauge.
+    credential_labels: BTreeMap<String, String>,
     _local_connection: Connection,
 }
 
-/// What an identity task read: the connection, what it found, and the
-/// client it read with when the peer answered.
-type IdentityRead = (String, u64, Contact, Option<Client>);
+/// What an identity task read: the connection, what it found, and when the
+/// peer answered, the client it read with and where and in which form the
+/// peer publishes.
+type IdentityRead = (String, u64, Contact, Option<(Client, String, Form)>);
 
 struct LocalWatches {
     exports: Watch<Lean<ServiceExport>, Objects<ServiceExport>>,
@@ -159,6 +168,8 @@ struct LocalWatches {
     namespaces: Watch<k8s_openapi::api::core::v1::Namespace, LocalData>,
     cidrs: Watch<k8s_openapi::api::networking::v1::ServiceCIDR, LocalData>,
     nodes: Watch<Lean<k8s_openapi::api::core::v1::Node>, LocalData>,
+    published: Watch<Lean<PublishedService>, Published>,
+    published_slices: Watch<Lean<EndpointSlice>, Published>,
 }
 
 impl LocalWatches {
@@ -172,6 +183,8 @@ impl LocalWatches {
             namespaces: Watch::new("namespaces"),
             cidrs: Watch::new("servicecidrs"),
             nodes: Watch::new("nodes"),
+            published: Watch::new("publishedservices"),
+            published_slices: Watch::new("endpointslices (published)"),
         }
     }
 
@@ -184,6 +197,8 @@ impl LocalWatches {
             && self.namespaces.health().synced()
             && self.cidrs.health().synced()
             && self.nodes.health().synced()
+            && self.published.health().synced()
+            && self.published_slices.health().synced()
     }
 }
 
@@ -219,7 +234,9 @@ impl Controller {
         let local_connection = connect(
             client.clone(),
             ClusterKey::Local,
-            Scope::Local,
+            Scope::Local {
+                namespace: settings.namespace.clone(),
+            },
             reports_tx.clone(),
         );
         // Peer Secrets, through the same channel as a pseudo-cluster.
@@ -275,6 +292,8 @@ impl Controller {
             rejections: BTreeMap::new(),
             summaries: BTreeMap::new(),
             fatal: None,
+            marker_written: false,
+            credential_labels: BTreeMap::new(),
             _local_connection: local_connection,
         })
     }
@@ -322,6 +341,11 @@ impl Controller {
             self.maybe_start();
             if self.started && !self.dirty.is_empty() {
                 self.reconcile().await;
+                // Every service planned once: peers may read the
+                // publication now.
+                if !self.marker_written && self.dirty.is_empty() {
+                    self.marker_written = self.publish_marker().await;
+                }
             }
         }
     }
@@ -354,6 +378,13 @@ impl Controller {
                     WatchEvent::Namespaces(e) => w.namespaces.handle(&mut self.local_only, e, now),
                     WatchEvent::ServiceCidrs(e) => w.cidrs.handle(&mut self.local_only, e, now),
                     WatchEvent::Nodes(e) => w.nodes.handle(&mut self.local_only, e, now),
+                    WatchEvent::Published(e) => {
+                        w.published.handle(&mut self.local_only.published, e, now)
+                    }
+                    WatchEvent::PublishedSlices(e) => {
+                        w.published_slices
+                            .handle(&mut self.local_only.published, e, now)
+                    }
                 };
                 match outcome.verdict() {
                     Verdict::Fatal(message) => {
@@ -391,7 +422,19 @@ impl Controller {
                     contact: crate::controller::peers::Contact::Identified(identity),
                 });
             }
-            Report::Probe(ClusterKey::Local, _) | Report::Identity(ClusterKey::Local, _) => {}
+            Report::FormChanged(ClusterKey::Peer { secret, generation }, form) => {
+                tracing::info!(secret, ?form, "peer publishes in another form");
+                self.step(Input::Reconnect { secret, generation });
+            }
+            Report::Rejected {
+                key,
+                peer,
+                reason,
+                what,
+            } => self.publication_rejected(&key, &peer, reason, &what),
+            Report::Probe(ClusterKey::Local, _)
+            | Report::Identity(ClusterKey::Local, _)
+            | Report::FormChanged(ClusterKey::Local, _) => {}
             Report::Secrets(event) => self.secrets(event),
         }
     }
@@ -402,6 +445,7 @@ impl Controller {
         touched.merge(self.local.mcs_slices.take_touched());
         touched.merge(self.local_only.kubernetes_slices.take_touched());
         touched.merge(self.local_only.imports.take_touched());
+        touched.merge(self.local_only.published.take_touched());
         touched
     }
 
@@ -514,6 +558,7 @@ impl Controller {
             ip_share: &IpShare::new(self.settings.peer_ip_share),
             // Nothing is deleted before the start-up gate opens.
             deletions_allowed: self.started,
+            publish_namespace: &self.settings.namespace,
             now: &now,
         })
     }

@@ -1,44 +1,53 @@
 //! `clusterset-dns peer add`: reads both identities and checks them before
-//! anything is written; then, in the peer, the peer-reader objects and a
-//! new token Secret; here, the peer Secret; last, the peer's older tokens
-//! for this cluster are deleted (so a re-run is a clean rotation).
+//! anything is written; then, in the peer, the peer-reader objects, a new
+//! anchor Secret and a token bound to it; here, the peer Secret; last, the
+//! peer's older anchors for this cluster are deleted (so a re-run is a
+//! clean rotation, and the old token stops working at once).
 //!
-//! Why a `kubernetes.io/service-account-token` Secret rather than a
-//! TokenRequest: the controller reads its credentials from a Secret and
-//! cannot renew them, so an expiring token would cut the peer off on a
-//! timer (after the grace period, its services drop everywhere). A token
-//! Secret does not expire, is one per reading cluster (labelled with its
-//! id), and deleting it revokes that cluster's token (within moments: the
-//! apiserver checks token Secrets through its cache) without touching the
-//! others. Rotating is running `peer add` again.
+//! The token is a TokenRequest of the peer-reader ServiceAccount that
+//! expires after `--token-ttl` (90 days by default) and is bound to the
+//! anchor: one anchor per reading cluster (labelled with its id), and
+//! deleting it revokes that cluster's token before it expires, without
+//! touching the others. The controller cannot renew a token (it holds no
+//! credential that could mint one), so `peer list`, the metric
+//! `clusterset_dns_controller_peer_credential_expiry_timestamp_seconds`
+//! and its alert (docs/metrics.md) say when to run `peer add` again.
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
 
 use super::cluster::{
-    Endpoint, apply, check_peer, connect_local, connect_peer, delete_tokens, require_namespace,
+    Endpoint, apply, apply_forced, check_peer, connect_local, connect_peer, delete_tokens, require_namespace,
 };
 use super::rules::{self, Member, PeerKubeconfig, Target};
 use super::{AddArgs, FIELD_MANAGER, PeerError, list, reader};
 use crate::cidr::Cidr;
 use crate::peering::kubeconfig::CaSource;
 use crate::peering::{
-    self, ANNOTATION_CLUSTER_ID, ANNOTATION_ENDPOINT_CIDRS, ANNOTATION_TOKEN_SECRET,
-    KUBECONFIG_KEY, PEER_LABEL, read_identity,
+    self, ANNOTATION_CLUSTER_ID, ANNOTATION_ENDPOINT_CIDRS, ANNOTATION_PEER_NAMESPACE,
+    ANNOTATION_TOKEN_SECRET, KUBECONFIG_KEY, PEER_LABEL, read_identity,
 };
 
-/// How long the peer's kube-controller-manager may take to fill in a new
-/// token Secret.
-const TOKEN_WAIT: Duration = Duration::from_secs(30);
+/// The shortest `--token-ttl` the apiserver accepts (TokenRequest's
+/// minimum).
+const MIN_TOKEN_TTL: Duration = Duration::from_secs(600);
 
 /// Runs `peer add` and returns what it did, one line per step.
 pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
     let local_ns = args.local.namespace.as_str();
     // Checked before anything is read or written.
+    if args.token_ttl < MIN_TOKEN_TTL {
+        return Err(PeerError::Failed(format!(
+            "--token-ttl {}: a token must be valid for at least 10m",
+            crate::config::duration::format(args.token_ttl)
+        )));
+    }
     let endpoint_cidrs = args
         .endpoint_cidrs
         .iter()
@@ -117,23 +126,25 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
         local_id.cluster_id, local_id.clusterset, peer_id.cluster_id, peer.cluster.server
     );
     out += &install_reader(&peer, peer_ns).await?;
-    let tokens: Api<Secret> = Api::namespaced(peer.client.clone(), peer_ns);
-    let created = tokens
+    let anchors: Api<Secret> = Api::namespaced(peer.client.clone(), peer_ns);
+    let anchor = anchors
         .create(
             &PostParams::default(),
-            &serde_json::from_value(reader::token_secret(peer_ns, &local_id.cluster_id))
-                .map_err(|e| PeerError::Failed(format!("building the token Secret: {e}")))?,
+            &serde_json::from_value(reader::token_anchor(peer_ns, &local_id.cluster_id))
+                .map_err(|e| PeerError::Failed(format!("building the anchor Secret: {e}")))?,
         )
         .await
         .map_err(PeerError::kube(format!(
-            "creating a token Secret in the peer's namespace {peer_ns}"
+            "creating an anchor Secret in the peer's namespace {peer_ns}"
         )))?;
-    let token_name = created.name_any();
-    // From here on, a failure deletes the new token again.
+    let anchor_name = anchor.name_any();
+    // From here on, a failure deletes the new anchor again (and with it
+    // the token bound to it).
     let result = async {
-        let (token, token_ca) = wait_for_token(&tokens, &token_name).await?;
+        let (token, expires) = request_token(&peer.client, peer_ns, &anchor, args.token_ttl).await?;
+        let root_ca = root_ca(&peer.client, peer_ns).await;
         let (ca, ca_origin) =
-            rules::choose_ca(flag_ca, kubeconfig_ca, token_ca).map_err(PeerError::Failed)?;
+            rules::choose_ca(flag_ca, kubeconfig_ca, root_ca).map_err(PeerError::Failed)?;
         let user = reader::SERVICE_ACCOUNT;
         let tls_server_name = peer.cluster.tls_server_name.as_deref();
         // The credentials are checked through the admin's address, which
@@ -156,23 +167,38 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
             tls_server_name,
             user,
         });
-        Ok::<_, PeerError>((kubeconfig, server.to_owned(), ca_origin))
+        Ok::<_, PeerError>((kubeconfig, server.to_owned(), ca_origin, expires))
     }
     .await;
-    let (kubeconfig, server, ca_origin) = match result {
+    let (kubeconfig, server, ca_origin, expires) = match result {
         Ok(done) => done,
         Err(error) => {
-            let _ = tokens.delete(&token_name, &DeleteParams::default()).await;
+            let _ = anchors.delete(&anchor_name, &DeleteParams::default()).await;
             return Err(error);
         }
     };
+    let asked = Timestamp::now()
+        .checked_add(k8s_openapi::jiff::SignedDuration::try_from(args.token_ttl).unwrap_or_default())
+        .ok();
     out += &format!(
-        "peer: token Secret {peer_ns}/{token_name} created and checked (CA from {ca_origin})\n"
+        "peer: token bound to Secret {peer_ns}/{anchor_name} issued and checked (CA from {ca_origin}); it expires at {expires}\n"
     );
+    // The peer's apiserver may cap a token's life
+    // (--service-account-max-token-expiration): say so, a day's margin
+    // aside.
+    if let Some(asked) = asked
+        && expires.as_second() + 86_400 < asked.as_second()
+    {
+        out += &format!(
+            "warning: the peer's apiserver issued a shorter token than --token-ttl {} asked for (expires {expires})\n",
+            crate::config::duration::format(args.token_ttl)
+        );
+    }
 
     let mut annotations = serde_json::json!({
         ANNOTATION_CLUSTER_ID: peer_id.cluster_id,
-        ANNOTATION_TOKEN_SECRET: format!("{peer_ns}/{token_name}"),
+        ANNOTATION_TOKEN_SECRET: format!("{peer_ns}/{anchor_name}"),
+        ANNOTATION_PEER_NAMESPACE: peer_ns,
     });
     if !endpoint_cidrs.is_empty() {
         annotations[ANNOTATION_ENDPOINT_CIDRS] = endpoint_cidrs.join(",").into();
@@ -200,7 +226,7 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
         )
         .await
     {
-        let _ = tokens.delete(&token_name, &DeleteParams::default()).await;
+        let _ = anchors.delete(&anchor_name, &DeleteParams::default()).await;
         return Err(PeerError::Kube {
             what: format!("applying peer Secret {local_ns}/{name} in this cluster"),
             source: error,
@@ -208,10 +234,11 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
     }
     out += &format!("this cluster: peer Secret {local_ns}/{name} applied (server {server})\n");
 
-    // The rotation: older tokens of this cluster in the peer go.
-    let older = delete_tokens(&tokens, peer_ns, &local_id.cluster_id, Some(&token_name)).await?;
+    // The rotation: older tokens of this cluster in the peer go (their
+    // anchors, or an earlier release's token Secrets).
+    let older = delete_tokens(&anchors, peer_ns, &local_id.cluster_id, Some(&anchor_name)).await?;
     for old in older {
-        out += &format!("peer: older token Secret {peer_ns}/{old} deleted (revoked)\n");
+        out += &format!("peer: older token of Secret {peer_ns}/{old} revoked\n");
     }
     Ok(out)
 }
@@ -242,10 +269,10 @@ async fn target(
     })
 }
 
-/// Applies the namespace, ServiceAccount and binding of
-/// `deploy/peer-reader.yaml` in the peer, and its ClusterRole when missing
-/// (one that exists is left as it is: the token's check shows whether it
-/// grants enough).
+/// Applies the objects of `deploy/peer-reader.yaml` in the peer: the
+/// namespace, the ServiceAccount, its Role over `namespace` and its
+/// ClusterRole, each bound. The ClusterRole is this release's, applied over
+/// an earlier one (which read every Service and EndpointSlice).
 async fn install_reader(peer: &Endpoint, namespace: &str) -> Result<String, PeerError> {
     let client = &peer.client;
     apply(
@@ -260,18 +287,24 @@ async fn install_reader(peer: &Endpoint, namespace: &str) -> Result<String, Peer
         &reader::service_account(namespace),
     )
     .await?;
-    let roles: Api<ClusterRole> = Api::all(client.clone());
-    let role = if roles
-        .get_opt(reader::CLUSTER_ROLE)
-        .await
-        .map_err(PeerError::kube("reading the peer's ClusterRole"))?
-        .is_some()
-    {
-        "exists"
-    } else {
-        apply(&roles, reader::CLUSTER_ROLE, &reader::cluster_role()).await?;
-        "created"
-    };
+    apply_forced(
+        &Api::<Role>::namespaced(client.clone(), namespace),
+        reader::ROLE,
+        &reader::role(namespace),
+    )
+    .await?;
+    apply(
+        &Api::<RoleBinding>::namespaced(client.clone(), namespace),
+        reader::ROLE,
+        &reader::role_binding(namespace),
+    )
+    .await?;
+    apply_forced(
+        &Api::<ClusterRole>::all(client.clone()),
+        reader::CLUSTER_ROLE,
+        &reader::cluster_role(),
+    )
+    .await?;
     let binding = reader::binding_name(namespace);
     apply(
         &Api::<ClusterRoleBinding>::all(client.clone()),
@@ -280,37 +313,57 @@ async fn install_reader(peer: &Endpoint, namespace: &str) -> Result<String, Peer
     )
     .await?;
     Ok(format!(
-        "peer: ServiceAccount {namespace}/{}, ClusterRoleBinding {binding} applied; ClusterRole {} {role}\n",
-        reader::SERVICE_ACCOUNT,
-        reader::CLUSTER_ROLE
+        "peer: ServiceAccount {namespace}/{sa}, Role and RoleBinding {namespace}/{role}, ClusterRole {role} and ClusterRoleBinding {binding} applied\n",
+        sa = reader::SERVICE_ACCOUNT,
+        role = reader::ROLE,
     ))
 }
 
-/// Waits until the peer's kube-controller-manager has filled in token
-/// Secret `name`; returns the token and the `ca.crt` it added.
-async fn wait_for_token(
-    tokens: &Api<Secret>,
-    name: &str,
-) -> Result<(String, Option<Vec<u8>>), PeerError> {
-    let deadline = Instant::now() + TOKEN_WAIT;
-    loop {
-        let secret = tokens.get(name).await.map_err(PeerError::kube(format!(
-            "reading token Secret {name} in the peer"
+/// Issues a token of the peer-reader ServiceAccount valid for `ttl` and
+/// bound to `anchor`; returns it and when it expires.
+async fn request_token(
+    client: &Client,
+    namespace: &str,
+    anchor: &Secret,
+    ttl: Duration,
+) -> Result<(String, Timestamp), PeerError> {
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Secret".into()),
+                name: anchor.metadata.name.clone(),
+                uid: anchor.metadata.uid.clone(),
+            }),
+            expiration_seconds: Some(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX)),
+        },
+        ..TokenRequest::default()
+    };
+    let issued = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create_token_request(reader::SERVICE_ACCOUNT, &PostParams::default(), &request)
+        .await
+        .map_err(PeerError::kube(format!(
+            "requesting a token of ServiceAccount {namespace}/{} in the peer",
+            reader::SERVICE_ACCOUNT
         )))?;
-        let data = secret.data.unwrap_or_default();
-        if let Some(token) = data.get("token").filter(|t| !t.0.is_empty()) {
-            let token = String::from_utf8(token.0.clone()).map_err(|_| {
-                PeerError::Failed(format!("token Secret {name}: token is not UTF-8"))
-            })?;
-            return Ok((token, data.get("ca.crt").map(|c| c.0.clone())));
-        }
-        if Instant::now() >= deadline {
-            return Err(PeerError::Failed(format!(
-                "the peer's kube-controller-manager did not fill in token Secret {name} within {TOKEN_WAIT:?} (is its token controller running?)"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let status = issued
+        .status
+        .ok_or_else(|| PeerError::Failed("the peer's TokenRequest came back without a token".into()))?;
+    Ok((status.token, status.expiration_timestamp.0))
+}
+
+/// The CA the peer's pods trust: `ca.crt` of its `kube-root-ca.crt`
+/// ConfigMap in `namespace`, when there is one.
+async fn root_ca(client: &Client, namespace: &str) -> Option<Vec<u8>> {
+    let found = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .get_opt("kube-root-ca.crt")
+        .await
+        .ok()??;
+    found
+        .data?
+        .remove("ca.crt")
+        .map(String::into_bytes)
 }
 
 /// Checks that the new kubeconfig reads the peer as the controller will

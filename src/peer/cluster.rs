@@ -166,3 +166,24 @@ where
     .await
     .map_err(PeerError::kube(format!("applying {kind} {name}")))
 }
+
+/// Applies `body` as [`apply`] does, forced: for the reader's roles, which
+/// bear our names and whose rules an earlier install (`kubectl apply -k
+/// deploy`, or an earlier release's `peer add`) may hold.
+pub async fn apply_forced<K>(
+    api: &Api<K>,
+    name: &str,
+    body: &serde_json::Value,
+) -> Result<K, PeerError>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let kind = body["kind"].as_str().unwrap_or("object");
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map_err(PeerError::kube(format!("applying {kind} {name}")))
+}

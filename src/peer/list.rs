@@ -67,6 +67,7 @@ pub async fn inspect(client: &Client, namespace: &str) -> Result<Vec<PeerStatus>
             .map(|i| i.cluster_id.clone())
             .or_else(|| secret.annotations().get(ANNOTATION_CLUSTER_ID).cloned())
             .or_else(|| lease.map(|l| l.0.clone()));
+        let read = PeerSecret::read(secret);
         peers.push(PeerStatus {
             name,
             cluster_id,
@@ -77,9 +78,13 @@ pub async fn inspect(client: &Client, namespace: &str) -> Result<Vec<PeerStatus>
             last_seen: lease.map(|l| l.1.to_string()),
             last_seen_seconds_ago: lease.map(|l| now.duration_since(l.1).as_secs()),
             refused,
+            credential_expires: read.credential_expires.map(|t| t.to_string()),
+            credential_expires_in_seconds: read
+                .credential_expires
+                .map(|t| t.as_second() - k8s_openapi::jiff::Timestamp::now().as_second()),
             // As the controller reads them (one that does not parse is
             // shown by its refusal).
-            endpoint_cidrs: PeerSecret::read(secret)
+            endpoint_cidrs: read
                 .endpoint_ranges
                 .ok()
                 .flatten()

@@ -105,7 +105,8 @@ pub struct AddArgs {
     #[arg(long)]
     pub peer_server: Option<String>,
     /// PEM file of the CA of the peer's apiserver (default: the peer
-    /// kubeconfig's, else the ca.crt of the token Secret).
+    /// kubeconfig's, else the ca.crt of the peer's kube-root-ca.crt
+    /// ConfigMap, what its pods trust).
     #[arg(long)]
     pub peer_certificate_authority: Option<PathBuf>,
     /// Name of the peer Secret (default: `peer-<peer cluster id>`).
@@ -117,6 +118,13 @@ pub struct AddArgs {
     /// re-run without it clears them.
     #[arg(long = "endpoint-cidr", value_name = "CIDR")]
     pub endpoint_cidrs: Vec<String>,
+    /// How long the new credential is valid (at least 10m; the peer's
+    /// apiserver may cap it with --service-account-max-token-expiration).
+    /// `peer list` and the metric
+    /// clusterset_dns_controller_peer_credential_expiry_timestamp_seconds
+    /// show when it expires; running `peer add` again rotates it.
+    #[arg(long, default_value = "90d", value_parser = crate::config::duration::parse)]
+    pub token_ttl: std::time::Duration,
 }
 
 /// Output format of `peer list`.

@@ -1,30 +1,36 @@
 //! The objects `peer add` writes into a peer: those of
-//! `deploy/peer-reader.yaml` (its namespace, the `clusterset-dns-peer-reader`
-//! ServiceAccount, ClusterRole and ClusterRoleBinding), and one token Secret
-//! per cluster that reads the peer. A unit test keeps them equal to the
-//! shipped file, which the image build does not see.
+//! `deploy/peer-reader.yaml` (the `clusterset-dns-peer-reader`
+//! ServiceAccount, its Role over the controller's namespace and its
+//! ClusterRole, each bound), and one anchor Secret per cluster that reads
+//! the peer, to which that cluster's token is bound. A unit test keeps them
+//! equal to the shipped file, which the image build does not see.
 
 use serde_json::{Value, json};
 
+use crate::api::well_known::{ABOUT_GROUP, CLUSTER_ID_PROPERTY, CLUSTERSET_PROPERTY, MCS_GROUP};
+use crate::peering::PUBLICATION_MARKER;
+
 /// The ServiceAccount whose tokens peers read with.
 pub const SERVICE_ACCOUNT: &str = "clusterset-dns-peer-reader";
+/// The Role (in the controller's namespace) and the ClusterRole it is
+/// bound to.
+pub const ROLE: &str = "clusterset-dns-peer-reader";
 /// The ClusterRole it is bound to.
-pub const CLUSTER_ROLE: &str = "clusterset-dns-peer-reader";
+pub const CLUSTER_ROLE: &str = ROLE;
 /// The namespace of `deploy/peer-reader.yaml`.
 pub const SHIPPED_NAMESPACE: &str = "clusterset-dns";
-/// Label on a token Secret: the cluster id of the cluster that reads with
-/// it. Rotation and revocation find a reader's tokens by it.
+/// Label on an anchor Secret: the cluster id of the cluster that reads
+/// with the token bound to it. Rotation and revocation find a reader's
+/// tokens by it.
 pub const LABEL_READER_FOR: &str = "clusterset-dns.io/peer-reader-for";
-/// `app.kubernetes.io/managed-by` of the token Secrets.
+/// `app.kubernetes.io/managed-by` of the anchor Secrets.
 pub const MANAGED_BY: &str = "clusterset-dns-peer-cli";
 
-/// `(API group, resource)` the role reads (get, list, watch): exactly
-/// what the controller pulls from a peer.
-pub const READS: [(&str, &str); 4] = [
-    ("multicluster.x-k8s.io", "serviceexports"),
-    ("", "services"),
+/// `(API group, resource)` the Role reads (get, list, watch) in the
+/// controller's namespace: this cluster's publication.
+pub const PUBLICATION_READS: [(&str, &str); 2] = [
+    ("clusterset-dns.io", "publishedservices"),
     ("discovery.k8s.io", "endpointslices"),
-    ("about.k8s.io", "clusterproperties"),
 ];
 
 /// The namespace.
@@ -41,9 +47,9 @@ pub fn service_account(namespace: &str) -> Value {
     })
 }
 
-/// The ClusterRole: get, list and watch of [`READS`].
-pub fn cluster_role() -> Value {
-    let rules: Vec<Value> = READS
+/// The Role in `namespace`: the publication, and the marker by name.
+pub fn role(namespace: &str) -> Value {
+    let mut rules: Vec<Value> = PUBLICATION_READS
         .iter()
         .map(|(group, resource)| {
             json!({
@@ -53,11 +59,51 @@ pub fn cluster_role() -> Value {
             })
         })
         .collect();
+    rules.push(json!({
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "resourceNames": [PUBLICATION_MARKER],
+        "verbs": ["get"],
+    }));
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": ROLE, "namespace": namespace},
+        "rules": rules,
+    })
+}
+
+/// The RoleBinding of the Role to the ServiceAccount, in `namespace`.
+pub fn role_binding(namespace: &str) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": ROLE, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}],
+    })
+}
+
+/// The ClusterRole: what the KEPs make public to the clusterset, the
+/// ServiceExports and this cluster's two ClusterProperties (by name).
+pub fn cluster_role() -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {"name": CLUSTER_ROLE},
-        "rules": rules,
+        "rules": [
+            {
+                "apiGroups": [MCS_GROUP],
+                "resources": ["serviceexports"],
+                "verbs": ["get", "list", "watch"],
+            },
+            {
+                "apiGroups": [ABOUT_GROUP],
+                "resources": ["clusterproperties"],
+                "resourceNames": [CLUSTER_ID_PROPERTY, CLUSTERSET_PROPERTY],
+                "verbs": ["get"],
+            },
+        ],
     })
 }
 
@@ -87,15 +133,14 @@ pub fn binding(namespace: &str) -> Value {
     })
 }
 
-/// A new token Secret of the ServiceAccount for the cluster `reader_id`
-/// (`generateName`: each run makes a new one, so a rotation never reuses a
-/// token). The peer's kube-controller-manager fills in `data.token` and
-/// `data.ca.crt`; deleting the Secret revokes the token.
-pub fn token_secret(namespace: &str, reader_id: &str) -> Value {
+/// A new anchor Secret for the cluster `reader_id` (`generateName`: each
+/// run makes a new one, so a rotation never reuses a token). The token is
+/// bound to it: deleting it revokes the token, whatever its expiry.
+pub fn token_anchor(namespace: &str, reader_id: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Secret",
-        "type": "kubernetes.io/service-account-token",
+        "type": "Opaque",
         "metadata": {
             "generateName": format!("{SERVICE_ACCOUNT}-{reader_id}-"),
             "namespace": namespace,
@@ -103,7 +148,6 @@ pub fn token_secret(namespace: &str, reader_id: &str) -> Value {
                 LABEL_READER_FOR: reader_id,
                 "app.kubernetes.io/managed-by": MANAGED_BY,
             },
-            "annotations": {"kubernetes.io/service-account.name": SERVICE_ACCOUNT},
         },
     })
 }
@@ -135,6 +179,8 @@ mod tests {
     #[test]
     fn objects_equal_the_shipped_manifest() {
         assert_eq!(cluster_role(), shipped("ClusterRole"));
+        assert_eq!(role(SHIPPED_NAMESPACE), shipped("Role"));
+        assert_eq!(role_binding(SHIPPED_NAMESPACE), shipped("RoleBinding"));
         assert_eq!(
             service_account(SHIPPED_NAMESPACE),
             shipped("ServiceAccount")
@@ -152,17 +198,13 @@ mod tests {
     }
 
     #[test]
-    fn token_secrets_are_generated_per_reader() {
-        let s = token_secret("clusterset-dns", "cluster-a");
-        assert_eq!(s["type"], "kubernetes.io/service-account-token");
+    fn anchors_are_generated_per_reader() {
+        let s = token_anchor("clusterset-dns", "cluster-a");
+        assert_eq!(s["type"], "Opaque");
         assert_eq!(
             s["metadata"]["generateName"],
             "clusterset-dns-peer-reader-cluster-a-"
         );
         assert_eq!(s["metadata"]["labels"][LABEL_READER_FOR], "cluster-a");
-        assert_eq!(
-            s["metadata"]["annotations"]["kubernetes.io/service-account.name"],
-            SERVICE_ACCOUNT
-        );
     }
 }

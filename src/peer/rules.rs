@@ -22,9 +22,9 @@ pub enum CaOrigin {
     Flag,
     /// The peer kubeconfig's cluster entry.
     Kubeconfig,
-    /// The `ca.crt` the peer's kube-controller-manager put into the token
-    /// Secret (its `--root-ca-file`, what the peer's pods trust).
-    TokenSecret,
+    /// The `ca.crt` of the peer's `kube-root-ca.crt` ConfigMap (its
+    /// kube-controller-manager's `--root-ca-file`, what its pods trust).
+    RootCa,
 }
 
 impl std::fmt::Display for CaOrigin {
@@ -32,26 +32,26 @@ impl std::fmt::Display for CaOrigin {
         f.write_str(match self {
             Self::Flag => "--peer-certificate-authority",
             Self::Kubeconfig => "the peer kubeconfig",
-            Self::TokenSecret => "the token Secret's ca.crt",
+            Self::RootCa => "the peer's kube-root-ca.crt ConfigMap",
         })
     }
 }
 
 /// The CA a peer kubeconfig gets: the flag, else the peer kubeconfig's,
-/// else the token Secret's `ca.crt`. A peer kubeconfig never skips TLS
+/// else the peer's `kube-root-ca.crt`. A peer kubeconfig never skips TLS
 /// verification, so no CA at all is an error; so is one that holds no PEM
 /// certificate.
 pub fn choose_ca(
     flag: Option<Vec<u8>>,
     kubeconfig: Option<Vec<u8>>,
-    token_secret: Option<Vec<u8>>,
+    root_ca: Option<Vec<u8>>,
 ) -> Result<(Vec<u8>, CaOrigin), String> {
     let (pem, origin) = flag
         .map(|pem| (pem, CaOrigin::Flag))
         .or_else(|| kubeconfig.map(|pem| (pem, CaOrigin::Kubeconfig)))
-        .or_else(|| token_secret.map(|pem| (pem, CaOrigin::TokenSecret)))
+        .or_else(|| root_ca.map(|pem| (pem, CaOrigin::RootCa)))
         .ok_or(
-            "no CA for the peer's apiserver: the peer kubeconfig has none and the token Secret no ca.crt; pass --peer-certificate-authority FILE",
+            "no CA for the peer's apiserver: the peer kubeconfig has none and the peer no kube-root-ca.crt ConfigMap; pass --peer-certificate-authority FILE",
         )?;
     if !is_pem_certificate(&pem) {
         return Err(format!("the CA from {origin} holds no PEM certificate"));
@@ -247,6 +247,11 @@ pub struct PeerStatus {
     /// The pod ranges recorded for it (`peer add --endpoint-cidr`): its
     /// endpoints outside them are refused. Empty when none are recorded.
     pub endpoint_cidrs: Vec<String>,
+    /// When the Secret's credential expires, RFC 3339; `None` when it never
+    /// does (a token Secret of an earlier release).
+    pub credential_expires: Option<String>,
+    /// Seconds from now until then (negative once expired).
+    pub credential_expires_in_seconds: Option<i64>,
 }
 
 impl PeerStatus {
@@ -274,20 +279,31 @@ pub fn age(seconds: i64) -> String {
     }
 }
 
+/// When a credential expires, for a person: `in 89d`, `expired 2h ago`,
+/// `never` (`None`).
+pub fn expiry(seconds_left: Option<i64>) -> String {
+    match seconds_left {
+        None => "never".into(),
+        Some(left) if left <= 0 => format!("expired {}", age(-left)),
+        Some(left) => format!("in {}", age(left).trim_end_matches(" ago")),
+    }
+}
+
 /// The header of `peer list`'s table.
-pub const TABLE_HEADER: [&str; 6] = [
+pub const TABLE_HEADER: [&str; 7] = [
     "NAME",
     "CLUSTER",
     "SERVER",
     "HEALTH",
     "LAST SEEN",
+    "EXPIRES",
     "CONTROLLER",
 ];
 
 /// `peer list`'s table, columns padded to their widest cell, then one
 /// line per problem (why a peer is unhealthy, why it was refused).
 pub fn render_table(peers: &[PeerStatus]) -> String {
-    let rows: Vec<[String; 6]> = peers
+    let rows: Vec<[String; 7]> = peers
         .iter()
         .map(|p| {
             [
@@ -296,6 +312,7 @@ pub fn render_table(peers: &[PeerStatus]) -> String {
                 p.server.clone().unwrap_or_else(|| "?".into()),
                 if p.healthy { "ok" } else { "unhealthy" }.into(),
                 p.last_seen_seconds_ago.map_or_else(|| "-".into(), age),
+                expiry(p.credential_expires_in_seconds),
                 p.controller().into(),
             ]
         })

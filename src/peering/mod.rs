@@ -7,6 +7,10 @@
 //!   under `data.`[`KUBECONFIG_KEY`]; `peer add` annotates it with the
 //!   peer's id ([`ANNOTATION_CLUSTER_ID`]) and its token
 //!   ([`ANNOTATION_TOKEN_SECRET`]). [`kubeconfig`] turns it into a client.
+//! - A peer's **credential** expires when its token's `exp` says
+//!   ([`credential`]).
+//! - A controller's **publication** is complete once its marker
+//!   [`PUBLICATION_MARKER`] exists.
 //! - A **peer Lease** (`clusterset-dns-peer-<id>`, [`lease`]) records when
 //!   the controller last saw the peer healthy.
 //! - **Contact** ([`contact`]): a peer's identity (its ClusterProperties),
@@ -16,6 +20,7 @@
 //!   starting with one of the [`reason`]s.
 
 pub mod contact;
+pub mod credential;
 pub mod kubeconfig;
 pub mod lease;
 
@@ -44,6 +49,16 @@ pub const ANNOTATION_TOKEN_SECRET: &str = "clusterset-dns.io/token-secret";
 /// publishes outside them are refused.
 pub const ANNOTATION_ENDPOINT_CIDRS: &str = "clusterset-dns.io/endpoint-cidrs";
 
+/// Annotation on a peer Secret written by `peer add`: the namespace of the
+/// peer's controller, where its publication and reader ServiceAccount are
+/// (absent: the same namespace as this cluster's controller).
+pub const ANNOTATION_PEER_NAMESPACE: &str = "clusterset-dns.io/peer-namespace";
+
+/// The ConfigMap in a controller's namespace that says its publication for
+/// peers is complete (`crate::controller::publication`); the reader role
+/// may `get` it and no other ConfigMap.
+pub const PUBLICATION_MARKER: &str = "clusterset-dns-publication";
+
 /// What the controller reads of a peer Secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerSecret {
@@ -55,6 +70,11 @@ pub struct PeerSecret {
     /// The peer's endpoint ranges ([`ANNOTATION_ENDPOINT_CIDRS`]), `None`
     /// when not recorded; `Err` with why when the annotation does not parse.
     pub endpoint_ranges: Result<Option<Vec<Cidr>>, String>,
+    /// The peer controller's namespace ([`ANNOTATION_PEER_NAMESPACE`]).
+    pub namespace: Option<String>,
+    /// When its credential expires ([`credential::expiry`]); `None` when
+    /// it never does (or cannot be read).
+    pub credential_expires: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 impl Default for PeerSecret {
@@ -63,6 +83,8 @@ impl Default for PeerSecret {
             kubeconfig: Vec::new(),
             cluster_id: None,
             endpoint_ranges: Ok(None),
+            namespace: None,
+            credential_expires: None,
         }
     }
 }
@@ -77,10 +99,13 @@ impl PeerSecret {
                 .map(Some)
                 .map_err(|error| format!("annotation {ANNOTATION_ENDPOINT_CIDRS}: {error}")),
         };
+        let kubeconfig = kubeconfig_data(secret);
         Self {
-            kubeconfig: kubeconfig_data(secret).to_vec(),
+            credential_expires: credential::expiry(kubeconfig),
+            kubeconfig: kubeconfig.to_vec(),
             cluster_id: annotations.get(ANNOTATION_CLUSTER_ID).cloned(),
             endpoint_ranges,
+            namespace: annotations.get(ANNOTATION_PEER_NAMESPACE).cloned(),
         }
     }
 }

@@ -31,7 +31,7 @@ use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::{Deserialize, Deserializer};
 
 use super::{
-    ServiceExport, ServiceExportSpec, ServiceExportStatus, ServiceImport, ServiceImportSpec,
+    PublishedService, PublishedServiceSpec, ServiceExport, ServiceExportSpec, ServiceExportStatus, ServiceImport, ServiceImportSpec,
     ServiceImportStatus,
 };
 
@@ -382,6 +382,21 @@ impl<'de> Deserialize<'de> for Stripped<Service, Controller> {
             spec: raw.spec,
             status: None,
         }))
+    }
+}
+
+impl<'de> Deserialize<'de> for Stripped<PublishedService, Controller> {
+    /// A PublishedService without its managed fields.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Raw {
+            metadata: ControllerMeta<SkippedAnnotations>,
+            spec: PublishedServiceSpec,
+        }
+        let raw = Raw::deserialize(deserializer)?;
+        let mut published = PublishedService::new("", raw.spec);
+        published.metadata = raw.metadata.into();
+        Ok(Self::new(published))
     }
 }
 

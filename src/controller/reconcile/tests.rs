@@ -18,9 +18,12 @@ use crate::api::well_known::{
 };
 use crate::controller::naming::{MANAGED_BY, mirrored_slice_name};
 use crate::controller::ownership::NOT_OURS;
+use crate::controller::lean::Lean;
 use crate::watch::IndexResource;
 
 const NS: &str = "demo";
+/// The controller's namespace, where this cluster publishes.
+const PUBLISH_NS: &str = "clusterset-dns";
 
 fn time(secs: i64) -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(1_700_000_000 + secs).unwrap())
@@ -158,6 +161,10 @@ impl World {
     }
 
     fn plan(&self, name: &str) -> Plan {
+        self.plan_in(NS, name)
+    }
+
+    fn plan_in(&self, namespace: &str, name: &str) -> Plan {
         let views: Vec<PeerView<'_>> = self
             .peers
             .iter()
@@ -180,9 +187,10 @@ impl World {
             import_selector: self.import_selector.as_ref(),
             ip_share: &crate::controller::ip_share::IpShare::new(self.ip_share),
             deletions_allowed: self.deletions_allowed,
+            publish_namespace: PUBLISH_NS,
             now: &now,
         };
-        plan(&inputs, &ServiceRef::new(NS, name))
+        plan(&inputs, &ServiceRef::new(namespace, name))
     }
 
     /// Applies writes as the apiserver would, for what plans read back.
@@ -221,6 +229,16 @@ impl World {
                     slice.metadata.uid = Some(format!("uid-{}", slice.name_any()));
                     self.local.mcs_slices.apply(slice);
                 }
+                Write::Published(published) => {
+                    let mut published = *published;
+                    published.metadata.uid = Some(format!("uid-{}", published.name_any()));
+                    self.local_only.published.apply(Lean::new(published));
+                }
+                Write::PublishedSlice(slice) => {
+                    let mut slice = *slice;
+                    slice.metadata.uid = Some(format!("uid-{}", slice.name_any()));
+                    self.local_only.published.apply(Lean::new(slice));
+                }
                 Write::ExportStatus {
                     service,
                     conditions,
@@ -243,6 +261,8 @@ impl World {
                         let object = self.local.mcs_slices.get(NS, &name).unwrap();
                         self.local.mcs_slices.delete(object);
                     }
+                    Kind::PublishedService => self.local_only.published.forget_service(&name),
+                    Kind::PublishedSlice => self.local_only.published.forget_slice(&name),
                     Kind::ServiceExportStatus => {}
                 },
             }
@@ -293,6 +313,74 @@ fn local_export(world: &mut World) {
 }
 
 #[test]
+fn a_local_export_is_published_for_peers_and_withdrawn_with_it() {
+    use crate::controller::publication::{PUBLISHED_BY, service_view, slice_view};
+    let mut world = World::new();
+    local_export(&mut world);
+    world.converge("web", 5);
+    let web = ServiceRef::new(NS, "web");
+    let published = world.local_only.published.service(&web).cloned().unwrap();
+    assert_eq!(published.metadata.namespace.as_deref(), Some(PUBLISH_NS));
+    assert_eq!(published.metadata.name.as_deref(), Some("demo.web"));
+    // What a peer reads back is this cluster's Service as the merge reads
+    // it: the same projection as the Service itself.
+    let view = service_view(&published).unwrap();
+    let local = world.local.services.get(NS, "web").unwrap();
+    let export = world.local.exports.get(NS, "web").unwrap();
+    assert_eq!(
+        crate::controller::merge::project("a", &export, Some(&view)),
+        crate::controller::merge::project("a", &export, Some(&local)),
+    );
+    let slices: Vec<EndpointSlice> = world.local_only.published.slices(&web).collect();
+    assert_eq!(slices.len(), 1);
+    assert_eq!(slices[0].labels()[LABEL_MANAGED_BY], PUBLISHED_BY);
+    let view = slice_view(slices[0].clone()).unwrap();
+    let addresses: Vec<&str> = view
+        .endpoints
+        .iter()
+        .map(|e| e.addresses[0].as_str())
+        .collect();
+    assert_eq!(addresses, ["10.2.0.1", "10.2.0.2"]);
+    assert!(view.endpoints.iter().all(|e| e.node_name.is_none() && e.hints.is_none()));
+
+    // The export goes: so does the publication, slices and all.
+    world.local.exports.delete(export);
+    let writes = world.converge("web", 5);
+    assert!(kinds(&writes).contains(&Kind::PublishedService), "{writes:?}");
+    assert!(kinds(&writes).contains(&Kind::PublishedSlice), "{writes:?}");
+    assert!(world.local_only.published.service(&web).is_none());
+    assert_eq!(world.local_only.published.slices(&web).count(), 0);
+}
+
+#[test]
+fn nothing_is_published_for_an_invalid_export_or_a_denied_namespace() {
+    let mut world = World::new();
+    world.local.exports.apply(export("web", 0));
+    // No Service: the export is invalid, and peers read nothing of it.
+    world.converge("web", 5);
+    let web = ServiceRef::new(NS, "web");
+    assert!(world.local_only.published.service(&web).is_none());
+
+    // A denied namespace is never published, whatever it exports.
+    let mut world = World::new();
+    let mut denied = export("web", 0);
+    denied.metadata.namespace = Some("kube-system".into());
+    world.local.exports.apply(denied);
+    let mut svc = service("web", 80);
+    svc.metadata.namespace = Some("kube-system".into());
+    world.local.services.apply(svc);
+    let plan = world.plan_in("kube-system", "web");
+    assert!(
+        !plan
+            .writes
+            .iter()
+            .any(|w| matches!(w.kind(), Kind::PublishedService | Kind::PublishedSlice)),
+        "{:?}",
+        plan.writes
+    );
+}
+
+#[test]
 fn a_local_export_converges_then_plans_nothing() {
     let mut world = World::new();
     local_export(&mut world);
@@ -306,8 +394,11 @@ fn a_local_export_converges_then_plans_nothing() {
     assert_eq!(
         kinds(&writes),
         [
-            // Round 1: the import; what it owns waits for its uid.
+            // Round 1: the import; what it owns waits for its uid. The
+            // publication for peers waits for nothing.
             Kind::ServiceImport,
+            Kind::PublishedSlice,
+            Kind::PublishedService,
             // Round 2: the derived Service, the mirror, then the export's
             // status (after the mirror it reports).
             Kind::Service,
@@ -777,8 +868,8 @@ fn a_local_first_clusterset_ip_hints_every_endpoint_and_converges() {
     let writes = world.converge("web", 3);
     assert_eq!(
         kinds(&writes),
-        [Kind::EndpointSlice],
-        "only a's slice changes"
+        [Kind::EndpointSlice, Kind::PublishedSlice],
+        "only a's slice changes, here and in its publication"
     );
     let hinted = hints_of(&world);
     assert!(hinted.contains(&("10.2.0.1".to_owned(), zones(&["x", "y"]), None)));

@@ -11,7 +11,12 @@ use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 
 use super::{Controller, ROUNDS_PER_CYCLE, SERVICES_PER_CYCLE, WRITE_CONCURRENCY};
 use crate::api::ServiceImport;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+
 use crate::controller::apply::{Written, execute};
+use crate::controller::naming::{FIELD_MANAGER, LABEL_APP_MANAGED_BY, MANAGED_BY};
+use crate::controller::publication;
 use crate::controller::reconcile::{Kind, Plan, Refusal, Rejection, Write, plan};
 use crate::model::ServiceRef;
 
@@ -304,6 +309,8 @@ impl Controller {
             Written::Service(service) => self.local.services.apply(service),
             Written::Slice(slice) => self.local.mcs_slices.apply(slice),
             Written::Export(export) => self.local.exports.apply(export),
+            Written::Published(published) => self.local_only.published.apply(published),
+            Written::PublishedSlice(slice) => self.local_only.published.apply(slice),
             Written::Refused { .. } => {}
             Written::Deleted {
                 kind,
@@ -315,8 +322,49 @@ impl Controller {
                 }
                 Kind::Service => self.local.services.forget(&namespace, &name),
                 Kind::EndpointSlice => self.local.mcs_slices.forget(&namespace, &name),
+                Kind::PublishedService => self.local_only.published.forget_service(&name),
+                Kind::PublishedSlice => self.local_only.published.forget_slice(&name),
                 Kind::ServiceExportStatus => {}
             },
+        }
+    }
+
+    /// Writes the publication marker ([`publication::MARKER`]): peers of
+    /// this release read this cluster's publication from then on. Not
+    /// forced: a ConfigMap of that name someone else wrote is not taken
+    /// over. Returns whether it is written.
+    pub(super) async fn publish_marker(&self) -> bool {
+        let namespace = &self.settings.namespace;
+        let marker = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": publication::MARKER,
+                "namespace": namespace,
+                "labels": {LABEL_APP_MANAGED_BY: MANAGED_BY},
+            },
+            "data": {
+                publication::MARKER_FORMAT_KEY: publication::FORMAT,
+                "cluster-id": self.local_id,
+            },
+        });
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        match api
+            .patch(
+                publication::MARKER,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Apply(&marker),
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(%namespace, "publication complete: marker written");
+                true
+            }
+            Err(error) => {
+                tracing::warn!(error = %crate::error::Chain(&error), "cannot write the publication marker; peers keep reading this cluster as a previous release's");
+                false
+            }
         }
     }
 
@@ -327,6 +375,8 @@ impl Controller {
         // Derived Services whose import is gone (an orphan sweep at start).
         all.extend(self.local.services.services_with_ours().cloned());
         all.extend(self.peers.exported_services().cloned());
+        // What this cluster publishes, whose export may be gone.
+        all.extend(self.local_only.published.services().cloned());
         all
     }
 }

@@ -13,7 +13,7 @@ use kube::runtime::watcher::{self, Event as WatcherEvent};
 use kube::{Client, ResourceExt};
 
 use super::{ConnTasks, Controller};
-use crate::controller::connection::{ClusterKey, Scope, connect};
+use crate::controller::connection::{ClusterKey, Scope, connect, read_form};
 use crate::controller::naming::FIELD_MANAGER;
 use crate::controller::peers::{Contact, Effect, Input, Now};
 use crate::peering::{self, PeerSecret, lease, read_identity, reason};
@@ -22,17 +22,28 @@ impl Controller {
     /// The peer Secret watch, as inputs of the peers' state.
     pub(super) fn secrets(&mut self, event: Result<WatcherEvent<Secret>, watcher::Error>) {
         let input = match event {
-            Ok(WatcherEvent::Apply(secret)) => Input::SecretApplied {
-                secret: PeerSecret::read(&secret),
-                name: secret.name_any(),
-                listed: false,
-            },
-            Ok(WatcherEvent::InitApply(secret)) => Input::SecretApplied {
-                secret: PeerSecret::read(&secret),
-                name: secret.name_any(),
-                listed: true,
-            },
-            Ok(WatcherEvent::Delete(secret)) => Input::SecretDeleted(secret.name_any()),
+            Ok(WatcherEvent::Apply(secret)) => {
+                let read = PeerSecret::read(&secret);
+                self.credential_gauge(&secret.name_any(), &read);
+                Input::SecretApplied {
+                    secret: read,
+                    name: secret.name_any(),
+                    listed: false,
+                }
+            }
+            Ok(WatcherEvent::InitApply(secret)) => {
+                let read = PeerSecret::read(&secret);
+                self.credential_gauge(&secret.name_any(), &read);
+                Input::SecretApplied {
+                    secret: read,
+                    name: secret.name_any(),
+                    listed: true,
+                }
+            }
+            Ok(WatcherEvent::Delete(secret)) => {
+                self.credential_gauge(&secret.name_any(), &PeerSecret::default());
+                Input::SecretDeleted(secret.name_any())
+            }
             Ok(WatcherEvent::Init) => Input::SecretsListing,
             Ok(WatcherEvent::InitDone) => Input::SecretsListed,
             Err(error) => {
@@ -41,6 +52,21 @@ impl Controller {
             }
         };
         self.step(input);
+    }
+
+    /// Keeps `clusterset_dns_controller_peer_credential_expiry_timestamp_seconds`
+    /// true to Secret `name` as now read: labelled with the peer id it
+    /// records (else its name), removed when it never expires or is gone.
+    fn credential_gauge(&mut self, name: &str, secret: &PeerSecret) {
+        let gauge = &self.metrics.peer_credential_expiry;
+        if let Some(old) = self.credential_labels.remove(name) {
+            gauge.remove_label_values(&[&old]).ok();
+        }
+        if let Some(expires) = secret.credential_expires {
+            let label = secret.cluster_id.clone().unwrap_or_else(|| name.to_owned());
+            gauge.with_label_values(&[&label]).set(expires.as_second());
+            self.credential_labels.insert(name.to_owned(), label);
+        }
     }
 
     /// Feeds one input to the peers' state and carries out its effects;
@@ -60,8 +86,10 @@ impl Controller {
                 secret,
                 generation,
                 kubeconfig,
+                namespace,
             } => {
-                let identity = self.spawn_identity(&secret, generation, kubeconfig);
+                let namespace = namespace.unwrap_or_else(|| self.settings.namespace.clone());
+                let identity = self.spawn_identity(&secret, generation, kubeconfig, namespace);
                 let tasks = ConnTasks {
                     identity: Some(identity),
                     client: None,
@@ -74,16 +102,19 @@ impl Controller {
                 generation,
                 id,
             } => {
-                let scope = Scope::Peer {
-                    id,
-                    probe_interval: self.settings.probe_interval,
-                    probe_timeout: self.settings.probe_timeout,
-                };
                 let reports = self.reports_tx.clone();
                 let key = (secret, generation);
                 if let Some(tasks) = self.tasks.get_mut(&key)
-                    && let Some(client) = tasks.client.clone()
+                    && let Some((client, namespace, form)) = tasks.client.clone()
                 {
+                    tracing::info!(peer = %id, ?form, %namespace, "reading the peer");
+                    let scope = Scope::Peer {
+                        id,
+                        namespace,
+                        form,
+                        probe_interval: self.settings.probe_interval,
+                        probe_timeout: self.settings.probe_timeout,
+                    };
                     let (secret, generation) = key;
                     let cluster = ClusterKey::Peer { secret, generation };
                     tasks.connection = Some(connect(client, cluster, scope, reports));
@@ -135,13 +166,15 @@ impl Controller {
         }
     }
 
-    /// Builds the peer's client and reads its identity, retrying while the
-    /// peer does not answer.
+    /// Builds the peer's client and reads its identity and the form it
+    /// publishes in (its marker in `namespace`), retrying while the peer
+    /// does not answer.
     fn spawn_identity(
         &self,
         secret: &str,
         generation: u64,
         kubeconfig: Vec<u8>,
+        namespace: String,
     ) -> tokio::task::JoinHandle<()> {
         let tx = self.identities_tx.clone();
         let secret = secret.to_owned();
@@ -156,8 +189,18 @@ impl Controller {
             };
             let mut delay = Duration::from_millis(500);
             loop {
-                let (contact, answered) = match read_identity(&client).await {
-                    Ok(identity) => (Contact::Identified(identity), Some(client.clone())),
+                let read = match read_identity(&client).await {
+                    Ok(identity) => read_form(&client, &namespace)
+                        .await
+                        .map(|form| (identity, form))
+                        .map_err(|error| format!("reading its publication marker: {error}")),
+                    Err(error) => Err(error),
+                };
+                let (contact, answered) = match read {
+                    Ok((identity, form)) => (
+                        Contact::Identified(identity),
+                        Some((client.clone(), namespace.clone(), form)),
+                    ),
                     Err(error) => (Contact::Unreachable(error), None),
                 };
                 let done = answered.is_some();
@@ -175,6 +218,48 @@ impl Controller {
                 delay = (delay * 2).min(Duration::from_secs(5));
             }
         })
+    }
+
+    /// Counts part of a peer's publication refused as untrusted input, and
+    /// records a Warning Event on the peer's Secret (the input names no
+    /// service of ours to put it on).
+    pub(super) fn publication_rejected(
+        &self,
+        key: &ClusterKey,
+        peer: &str,
+        reason: &'static str,
+        what: &str,
+    ) {
+        let ClusterKey::Peer { secret, .. } = key else {
+            return;
+        };
+        tracing::warn!(%peer, reason, what, "refused untrusted peer input");
+        self.metrics
+            .rejected
+            .with_label_values(&[peer, reason])
+            .inc();
+        let recorder = self.recorder.clone();
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Secret".into()),
+            name: Some(secret.clone()),
+            namespace: Some(self.settings.namespace.clone()),
+            ..ObjectReference::default()
+        };
+        let event = KubeEvent {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(format!(
+                "{reason}: {what} published by cluster {peer} is not imported"
+            )),
+            action: "RejectPeerInput".into(),
+            secondary: None,
+        };
+        tokio::spawn(async move {
+            if let Err(error) = recorder.publish(&event, &reference).await {
+                tracing::debug!(error = %crate::error::Chain(&error), "could not record an Event");
+            }
+        });
     }
 
     /// Counts a refused peer Secret and records a Warning Event on it.

@@ -13,7 +13,7 @@ fn the_ca_comes_from_the_flag_then_the_kubeconfig_then_the_token_secret() {
     let (_, origin) = choose_ca(None, Some(pem("kc")), Some(pem("tok"))).unwrap();
     assert_eq!(origin, CaOrigin::Kubeconfig);
     let (_, origin) = choose_ca(None, None, Some(pem("tok"))).unwrap();
-    assert_eq!(origin, CaOrigin::TokenSecret);
+    assert_eq!(origin, CaOrigin::RootCa);
 }
 
 #[test]
@@ -254,6 +254,8 @@ fn status(name: &str, healthy: bool) -> PeerStatus {
         last_seen_seconds_ago: Some(4),
         refused: None,
         endpoint_cidrs: Vec::new(),
+        credential_expires: Some("2027-04-15T08:00:00Z".into()),
+        credential_expires_in_seconds: Some(89 * 86400 + 7),
     }
 }
 
@@ -264,6 +266,8 @@ fn the_table_aligns_columns_and_lists_problems_after_it() {
     down.last_seen = None;
     down.last_seen_seconds_ago = None;
     down.refused = Some("DuplicateClusterId: Secrets a and b both name cluster c".into());
+    down.credential_expires = None;
+    down.credential_expires_in_seconds = None;
     let mut ranged = status("peer-cluster-b", true);
     ranged.endpoint_cidrs = vec!["10.1.0.0/16".into(), "fd00:1::/64".into()];
     let table = render_table(&[ranged, down]);
@@ -277,16 +281,17 @@ fn the_table_aligns_columns_and_lists_problems_after_it() {
             "HEALTH",
             "LAST",
             "SEEN",
+            "EXPIRES",
             "CONTROLLER"
         ]
     );
     assert_eq!(
         lines[1],
-        "peer-cluster-b  cluster-b  https://127.0.0.1:6443  ok         4s ago     accepted"
+        "peer-cluster-b  cluster-b  https://127.0.0.1:6443  ok         4s ago     in 89d   accepted"
     );
     assert_eq!(
         lines[2],
-        "peer-cluster-c  ?          https://127.0.0.1:6443  unhealthy  -          refused"
+        "peer-cluster-c  ?          https://127.0.0.1:6443  unhealthy  -          never    refused"
     );
     assert_eq!(
         lines[3],
@@ -298,6 +303,15 @@ fn the_table_aligns_columns_and_lists_problems_after_it() {
         "peer-cluster-c: refused by the controller: DuplicateClusterId: Secrets a and b both name cluster c"
     );
     assert_eq!(lines.len(), 6);
+}
+
+#[test]
+fn expiries_read_ahead_or_behind() {
+    assert_eq!(expiry(None), "never");
+    assert_eq!(expiry(Some(90 * 86400)), "in 90d");
+    assert_eq!(expiry(Some(30)), "in 30s");
+    assert_eq!(expiry(Some(0)), "expired 0s ago");
+    assert_eq!(expiry(Some(-7200)), "expired 2h ago");
 }
 
 #[test]

@@ -1,0 +1,84 @@
+//! `PublishedService` (`clusterset-dns.io/v1alpha1`): what an exporting
+//! cluster's controller publishes for its peers about one exported Service,
+//! in the controller's own namespace, so that a peer's reader token needs
+//! no access to the Service's namespace (docs/controller.md, "What a peer
+//! can read").
+//!
+//! Named `<namespace>.<name>` of the exported Service: both are DNS labels,
+//! so the name is a valid, unique object name. It carries the fields of the
+//! Service that the export merge reads and nothing else: no cluster IP, no
+//! selector, no status, no annotations.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group of the kinds clusterset-dns defines for itself.
+pub const GROUP: &str = "clusterset-dns.io";
+
+/// The exported Service's fields, as its peers merge them.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "clusterset-dns.io",
+    version = "v1alpha1",
+    kind = "PublishedService",
+    plural = "publishedservices",
+    namespaced,
+    derive = "PartialEq",
+    derive = "Default",
+    shortname = "pubsvc",
+    category = "multicluster",
+    doc = "PublishedService holds what one member cluster's clusterset-dns controller publishes to its peers about one exported Service, named <namespace>.<name> of that Service. Written by the controller; read by peers with the peer-reader token.",
+    printcolumn(name = "Service", type_ = "string", json_path = ".spec.name"),
+    printcolumn(name = "Namespace", type_ = "string", json_path = ".spec.namespace"),
+    printcolumn(name = "Type", type_ = "string", json_path = ".spec.type"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PublishedServiceSpec {
+    /// The exported Service's namespace.
+    pub namespace: String,
+    /// The exported Service's name.
+    pub name: String,
+    /// The Service's type (`ClusterIP`, `NodePort` or `LoadBalancer`).
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    /// Whether the Service is headless (`clusterIP: None`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub headless: bool,
+    /// The Service's ports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<PublishedPort>,
+    /// `None` or `ClientIP`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_affinity: Option<String>,
+    /// The `ClientIP` affinity timeout, when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_affinity_timeout_seconds: Option<i32>,
+    /// `Cluster` or `Local`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub internal_traffic_policy: Option<String>,
+    /// The Service's `trafficDistribution`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_distribution: Option<String>,
+    /// The Service's IP families, primary first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ip_families: Vec<String>,
+}
+
+/// One port of a published Service.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PublishedPort {
+    /// The port's name (required when the Service has several).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `TCP`, `UDP` or `SCTP`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// The application protocol.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_protocol: Option<String>,
+    /// The port number.
+    pub port: i32,
+}

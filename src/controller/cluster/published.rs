@@ -1,0 +1,147 @@
+//! What this cluster publishes for its peers, as its watches of the
+//! controller's namespace index it: our PublishedServices and published
+//! slices, keyed by the exported service they describe
+//! ([`crate::controller::publication`]). Published slices are held under
+//! their service's namespace, as every other slice store holds them, so
+//! [`Objects::of`] finds them; a write or delete puts them back in the
+//! controller's namespace.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+
+use super::{Listed, Objects, Touched, mcs_slice_owner};
+use crate::api::PublishedService;
+use crate::controller::lean::Lean;
+use crate::controller::publication::{service_of_name, service_of_slice};
+use crate::model::ServiceRef;
+use crate::watch::IndexResource;
+
+/// This cluster's publication.
+#[derive(Debug)]
+pub struct Published {
+    services: BTreeMap<ServiceRef, PublishedService>,
+    slices: Objects<EndpointSlice>,
+    touched: Touched,
+}
+
+impl Default for Published {
+    fn default() -> Self {
+        Self {
+            services: BTreeMap::new(),
+            slices: Objects::new(mcs_slice_owner),
+            touched: Touched::default(),
+        }
+    }
+}
+
+impl Published {
+    /// The PublishedService of `service`.
+    pub fn service(&self, service: &ServiceRef) -> Option<&PublishedService> {
+        self.services.get(service)
+    }
+
+    /// The published slices of `service`, in its namespace.
+    pub fn slices(&self, service: &ServiceRef) -> impl Iterator<Item = EndpointSlice> {
+        self.slices.of(service)
+    }
+
+    /// Every service something is published for.
+    pub fn services(&self) -> impl Iterator<Item = &ServiceRef> {
+        self.services.keys().chain(self.slices.services())
+    }
+
+    /// The services whose publication changed since the last call.
+    pub fn take_touched(&mut self) -> Touched {
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.merge(self.slices.take_touched());
+        touched
+    }
+
+    /// Forgets a PublishedService deleted by our own write.
+    pub fn forget_service(&mut self, name: &str) {
+        if let Some(service) = service_of_name(name) {
+            self.services.remove(&service);
+        }
+    }
+
+    /// Forgets a published slice deleted by our own write (named as in the
+    /// controller's namespace; held here under its service's).
+    pub fn forget_slice(&mut self, name: &str) {
+        let home = self
+            .slices
+            .by_name
+            .iter()
+            .find(|(_, objects)| objects.contains_key(name))
+            .map(|(namespace, _)| namespace.clone());
+        if let Some(namespace) = home {
+            self.slices.forget(&namespace, name);
+        }
+    }
+}
+
+/// A published slice moved to its service's namespace; `None` when its
+/// labels name no valid service (not one of ours to keep).
+fn at_home(slice: Lean<EndpointSlice>) -> Option<Lean<EndpointSlice>> {
+    let mut slice = slice.0;
+    let service = service_of_slice(&slice)?;
+    slice.metadata.namespace = Some(service.namespace.to_string());
+    Some(Lean::new(slice))
+}
+
+impl IndexResource<Lean<PublishedService>> for Published {
+    type Listed = (ServiceRef, PublishedService);
+
+    fn apply(&mut self, object: Lean<PublishedService>) {
+        if let Some((service, object)) = self.listed(object) {
+            self.touched.services.insert(service.clone());
+            self.services.insert(service, object);
+        }
+    }
+
+    fn delete(&mut self, object: Lean<PublishedService>) {
+        if let Some(service) = service_of_name(&object.0.name_any()) {
+            self.services.remove(&service);
+            self.touched.services.insert(service);
+        }
+    }
+
+    fn listed(&mut self, object: Lean<PublishedService>) -> Option<Self::Listed> {
+        let service = service_of_name(&object.0.name_any())?;
+        Some((service, object.0))
+    }
+
+    fn reset(&mut self, listed: Vec<Self::Listed>) {
+        let before = std::mem::take(&mut self.services);
+        self.touched.services.extend(before.into_keys());
+        for (service, object) in listed {
+            self.touched.services.insert(service.clone());
+            self.services.insert(service, object);
+        }
+    }
+}
+
+impl IndexResource<Lean<EndpointSlice>> for Published {
+    type Listed = Listed<EndpointSlice>;
+
+    fn apply(&mut self, slice: Lean<EndpointSlice>) {
+        if let Some(slice) = at_home(slice) {
+            IndexResource::<Lean<EndpointSlice>>::apply(&mut self.slices, slice);
+        }
+    }
+
+    fn delete(&mut self, slice: Lean<EndpointSlice>) {
+        if let Some(slice) = at_home(slice) {
+            IndexResource::<Lean<EndpointSlice>>::delete(&mut self.slices, slice);
+        }
+    }
+
+    fn listed(&mut self, slice: Lean<EndpointSlice>) -> Option<Self::Listed> {
+        IndexResource::<Lean<EndpointSlice>>::listed(&mut self.slices, at_home(slice)?)
+    }
+
+    fn reset(&mut self, listed: Vec<Self::Listed>) {
+        IndexResource::<Lean<EndpointSlice>>::reset(&mut self.slices, listed);
+    }
+}
