@@ -174,58 +174,154 @@ fn set(verbs: &[&str]) -> BTreeSet<String> {
     verbs.iter().map(|v| v.to_string()).collect()
 }
 
+/// Every rule of a role as `(group, resource, resourceNames, verbs)`.
+fn grants(
+    rules: &[k8s_openapi::api::rbac::v1::PolicyRule],
+) -> BTreeSet<(String, String, Vec<String>, Vec<String>)> {
+    let mut out = BTreeSet::new();
+    for rule in rules {
+        assert!(rule.non_resource_urls.is_none(), "{rule:?}");
+        for group in rule.api_groups.as_deref().unwrap_or_default() {
+            for resource in rule.resources.as_deref().unwrap_or_default() {
+                let mut verbs = rule.verbs.clone();
+                verbs.sort();
+                out.insert((
+                    group.clone(),
+                    resource.clone(),
+                    rule.resource_names.clone().unwrap_or_default(),
+                    verbs,
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn grant(
+    group: &str,
+    resource: &str,
+    names: &[&str],
+    verbs: &[&str],
+) -> (String, String, Vec<String>, Vec<String>) {
+    let mut verbs: Vec<String> = verbs.iter().map(|v| v.to_string()).collect();
+    verbs.sort();
+    (
+        group.into(),
+        resource.into(),
+        names.iter().map(|n| n.to_string()).collect(),
+        verbs,
+    )
+}
+
+/// The peer reader reads this cluster's publication in the controller's
+/// namespace (a Role), and cluster-wide only what the KEPs make public to
+/// the clusterset: ServiceExports, and the two ClusterProperties by name.
+/// No Service, no EndpointSlice outside the namespace, no Secret, no write.
 #[test]
-fn peer_reader_only_reads_four_resources() {
+fn peer_reader_reads_the_publication_and_only_what_the_keps_make_public() {
     let objects = parse("peer-reader.yaml");
-    let roles: Vec<&ClusterRole> = objects
+    let cluster_roles: Vec<&ClusterRole> = objects
         .iter()
         .filter_map(|o| match o {
             Object::ClusterRole(r) => Some(r),
             _ => None,
         })
         .collect();
-    assert_eq!(roles.len(), 1, "one ClusterRole");
-    let rules = roles[0].rules.clone().unwrap_or_default();
-    let mut granted = BTreeSet::new();
-    for rule in &rules {
-        assert!(
-            rule.verbs
-                .iter()
-                .all(|v| ["get", "list", "watch"].contains(&v.as_str())),
-            "peer reader rule grants more than reading: {rule:?}"
-        );
-        assert!(rule.non_resource_urls.is_none() && rule.resource_names.is_none());
-        for group in rule.api_groups.as_deref().unwrap_or_default() {
-            for resource in rule.resources.as_deref().unwrap_or_default() {
-                granted.insert((group.clone(), resource.clone()));
-            }
-        }
-    }
-    let expected: BTreeSet<(String, String)> = [
-        ("multicluster.x-k8s.io", "serviceexports"),
-        ("", "services"),
-        ("discovery.k8s.io", "endpointslices"),
-        ("about.k8s.io", "clusterproperties"),
-    ]
-    .iter()
-    .map(|(g, r)| (g.to_string(), r.to_string()))
-    .collect();
-    assert_eq!(granted, expected);
-    for (g, r) in &expected {
-        assert_eq!(
-            verbs(&rules, g, r),
-            set(&["get", "list", "watch"]),
-            "{g}/{r}"
-        );
-    }
+    assert_eq!(cluster_roles.len(), 1, "one ClusterRole");
+    assert_eq!(
+        grants(&cluster_roles[0].rules.clone().unwrap_or_default()),
+        BTreeSet::from([
+            grant(
+                "multicluster.x-k8s.io",
+                "serviceexports",
+                &[],
+                &["get", "list", "watch"]
+            ),
+            grant(
+                "about.k8s.io",
+                "clusterproperties",
+                &["cluster.clusterset.k8s.io", "clusterset.k8s.io"],
+                &["get"]
+            ),
+        ])
+    );
+    let roles: Vec<&Role> = objects
+        .iter()
+        .filter_map(|o| match o {
+            Object::Role(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(roles.len(), 1, "one Role");
+    assert_eq!(
+        roles[0].metadata.namespace.as_deref(),
+        Some("clusterset-dns")
+    );
+    assert_eq!(
+        grants(&roles[0].rules.clone().unwrap_or_default()),
+        BTreeSet::from([
+            grant(
+                "clusterset-dns.io",
+                "publishedservices",
+                &[],
+                &["get", "list", "watch"]
+            ),
+            grant(
+                "discovery.k8s.io",
+                "endpointslices",
+                &[],
+                &["get", "list", "watch"]
+            ),
+            grant("", "configmaps", &["clusterset-dns-publication"], &["get"]),
+        ])
+    );
+    let reader = |subjects: Option<&Vec<k8s_openapi::api::rbac::v1::Subject>>| {
+        subjects.into_iter().flatten().any(|s| {
+            s.kind == "ServiceAccount"
+                && s.name == "clusterset-dns-peer-reader"
+                && s.namespace.as_deref() == Some("clusterset-dns")
+        })
+    };
     assert!(
         objects
             .iter()
             .any(|o| matches!(o, Object::ClusterRoleBinding(b)
-        if b.role_ref.name == "clusterset-dns-peer-reader"
-            && b.subjects.as_deref().unwrap_or_default().iter().any(|s|
-                s.kind == "ServiceAccount" && s.name == "clusterset-dns-peer-reader"
-                    && s.namespace.as_deref() == Some("clusterset-dns"))))
+        if b.role_ref.name == "clusterset-dns-peer-reader" && reader(b.subjects.as_ref())))
+    );
+    assert!(objects.iter().any(|o| matches!(o, Object::RoleBinding(b)
+        if b.role_ref.kind == "Role" && b.role_ref.name == "clusterset-dns-peer-reader"
+            && reader(b.subjects.as_ref()))));
+}
+
+/// The upgrade's legacy grants give back exactly what a previous release's
+/// peers read, and nothing else (docs/upgrade.md).
+#[test]
+fn the_legacy_reader_grants_are_what_a_previous_release_reads() {
+    let objects = parse("upgrade/peer-reader-legacy.yaml");
+    let role = objects
+        .iter()
+        .find_map(|o| match o {
+            Object::ClusterRole(r) => Some(r),
+            _ => None,
+        })
+        .expect("a ClusterRole");
+    assert_eq!(
+        grants(&role.rules.clone().unwrap_or_default()),
+        BTreeSet::from([
+            grant("", "services", &[], &["get", "list", "watch"]),
+            grant(
+                "discovery.k8s.io",
+                "endpointslices",
+                &[],
+                &["get", "list", "watch"]
+            ),
+            grant(
+                "about.k8s.io",
+                "clusterproperties",
+                &[],
+                &["get", "list", "watch"]
+            ),
+        ])
     );
 }
 

@@ -1,7 +1,8 @@
 //! A hostile member cluster (issue 31, docs/controller.md): two member
 //! clusters (apiservers) reading each other with peer-reader tokens, a
-//! controller in each on the shipped roles; then cluster1's admin turns hostile and
-//! writes, only in cluster1, what a compromised cluster would. Each attack
+//! controller in each on the shipped roles; then cluster1's admin turns
+//! hostile: stops its controller (once its publication is complete) and
+//! writes, only in cluster1, what a compromised cluster would publish. Each attack
 //! is a named trial showing that it fails, that cluster0's objects keep
 //! their resourceVersion, that the refusal is visible (Event, metric,
 //! `/explain`), and that cluster1's honest exports keep importing.
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use controlplane::{ClusterSpec, ControlPlane, ControllerProcess};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
@@ -24,8 +25,9 @@ use kube::runtime::watcher;
 use serde_json::json;
 use support::trials::{self, Behaviour};
 
-use clusterset_dns::api::{ServiceExport, ServiceImport};
-use clusterset_dns::controller::naming::{MANAGED_BY, mirrored_slice_name};
+use clusterset_dns::api::{PublishedService, ServiceExport, ServiceImport};
+use clusterset_dns::controller::naming::mirrored_slice_name;
+use clusterset_dns::controller::publication::PUBLISHED_BY;
 
 const WAIT: Duration = Duration::from_secs(30);
 /// The victim.
@@ -78,6 +80,24 @@ impl Pair {
         for i in 0..2 {
             tokio::task::block_in_place(|| pair.controller(i).wait_ready(WAIT));
         }
+        // The hostile admin takes over once its controller has published
+        // (the victim reads the publication from then on): what cluster1
+        // publishes is now whatever its admin writes.
+        let markers: Api<ConfigMap> = Api::namespaced(
+            pair.client(HOSTILE).clone(),
+            controlplane::CONTROLLER_NAMESPACE,
+        );
+        support::wait_for("cluster1's publication marker", WAIT, || async {
+            match markers
+                .get_opt(clusterset_dns::peering::PUBLICATION_MARKER)
+                .await
+            {
+                Ok(Some(_)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        pair.controllers[HOSTILE].take().unwrap().kill();
         pair
     }
 
@@ -149,6 +169,10 @@ fn main() {
             "a_peer_past_its_share_of_clusterset_ips_gets_no_new_import",
             |pair| Box::pin(clusterset_ip_share(pair)),
         ),
+        (
+            "a_publication_naming_another_or_no_valid_service_is_refused_with_an_event_and_a_metric",
+            |pair| Box::pin(forged_publication_refused(pair)),
+        ),
         // Last: the hostile peer stays refused afterwards.
         (
             "a_peer_that_changes_its_cluster_id_is_refused_and_its_imports_go_after_grace",
@@ -166,8 +190,26 @@ fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
     serde_json::from_value(value).unwrap()
 }
 
-/// A selector-less Service and its ServiceExport in `client`'s cluster.
+/// A selector-less Service and its ServiceExport in the hostile cluster,
+/// and the PublishedService its controller would write.
 async fn export_selectorless(client: &Client, ns: &str, name: &str) {
+    Api::<PublishedService>::namespaced(client.clone(), controlplane::CONTROLLER_NAMESPACE)
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "apiVersion": "clusterset-dns.io/v1alpha1",
+                "kind": "PublishedService",
+                "metadata": {"name": format!("{ns}.{name}")},
+                "spec": {
+                    "namespace": ns,
+                    "name": name,
+                    "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+                    "ipFamilies": ["IPv4"],
+                },
+            })),
+        )
+        .await
+        .unwrap();
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
     services
         .create(
@@ -189,16 +231,17 @@ async fn export_selectorless(client: &Client, ns: &str, name: &str) {
         .unwrap();
 }
 
-/// A slice as a peer's controller mirrors one, with the name and address
-/// the hostile admin chose.
-fn forged_slice(peer: &str, service: &str, name: &str, address: &str) -> EndpointSlice {
+/// A slice as a peer's controller publishes one for a Service of `ns`,
+/// with the name and address the hostile admin chose.
+fn forged_slice(peer: &str, ns: &str, service: &str, name: &str, address: &str) -> EndpointSlice {
     object(json!({
         "metadata": {
             "name": name,
             "labels": {
                 "multicluster.kubernetes.io/service-name": service,
+                "clusterset-dns.io/service-namespace": ns,
                 "multicluster.kubernetes.io/source-cluster": peer,
-                "endpointslice.kubernetes.io/managed-by": MANAGED_BY,
+                "endpointslice.kubernetes.io/managed-by": PUBLISHED_BY,
             },
         },
         "addressType": "IPv4",
@@ -215,6 +258,11 @@ fn local_slice(name: &str, service: &str, address: &str) -> EndpointSlice {
         "endpoints": [{"addresses": [address], "conditions": {"ready": true}}],
         "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
     }))
+}
+
+/// Publishes `slice` in the hostile cluster (its controller's namespace).
+async fn publish_slice(client: &Client, slice: &EndpointSlice) -> EndpointSlice {
+    create_slice(client, controlplane::CONTROLLER_NAMESPACE, slice).await
 }
 
 async fn create_slice(client: &Client, ns: &str, slice: &EndpointSlice) -> EndpointSlice {
@@ -306,10 +354,9 @@ async fn slice_named_after_a_local_one(pair: &mut Pair) {
 
     export_selectorless(hostile, ns, "takeover").await;
     for (name, address) in [("kubernetes", "10.244.66.1"), ("manual", "10.244.66.2")] {
-        create_slice(
+        publish_slice(
             hostile,
-            ns,
-            &forged_slice(&hostile_id, "takeover", name, address),
+            &forged_slice(&hostile_id, ns, "takeover", name, address),
         )
         .await;
     }
@@ -363,10 +410,15 @@ async fn honest_export_imports(pair: &Pair, name: &str) {
     let hostile_id = pair.hostile_id().to_owned();
     // The hostile controller mirrors nothing for a selector-less Service:
     // the slice is its admin's, labelled as a mirror.
-    create_slice(
+    publish_slice(
         hostile,
-        ns,
-        &forged_slice(&hostile_id, name, &format!("{name}-slice"), "10.244.77.7"),
+        &forged_slice(
+            &hostile_id,
+            ns,
+            name,
+            &format!("{name}-slice"),
+            "10.244.77.7",
+        ),
     )
     .await;
     support::wait_for(&format!("{name} imported"), WAIT, || async {
@@ -400,10 +452,9 @@ async fn squatted_name_refused(pair: &mut Pair) {
     let squatter = create_slice(victim, ns, &local_slice(&squatted, "squatter", "10.10.0.3")).await;
     export_selectorless(hostile, ns, "squat").await;
     for (name, address) in [("taken", "10.244.88.1"), ("free", "10.244.88.2")] {
-        create_slice(
+        publish_slice(
             hostile,
-            ns,
-            &forged_slice(&hostile_id, "squat", name, address),
+            &forged_slice(&hostile_id, ns, "squat", name, address),
         )
         .await;
     }
@@ -494,12 +545,14 @@ async fn upgrade_replaces_old_names(pair: &mut Pair) {
     let watched = slices.clone();
     let gaps = tokio::spawn(async move {
         let mut live: BTreeSet<String> = BTreeSet::new();
+        let mut seen: Vec<String> = Vec::new();
         let mut gaps = 0u32;
         let mut listed = false;
         let mut stream = watcher(watched, watcher::Config::default().labels(&selector)).boxed();
         let deadline = tokio::time::Instant::now() + WAIT;
         while let Ok(Some(event)) = tokio::time::timeout_at(deadline, stream.next()).await {
             let name = |s: &EndpointSlice| s.metadata.name.clone().unwrap_or_default();
+            seen.push(format!("{event:?}").chars().take(120).collect());
             match event {
                 Ok(watcher::Event::Apply(s)) | Ok(watcher::Event::InitApply(s)) => {
                     live.insert(name(&s));
@@ -514,21 +567,142 @@ async fn upgrade_replaces_old_names(pair: &mut Pair) {
                 gaps += 1;
             }
             if live.len() == 1 && live.contains(&computed) {
-                return (gaps, true);
+                return (gaps, true, seen);
             }
         }
-        (gaps, false)
+        (gaps, false, seen)
     });
     let controller = pair.spawn(VICTIM);
     pair.controllers[VICTIM] = Some(controller);
-    let (gaps, finished) = gaps.await.unwrap();
+    let (gaps, finished, seen) = gaps.await.unwrap();
     assert!(
         finished,
         "the old slice was not replaced within {WAIT:?}; log:\n{}",
         pair.controller(VICTIM).log()
     );
-    assert_eq!(gaps, 0, "the import was left without a slice {gaps} times");
+    assert_eq!(
+        gaps,
+        0,
+        "the import was left without a slice {gaps} times: {seen:#?}\n{}",
+        pair.controller(VICTIM).log()
+    );
     assert!(get_slice(&victim, ns, &legacy_name).await.is_none());
+}
+
+/// The hostile peer publishes what no controller would: a PublishedService
+/// whose name and spec name different services (one service's fields
+/// under another's name), one whose name is no `<namespace>.<name>`, and a
+/// slice whose service-namespace label is no namespace. Each is refused
+/// with a Warning Event on the peer's Secret and
+/// `peer_objects_rejected_total`; nothing of them is imported, and the
+/// victim's own Service of that name keeps its resourceVersion.
+async fn forged_publication_refused(pair: &mut Pair) {
+    let (victim, hostile) = (pair.client(VICTIM).clone(), pair.client(HOSTILE).clone());
+    let ns = "default";
+    let hostile_id = pair.hostile_id().to_owned();
+    let port = pair.controller(VICTIM).admin_port();
+    let metric = "clusterset_dns_controller_peer_objects_rejected_total";
+    let name_reason = "reason=\"InvalidPublishedName\"";
+    let slice_reason = "reason=\"InvalidPublishedSlice\"";
+    let before = [
+        counter(port, metric, &[name_reason]).await,
+        counter(port, metric, &[slice_reason]).await,
+    ];
+    // The victim's own Service, whose name the forgery claims.
+    let own: Service = Api::<Service>::namespaced(victim.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "metadata": {"name": "own"},
+                "spec": {"ports": [{"port": 443, "protocol": "TCP"}]},
+            })),
+        )
+        .await
+        .unwrap();
+    let published: Api<PublishedService> =
+        Api::namespaced(hostile.clone(), controlplane::CONTROLLER_NAMESPACE);
+    for (name, spec_name) in [("default.own", "elsewhere"), ("no-dot-at-all", "own")] {
+        published
+            .create(
+                &PostParams::default(),
+                &object(json!({
+                    "apiVersion": "clusterset-dns.io/v1alpha1",
+                    "kind": "PublishedService",
+                    "metadata": {"name": name},
+                    "spec": {"namespace": ns, "name": spec_name, "ipFamilies": ["IPv4"],
+                             "ports": [{"port": 443, "protocol": "TCP"}]},
+                })),
+            )
+            .await
+            .unwrap();
+    }
+    let mut slice = forged_slice(&hostile_id, ns, "own", "own-forged", "10.244.40.1");
+    slice.metadata.labels.as_mut().unwrap().insert(
+        "clusterset-dns.io/service-namespace".into(),
+        "Not-A-Namespace".into(),
+    );
+    publish_slice(&hostile, &slice).await;
+    Api::<ServiceExport>::namespaced(hostile.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": "own"}})),
+        )
+        .await
+        .unwrap();
+    let secret = format!("peer-{hostile_id}");
+    support::wait_for("the forged publication refused", WAIT, || async {
+        let counted = [
+            counter(port, metric, &[name_reason]).await,
+            counter(port, metric, &[slice_reason]).await,
+        ];
+        // One Event per reason: the Recorder folds Events of one reason on
+        // one object into a series (the counter counts each).
+        let events = [
+            event_with(
+                &victim,
+                controlplane::CONTROLLER_NAMESPACE,
+                "InvalidPublishedName",
+                &secret,
+                &["PublishedService", "published by cluster"],
+            )
+            .await,
+            event_with(
+                &victim,
+                controlplane::CONTROLLER_NAMESPACE,
+                "InvalidPublishedSlice",
+                &secret,
+                &["own-forged"],
+            )
+            .await,
+        ];
+        if counted[0] >= before[0] + 2.0 && counted[1] > before[1] && events.iter().all(|e| *e) {
+            Ok(())
+        } else {
+            Err(format!(
+                "counted {counted:?} (was {before:?}), events {events:?}"
+            ))
+        }
+    })
+    .await;
+    // The export names a service the peer published nothing valid for:
+    // no import, and the victim's own Service untouched.
+    assert!(
+        Api::<ServiceImport>::namespaced(victim.clone(), ns)
+            .get_opt("own")
+            .await
+            .unwrap()
+            .is_none(),
+        "imported from a forged publication"
+    );
+    let after = Api::<Service>::namespaced(victim.clone(), ns)
+        .get("own")
+        .await
+        .unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        own.metadata.resource_version
+    );
+    honest_export_imports(pair, "honest-5").await;
 }
 
 /// A Warning Event with `reason` regarding ServiceImport `ns/name` (or any
@@ -598,12 +772,12 @@ async fn endpoints_pointing_back_refused(pair: &mut Pair) {
     ];
 
     export_selectorless(hostile, ns, "redirect").await;
-    let mut slice = forged_slice(&hostile_id, "redirect", "redirect-slice", "10.244.99.1");
+    let mut slice = forged_slice(&hostile_id, ns, "redirect", "redirect-slice", "10.244.99.1");
     slice.endpoints = ["10.244.99.1", cluster_ip.as_str(), "172.31.0.5"]
         .iter()
         .map(|address| object(json!({"addresses": [address], "conditions": {"ready": true}})))
         .collect();
-    create_slice(hostile, ns, &slice).await;
+    publish_slice(hostile, &slice).await;
 
     support::wait_for("the honest endpoint imported, the others refused and shown", WAIT, || async {
         let found = imported(victim, ns, "redirect", &hostile_id).await;
@@ -677,12 +851,12 @@ async fn endpoints_outside_ranges_refused(pair: &mut Pair) {
     };
     annotate(json!("10.244.0.0/16")).await;
     export_selectorless(hostile, ns, "ranged").await;
-    let mut slice = forged_slice(&hostile_id, "ranged", "ranged-slice", "10.244.50.1");
+    let mut slice = forged_slice(&hostile_id, ns, "ranged", "ranged-slice", "10.244.50.1");
     slice.endpoints = ["10.244.50.1", "10.250.0.9"]
         .iter()
         .map(|address| object(json!({"addresses": [address], "conditions": {"ready": true}})))
         .collect();
-    create_slice(hostile, ns, &slice).await;
+    publish_slice(hostile, &slice).await;
     let addresses =
         |found: Vec<(String, String)>| found.into_iter().map(|(_, a)| a).collect::<Vec<_>>();
     support::wait_for(
@@ -881,10 +1055,17 @@ async fn namespace_selector(pair: &mut Pair) {
             .await
             .unwrap();
         export_selectorless(&hostile, ns, "opted").await;
-        create_slice(
+        publish_slice(
             &hostile,
-            ns,
-            &forged_slice(&hostile_id, "opted", "opted-slice", "10.244.60.1"),
+            // One namespace holds every published slice: the name says
+            // which Service's.
+            &forged_slice(
+                &hostile_id,
+                ns,
+                "opted",
+                &format!("opted-slice-{ns}"),
+                "10.244.60.1",
+            ),
         )
         .await;
     }
@@ -937,10 +1118,9 @@ async fn clusterset_ip_share(pair: &mut Pair) {
     let (victim, hostile) = (pair.client(VICTIM).clone(), pair.client(HOSTILE).clone());
     let port = pair.controller(VICTIM).admin_port();
     export_selectorless(&hostile, ns, "one-too-many").await;
-    create_slice(
+    publish_slice(
         &hostile,
-        ns,
-        &forged_slice(&hostile_id, "one-too-many", "many-slice", "10.244.61.1"),
+        &forged_slice(&hostile_id, ns, "one-too-many", "many-slice", "10.244.61.1"),
     )
     .await;
     support::wait_for("the import past the share refused", WAIT, || async {

@@ -1,6 +1,10 @@
 //! The shipped RBAC, checked against a real apiserver's RBAC authorizer:
-//! `deploy/peer-reader.yaml` lets a peer's token read exactly ServiceExports,
-//! Services, EndpointSlices and ClusterProperties and nothing else, and
+//! `deploy/peer-reader.yaml` lets a peer's token read exactly this cluster's
+//! publication in the controller's namespace (PublishedServices, published
+//! EndpointSlices, the marker), the ServiceExports and the two
+//! ClusterProperties, and nothing else (a real token gets 403 for the
+//! Services, EndpointSlices and Secrets of a namespace, and for cluster-wide
+//! lists of them), and
 //! `deploy/controller.yaml` lets the controller do each thing it does locally
 //! and no more (Secrets only in its namespace, no ServiceExport writes).
 //! Also checks the harness's TokenRequest kubeconfigs and peer Secrets
@@ -14,26 +18,28 @@ mod support;
 use std::time::Instant;
 
 use clusterset_dns::api::well_known::CLUSTER_ID_PROPERTY;
-use clusterset_dns::api::{ClusterProperty, ServiceExport, ServiceImport};
+use clusterset_dns::api::{ClusterProperty, PublishedService, ServiceExport, ServiceImport};
 use controlplane::{
     CONTROLLER_NAMESPACE, CONTROLLER_SA, ClusterSpec, ControlPlane, PEER_LABEL, PEER_READER_SA,
     add_peer_secret, client_from, client_from_yaml, install_controller, remove_peer_secret,
     service_account_kubeconfig, set_cluster_properties,
 };
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 
 /// A namespace of ordinary workloads.
 const APP_NS: &str = "demo";
 
-/// `(API group, resource[/subresource])` the peer reader may read.
-const PEER_READS: [(&str, &str); 4] = [
-    ("multicluster.x-k8s.io", "serviceexports"),
-    ("", "services"),
+/// `(API group, resource)` the peer reader may read everywhere.
+const PEER_READS_EVERYWHERE: [(&str, &str); 1] = [("multicluster.x-k8s.io", "serviceexports")];
+/// `(API group, resource)` the peer reader may read in the controller's
+/// namespace only (the publication).
+const PEER_READS_PUBLICATION: [(&str, &str); 2] = [
+    ("clusterset-dns.io", "publishedservices"),
     ("discovery.k8s.io", "endpointslices"),
-    ("about.k8s.io", "clusterproperties"),
 ];
 const READ: [&str; 3] = ["get", "list", "watch"];
 const WRITE: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
@@ -67,6 +73,7 @@ const CONTROLLER_CLUSTER_WIDE: &[(&str, &str, &[&str])] = &[
 const CONTROLLER_OWN_NAMESPACE: &[(&str, &str, &[&str])] = &[
     ("", "secrets", &READ),
     ("coordination.k8s.io", "leases", &ALL),
+    ("clusterset-dns.io", "publishedservices", &ALL),
 ];
 
 /// One access question about a ServiceAccount.
@@ -78,6 +85,26 @@ struct Access<'a> {
     resource: &'a str,
     /// `None`: cluster-wide (all namespaces, or a cluster-scoped resource).
     namespace: Option<&'a str>,
+    /// The object's name, for a rule that names its objects.
+    name: Option<&'a str>,
+}
+
+impl<'a> Access<'a> {
+    fn named(
+        verb: &'a str,
+        group: &'a str,
+        resource: &'a str,
+        namespace: Option<&'a str>,
+        name: &'a str,
+    ) -> Self {
+        Self {
+            verb,
+            group,
+            resource,
+            namespace,
+            name: Some(name),
+        }
+    }
 }
 
 impl std::fmt::Display for Access<'_> {
@@ -88,6 +115,9 @@ impl std::fmt::Display for Access<'_> {
             self.group
         };
         write!(f, "{} {group}/{}", self.verb, self.resource)?;
+        if let Some(name) = self.name {
+            write!(f, " {name}")?;
+        }
         match self.namespace {
             Some(ns) => write!(f, " in {ns}"),
             None => write!(f, " cluster-wide"),
@@ -118,6 +148,7 @@ async fn allowed(admin: &Client, service_account: &str, access: Access<'_>) -> b
                 "resource": resource,
                 "subresource": subresource.unwrap_or(""),
                 "namespace": access.namespace.unwrap_or(""),
+                "name": access.name.unwrap_or(""),
             },
         },
     }))
@@ -160,6 +191,7 @@ fn accesses<'a>(
                     group,
                     resource,
                     namespace,
+                    name: None,
                 });
             }
         }
@@ -194,29 +226,61 @@ async fn shipped_roles_grant_exactly_what_the_controller_and_peers_need() {
         t0.elapsed().as_secs_f64()
     );
 
-    // --- The peer reader: read four resources, nothing else. ---
-    let peer_reads: Vec<(&str, &str, &[&str])> =
-        PEER_READS.iter().map(|&(g, r)| (g, r, &READ[..])).collect();
-    let peer_writes: Vec<(&str, &str, &[&str])> = PEER_READS
-        .iter()
-        .map(|&(g, r)| (g, r, &WRITE[..]))
-        .collect();
+    // --- The peer reader: the publication, the exports, the identity. ---
+    let reads = |rules: &[(&'static str, &'static str)]| -> Vec<(&'static str, &'static str, &'static [&'static str])> {
+        rules.iter().map(|&(g, r)| (g, r, &READ[..])).collect()
+    };
     let cluster_and_app = [None, Some(APP_NS)];
-    let mut wrong = mismatches(
-        &admin,
-        PEER_READER_SA,
-        true,
-        &accesses(&peer_reads, &cluster_and_app),
-    )
-    .await;
-    let mut peer_denied = accesses(&peer_writes, &cluster_and_app);
+    let mut peer_allowed = accesses(&reads(&PEER_READS_EVERYWHERE), &cluster_and_app);
+    peer_allowed.extend(accesses(
+        &reads(&PEER_READS_PUBLICATION),
+        &[Some(CONTROLLER_NAMESPACE)],
+    ));
+    for property in [CLUSTER_ID_PROPERTY, "clusterset.k8s.io"] {
+        peer_allowed.push(Access::named(
+            "get",
+            "about.k8s.io",
+            "clusterproperties",
+            None,
+            property,
+        ));
+    }
+    peer_allowed.push(Access::named(
+        "get",
+        "",
+        "configmaps",
+        Some(CONTROLLER_NAMESPACE),
+        "clusterset-dns-publication",
+    ));
+    let mut wrong = mismatches(&admin, PEER_READER_SA, true, &peer_allowed).await;
+    let every: Vec<(&str, &str)> = PEER_READS_EVERYWHERE
+        .iter()
+        .chain(&PEER_READS_PUBLICATION)
+        .copied()
+        .chain([("about.k8s.io", "clusterproperties"), ("", "configmaps")])
+        .collect();
+    let writes: Vec<(&str, &str, &[&str])> =
+        every.iter().map(|&(g, r)| (g, r, &WRITE[..])).collect();
+    let mut peer_denied = accesses(&writes, &[None, Some(APP_NS), Some(CONTROLLER_NAMESPACE)]);
+    // Outside the publication: no Service, no EndpointSlice, no
+    // PublishedService, no Secret, anywhere.
     peer_denied.extend(accesses(
         &[
+            ("", "services", &READ),
+            ("discovery.k8s.io", "endpointslices", &READ),
+            ("clusterset-dns.io", "publishedservices", &READ),
+        ],
+        &[None, Some(APP_NS), Some("kube-system")],
+    ));
+    peer_denied.extend(accesses(
+        &[
+            ("", "services", &READ),
             ("", "secrets", &READ),
             ("multicluster.x-k8s.io", "serviceimports", &READ),
             ("", "namespaces", &READ),
             ("", "pods", &READ),
-            ("", "configmaps", &["get"]),
+            ("", "configmaps", &["get", "list"]),
+            ("about.k8s.io", "clusterproperties", &["list", "watch"]),
             ("coordination.k8s.io", "leases", &["get", "list"]),
             (
                 "multicluster.x-k8s.io",
@@ -227,6 +291,20 @@ async fn shipped_roles_grant_exactly_what_the_controller_and_peers_need() {
         ],
         &[None, Some(APP_NS), Some(CONTROLLER_NAMESPACE)],
     ));
+    peer_denied.push(Access::named(
+        "get",
+        "about.k8s.io",
+        "clusterproperties",
+        None,
+        "other.example.com",
+    ));
+    peer_denied.push(Access::named(
+        "get",
+        "",
+        "configmaps",
+        Some(CONTROLLER_NAMESPACE),
+        "kube-root-ca.crt",
+    ));
     wrong.extend(mismatches(&admin, PEER_READER_SA, false, &peer_denied).await);
 
     // --- The controller: each thing it does locally, and no more. ---
@@ -235,6 +313,15 @@ async fn shipped_roles_grant_exactly_what_the_controller_and_peers_need() {
         CONTROLLER_OWN_NAMESPACE,
         &[Some(CONTROLLER_NAMESPACE)],
     ));
+    for verb in ["get", "patch", "update"] {
+        controller_allowed.push(Access::named(
+            verb,
+            "",
+            "configmaps",
+            Some(CONTROLLER_NAMESPACE),
+            "clusterset-dns-publication",
+        ));
+    }
     wrong.extend(mismatches(&admin, CONTROLLER_SA, true, &controller_allowed).await);
     let controller_denied = accesses(
         &[
@@ -274,7 +361,7 @@ async fn shipped_roles_grant_exactly_what_the_controller_and_peers_need() {
         )
         .await,
     );
-    let checked = PEER_READS.len() * READ.len() * 2
+    let checked = peer_allowed.len()
         + peer_denied.len()
         + controller_allowed.len()
         + controller_denied.len()
@@ -323,6 +410,47 @@ async fn shipped_roles_grant_exactly_what_the_controller_and_peers_need() {
             .await,
         "the peer reader listing Secrets",
     );
+    // A namespace with no export reveals nothing through the token, and
+    // nothing is listed cluster-wide but the exports.
+    let list = ListParams::default();
+    assert_forbidden(
+        Api::<Service>::namespaced(peer.clone(), APP_NS)
+            .list(&list)
+            .await,
+        "the peer reader listing the Services of a namespace",
+    );
+    assert_forbidden(
+        Api::<EndpointSlice>::namespaced(peer.clone(), APP_NS)
+            .list(&list)
+            .await,
+        "the peer reader listing the EndpointSlices of a namespace",
+    );
+    assert_forbidden(
+        Api::<Secret>::namespaced(peer.clone(), APP_NS)
+            .list(&list)
+            .await,
+        "the peer reader listing the Secrets of a namespace",
+    );
+    assert_forbidden(
+        Api::<Service>::all(peer.clone()).list(&list).await,
+        "the peer reader listing Services cluster-wide",
+    );
+    assert_forbidden(
+        Api::<EndpointSlice>::all(peer.clone()).list(&list).await,
+        "the peer reader listing EndpointSlices cluster-wide",
+    );
+    assert_forbidden(
+        Api::<Secret>::all(peer.clone()).list(&list).await,
+        "the peer reader listing Secrets cluster-wide",
+    );
+    Api::<PublishedService>::namespaced(peer.clone(), CONTROLLER_NAMESPACE)
+        .list(&list)
+        .await
+        .expect("the peer reader lists the publication");
+    Api::<EndpointSlice>::namespaced(peer.clone(), CONTROLLER_NAMESPACE)
+        .list(&list)
+        .await
+        .expect("the peer reader lists the published slices");
 
     // --- The controller's own kubeconfig from install_controller. ---
     let controller = client_from(&controller_kubeconfig).await;

@@ -87,9 +87,9 @@ pub mod v1beta1 {
     pub use super::service_import::v1beta1::*;
 }
 
+pub use published_service::{PublishedPort, PublishedService, PublishedServiceSpec};
 pub use v1beta1::{
     ClusterProperty, ClusterPropertySpec, ClusterPropertyStatus, ClusterStatus,
     EndpointSliceObjects, ServiceExport, ServiceExportSpec, ServiceExportStatus, ServiceImport,
     ServiceImportSpec, ServiceImportStatus, ServiceImportType, ServicePort,
 };
-pub use published_service::{PublishedPort, PublishedService, PublishedServiceSpec};

@@ -17,6 +17,9 @@ use serde::{Deserialize, Serialize};
 pub const GROUP: &str = "clusterset-dns.io";
 
 /// The exported Service's fields, as its peers merge them.
+// Three printer columns are strings: clippy reads the repeated
+// `type_ = "string"` as one attribute given twice.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "clusterset-dns.io",
@@ -32,7 +35,11 @@ pub const GROUP: &str = "clusterset-dns.io";
     printcolumn(name = "Service", type_ = "string", json_path = ".spec.name"),
     printcolumn(name = "Namespace", type_ = "string", json_path = ".spec.namespace"),
     printcolumn(name = "Type", type_ = "string", json_path = ".spec.type"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PublishedServiceSpec {

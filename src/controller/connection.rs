@@ -213,9 +213,15 @@ where
                 }
             };
             let event = match event {
-                Ok(WatcherEvent::Apply(object)) => viewed(object, true).map(|o| Ok(WatcherEvent::Apply(o))),
-                Ok(WatcherEvent::InitApply(object)) => viewed(object, true).map(|o| Ok(WatcherEvent::InitApply(o))),
-                Ok(WatcherEvent::Delete(object)) => viewed(object, false).map(|o| Ok(WatcherEvent::Delete(o))),
+                Ok(WatcherEvent::Apply(object)) => {
+                    viewed(object, true).map(|o| Ok(WatcherEvent::Apply(o)))
+                }
+                Ok(WatcherEvent::InitApply(object)) => {
+                    viewed(object, true).map(|o| Ok(WatcherEvent::InitApply(o)))
+                }
+                Ok(WatcherEvent::Delete(object)) => {
+                    viewed(object, false).map(|o| Ok(WatcherEvent::Delete(o)))
+                }
                 Ok(WatcherEvent::Init) => Some(Ok(WatcherEvent::Init)),
                 Ok(WatcherEvent::InitDone) => Some(Ok(WatcherEvent::InitDone)),
                 Err(error) => Some(Err(error)),
@@ -234,7 +240,10 @@ where
                 return;
             }
             if let Some(event) = event
-                && reports.send(Report::Watch(key.clone(), wrap(event))).await.is_err()
+                && reports
+                    .send(Report::Watch(key.clone(), wrap(event)))
+                    .await
+                    .is_err()
             {
                 return;
             }
@@ -360,7 +369,9 @@ pub fn connect(
                                 "{LABEL_SOURCE_CLUSTER}={id},{LABEL_MANAGED_BY}={PUBLISHED_BY}"
                             )),
                         ),
-                        |slice: Lean<EndpointSlice>| publication::slice_view(slice.0).map(Lean::new),
+                        |slice: Lean<EndpointSlice>| {
+                            publication::slice_view(slice.0).map(Lean::new)
+                        },
                         WatchEvent::McsSlices,
                         reports.clone(),
                     ));

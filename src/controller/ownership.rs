@@ -18,9 +18,9 @@ use kube::Resource;
 
 use super::cluster::is_ours;
 use super::publication::PUBLISHED_BY;
-use crate::api::well_known::LABEL_MANAGED_BY;
 use super::reconcile::Kind;
 use crate::api::ServiceImport;
+use crate::api::well_known::LABEL_MANAGED_BY;
 use crate::model::ServiceRef;
 
 /// Reason of a write refused because an object not ours holds the name

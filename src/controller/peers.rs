@@ -225,6 +225,9 @@ pub struct PeerConn {
     services: Watch<Lean<Service>, Objects<Service>>,
     slices: Watch<Lean<EndpointSlice>, Objects<EndpointSlice>>,
     probe: Result<(), String>,
+    /// Whether a probe has answered (or failed) once: until then, a synced
+    /// connection is not known to be up or down.
+    probed: bool,
     /// Kinds whose limit this connection has hit (warned once each).
     over_limit: BTreeSet<&'static str>,
 }
@@ -239,6 +242,7 @@ impl PeerConn {
             services: Watch::new("services"),
             slices: Watch::new("endpointslices"),
             probe: Err("not probed yet".into()),
+            probed: false,
             over_limit: BTreeSet::new(),
         }
     }
@@ -248,6 +252,11 @@ impl PeerConn {
         self.exports.health().synced()
             && self.services.health().synced()
             && self.slices.health().synced()
+    }
+
+    /// Synced, and probed once: whether it is up is known.
+    pub fn settled(&self) -> bool {
+        self.synced() && self.probed
     }
 
     /// Synced, answering its probe, and no watch failing.
@@ -521,7 +530,9 @@ impl Peers {
                 generation,
                 result,
             } => self.probed(&secret, generation, result, now, &mut effects),
-            Input::Reconnect { secret, generation } => self.reconnect(&secret, generation, &mut effects),
+            Input::Reconnect { secret, generation } => {
+                self.reconnect(&secret, generation, &mut effects)
+            }
             Input::Tick => self.tick(now, &mut effects),
         }
         self.notice_usability(now, &mut effects);
@@ -618,7 +629,10 @@ impl Peers {
         if !current || peer.next.is_some() || peer.refused.is_some() {
             return;
         }
-        tracing::info!(secret, "the peer publishes in another form: reading it again");
+        tracing::info!(
+            secret,
+            "the peer publishes in another form: reading it again"
+        );
         let kubeconfig = peer.kubeconfig.clone();
         self.connect(secret.to_owned(), kubeconfig, effects);
     }
@@ -868,6 +882,7 @@ impl Peers {
             }
         }
         conn.probe = result;
+        conn.probed = true;
         if reconnect && reconnect_due(&mut peer.reconnects, now) {
             tracing::info!(peer = %peer_name, "peer answers but a watch is failing; reconnecting to relist");
             let kubeconfig = peer.kubeconfig.clone();
@@ -967,12 +982,12 @@ impl Peers {
         self.secrets_listed
     }
 
-    /// Whether every peer not refused has synced.
+    /// Whether every peer not refused has synced and been probed once.
     pub fn synced(&self) -> bool {
         self.peers
             .values()
             .filter(|p| p.refused.is_none())
-            .all(|p| p.current.as_ref().is_some_and(PeerConn::synced))
+            .all(|p| p.current.as_ref().is_some_and(PeerConn::settled))
     }
 
     /// How many peers there are (refused ones too).
@@ -1037,8 +1052,10 @@ impl Peers {
                 continue;
             };
             let id = identity.cluster_id.as_str();
-            if !conn.synced() {
-                if within_grace {
+            if !conn.settled() {
+                // Listed but not probed yet, it is a moment from being
+                // known up or down: what names it is left alone until then.
+                if within_grace || conn.synced() {
                     unknown.insert(id.to_owned());
                 }
                 continue;

@@ -82,7 +82,11 @@ pub fn service_of_name(name: &str) -> Option<ServiceRef> {
 
 /// The PublishedService of the exported Service `service` (its spec as the
 /// merge reads it), in `namespace`.
-pub fn published_service(namespace: &str, service: &ServiceRef, spec: &ServiceSpec) -> PublishedService {
+pub fn published_service(
+    namespace: &str,
+    service: &ServiceRef,
+    spec: &ServiceSpec,
+) -> PublishedService {
     let mut object = PublishedService::new(
         &published_name(service),
         PublishedServiceSpec {
@@ -284,7 +288,10 @@ mod tests {
     fn a_published_service_reads_back_as_the_fields_the_merge_reads() {
         let published = published_service("clusterset-dns", &web(), &spec());
         assert_eq!(published.metadata.name.as_deref(), Some("shop.web"));
-        assert_eq!(published.metadata.namespace.as_deref(), Some("clusterset-dns"));
+        assert_eq!(
+            published.metadata.namespace.as_deref(),
+            Some("clusterset-dns")
+        );
         let view = service_view(&published).unwrap();
         assert_eq!(view.metadata.namespace.as_deref(), Some("shop"));
         assert_eq!(view.metadata.name.as_deref(), Some("web"));
@@ -364,7 +371,10 @@ mod tests {
     fn a_published_slice_reads_back_as_the_mirror_a_previous_release_wrote() {
         let published =
             published_slice("clusterset-dns", &web(), "east", &kubernetes_slice()).unwrap();
-        assert_eq!(published.metadata.namespace.as_deref(), Some("clusterset-dns"));
+        assert_eq!(
+            published.metadata.namespace.as_deref(),
+            Some("clusterset-dns")
+        );
         assert_eq!(
             published.metadata.name,
             Some(mirrored_slice_name("shop", "web", "east", "web-abcde"))
@@ -422,7 +432,10 @@ mod tests {
             .unwrap()
             .insert(LABEL_MANAGED_BY.into(), "someone-else".into());
         let view = slice_view(published).unwrap();
-        assert_eq!(view.metadata.labels.unwrap()[LABEL_MANAGED_BY], "someone-else");
+        assert_eq!(
+            view.metadata.labels.unwrap()[LABEL_MANAGED_BY],
+            "someone-else"
+        );
     }
 
     #[test]

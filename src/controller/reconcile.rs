@@ -266,8 +266,16 @@ pub struct Plan {
 /// longer want; last, what this cluster publishes of it for its peers.
 pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
     let mut plan = plan_import(inputs, service);
-    plan.writes.extend(published::writes(inputs, service));
+    plan.writes.extend(plan_publication(inputs, service));
     plan
+}
+
+/// The writes of what this cluster publishes of `service` for its peers
+/// alone: all a plan writes before the start-up gate opens, since the
+/// publication reads no peer (peers of this release wait for it,
+/// `run/cycle.rs`).
+pub fn plan_publication(inputs: &Inputs<'_>, service: &ServiceRef) -> Vec<Write> {
+    published::writes(inputs, service)
 }
 
 /// The plan of what this cluster imports of `service` (and its export's

@@ -31,8 +31,8 @@ use super::membership::local_identity_problem;
 use super::metrics::ControllerMetrics;
 use super::naming::FIELD_MANAGER;
 use super::peers::{Contact, Input, Now, Peers, Settings as PeerSettings, may_start};
-use super::reconcile::{Inputs, NamespaceFilter, plan};
 use super::publication::Form;
+use super::reconcile::{Inputs, NamespaceFilter, plan};
 use crate::api::{PublishedService, ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
 use crate::peering::{Identity, read_identity};
@@ -40,6 +40,9 @@ use crate::watch::{Verdict, Watch};
 
 mod cycle;
 mod peer_io;
+
+/// How long a failed first publication waits before it is tried again.
+const PUBLISH_RETRY: Duration = Duration::from_secs(5);
 
 /// How often this cluster's ClusterProperties are read again.
 const IDENTITY_CHECK: Duration = Duration::from_secs(30);
@@ -149,6 +152,8 @@ pub struct Controller {
     /// Whether this run has written the publication marker (after its
     /// first pass over every service).
     marker_written: bool,
+    /// When the publication may be tried again, after a failure.
+    next_publish: Instant,
     /// The label of each peer Secret's credential expiry gauge.
     credential_labels: BTreeMap<String, String>,
     _local_connection: Connection,
@@ -293,6 +298,7 @@ impl Controller {
             summaries: BTreeMap::new(),
             fatal: None,
             marker_written: false,
+            next_publish: Instant::now(),
             credential_labels: BTreeMap::new(),
             _local_connection: local_connection,
         })
@@ -338,14 +344,19 @@ impl Controller {
             if let Some(fatal) = self.fatal.take() {
                 return fatal;
             }
+            // The publication reads no peer: it is written, and its marker,
+            // as soon as this cluster is listed, so that peers waiting at
+            // their own start-up gate for this one can read it.
+            if !self.marker_written
+                && self.local_watches.synced()
+                && Instant::now() >= self.next_publish
+            {
+                self.marker_written = self.publish().await;
+                self.next_publish = Instant::now() + PUBLISH_RETRY;
+            }
             self.maybe_start();
             if self.started && !self.dirty.is_empty() {
                 self.reconcile().await;
-                // Every service planned once: peers may read the
-                // publication now.
-                if !self.marker_written && self.dirty.is_empty() {
-                    self.marker_written = self.publish_marker().await;
-                }
             }
         }
     }

@@ -23,7 +23,8 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
 
 use super::cluster::{
-    Endpoint, apply, apply_forced, check_peer, connect_local, connect_peer, delete_tokens, require_namespace,
+    Endpoint, apply, apply_forced, check_peer, connect_local, connect_peer, delete_tokens,
+    require_namespace,
 };
 use super::rules::{self, Member, PeerKubeconfig, Target};
 use super::{AddArgs, FIELD_MANAGER, PeerError, list, reader};
@@ -141,7 +142,8 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
     // From here on, a failure deletes the new anchor again (and with it
     // the token bound to it).
     let result = async {
-        let (token, expires) = request_token(&peer.client, peer_ns, &anchor, args.token_ttl).await?;
+        let (token, expires) =
+            request_token(&peer.client, peer_ns, &anchor, args.token_ttl).await?;
         let root_ca = root_ca(&peer.client, peer_ns).await;
         let (ca, ca_origin) =
             rules::choose_ca(flag_ca, kubeconfig_ca, root_ca).map_err(PeerError::Failed)?;
@@ -178,7 +180,9 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
         }
     };
     let asked = Timestamp::now()
-        .checked_add(k8s_openapi::jiff::SignedDuration::try_from(args.token_ttl).unwrap_or_default())
+        .checked_add(
+            k8s_openapi::jiff::SignedDuration::try_from(args.token_ttl).unwrap_or_default(),
+        )
         .ok();
     out += &format!(
         "peer: token bound to Secret {peer_ns}/{anchor_name} issued and checked (CA from {ca_origin}); it expires at {expires}\n"
@@ -347,9 +351,9 @@ async fn request_token(
             "requesting a token of ServiceAccount {namespace}/{} in the peer",
             reader::SERVICE_ACCOUNT
         )))?;
-    let status = issued
-        .status
-        .ok_or_else(|| PeerError::Failed("the peer's TokenRequest came back without a token".into()))?;
+    let status = issued.status.ok_or_else(|| {
+        PeerError::Failed("the peer's TokenRequest came back without a token".into())
+    })?;
     Ok((status.token, status.expiration_timestamp.0))
 }
 
@@ -360,10 +364,7 @@ async fn root_ca(client: &Client, namespace: &str) -> Option<Vec<u8>> {
         .get_opt("kube-root-ca.crt")
         .await
         .ok()??;
-    found
-        .data?
-        .remove("ca.crt")
-        .map(String::into_bytes)
+    found.data?.remove("ca.crt").map(String::into_bytes)
 }
 
 /// Checks that the new kubeconfig reads the peer as the controller will

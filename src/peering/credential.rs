@@ -68,7 +68,9 @@ mod tests {
     #[test]
     fn the_exp_claim_is_when_a_token_expires() {
         assert_eq!(
-            token_expiry(&jwt(r#"{"exp":1800000000,"sub":"system:serviceaccount:x:y"}"#)),
+            token_expiry(&jwt(
+                r#"{"exp":1800000000,"sub":"system:serviceaccount:x:y"}"#
+            )),
             Some(Timestamp::from_second(1_800_000_000).unwrap())
         );
         // A token Secret's token of an earlier release: no exp, no expiry.

@@ -31,8 +31,8 @@ use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::{Deserialize, Deserializer};
 
 use super::{
-    PublishedService, PublishedServiceSpec, ServiceExport, ServiceExportSpec, ServiceExportStatus, ServiceImport, ServiceImportSpec,
-    ServiceImportStatus,
+    PublishedService, PublishedServiceSpec, ServiceExport, ServiceExportSpec, ServiceExportStatus,
+    ServiceImport, ServiceImportSpec, ServiceImportStatus,
 };
 
 #[cfg(test)]

@@ -184,7 +184,17 @@ fn nothing_starts_before_the_peer_secrets_are_listed() {
     assert!(!run.peers.synced(), "listed, but the peer has not synced");
     run.identify("peer-b", generation, identity("b"));
     run.watch("peer-b", generation, listed(&[]));
-    assert!(run.peers.synced());
+    assert!(
+        !run.peers.synced(),
+        "listed, but whether it is up is not known before its first probe"
+    );
+    let (views, unknown) = run.peers.views(run.now);
+    assert!(
+        views.is_empty() && unknown.contains("b"),
+        "what names it is left alone"
+    );
+    run.probe("peer-b", generation, Err("refused"));
+    assert!(run.peers.synced(), "a failed probe answers that too");
 }
 
 #[test]
@@ -307,7 +317,11 @@ fn a_refused_duplicate_is_reconsidered_once_the_secret_it_duplicates_is_deleted(
     let again = connected(&removed).expect("the refused Secret is connected again");
     run.identify("peer-b-again", again, identity("b"));
     run.watch("peer-b-again", again, listed(&["web"]));
-    assert_eq!(run.usable("b"), Some(false), "not probed yet, never seen");
+    assert_eq!(run.usable("b"), None, "not probed yet, never seen");
+    assert!(
+        run.peers.views(run.now).1.contains("b"),
+        "left alone meanwhile"
+    );
     run.probe("peer-b-again", again, Ok(()));
     assert_eq!(run.usable("b"), Some(true));
 }
@@ -580,6 +594,7 @@ fn unreadable_endpoint_ranges_refuse_the_peer_until_fixed() {
     let generation = connected(&fixed).expect("connects once fixed");
     run.identify("peer-b", generation, identity("b"));
     run.watch("peer-b", generation, listed(&[]));
+    run.probe("peer-b", generation, Ok(()));
     let (views, _) = run.peers.views(run.now);
     assert_eq!(
         views[0].endpoint_ranges.map(<[Cidr]>::len),

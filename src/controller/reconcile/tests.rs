@@ -16,9 +16,9 @@ use crate::api::ServiceExport;
 use crate::api::well_known::{
     LABEL_KUBERNETES_SERVICE_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_SOURCE_CLUSTER,
 };
+use crate::controller::lean::Lean;
 use crate::controller::naming::{MANAGED_BY, mirrored_slice_name};
 use crate::controller::ownership::NOT_OURS;
-use crate::controller::lean::Lean;
 use crate::watch::IndexResource;
 
 const NS: &str = "demo";
@@ -341,12 +341,19 @@ fn a_local_export_is_published_for_peers_and_withdrawn_with_it() {
         .map(|e| e.addresses[0].as_str())
         .collect();
     assert_eq!(addresses, ["10.2.0.1", "10.2.0.2"]);
-    assert!(view.endpoints.iter().all(|e| e.node_name.is_none() && e.hints.is_none()));
+    assert!(
+        view.endpoints
+            .iter()
+            .all(|e| e.node_name.is_none() && e.hints.is_none())
+    );
 
     // The export goes: so does the publication, slices and all.
     world.local.exports.delete(export);
     let writes = world.converge("web", 5);
-    assert!(kinds(&writes).contains(&Kind::PublishedService), "{writes:?}");
+    assert!(
+        kinds(&writes).contains(&Kind::PublishedService),
+        "{writes:?}"
+    );
     assert!(kinds(&writes).contains(&Kind::PublishedSlice), "{writes:?}");
     assert!(world.local_only.published.service(&web).is_none());
     assert_eq!(world.local_only.published.slices(&web).count(), 0);

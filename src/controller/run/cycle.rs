@@ -17,7 +17,7 @@ use kube::api::{Api, Patch, PatchParams};
 use crate::controller::apply::{Written, execute};
 use crate::controller::naming::{FIELD_MANAGER, LABEL_APP_MANAGED_BY, MANAGED_BY};
 use crate::controller::publication;
-use crate::controller::reconcile::{Kind, Plan, Refusal, Rejection, Write, plan};
+use crate::controller::reconcile::{Kind, Plan, Refusal, Rejection, Write, plan, plan_publication};
 use crate::model::ServiceRef;
 
 /// Writes a plan refused, with the service each belongs to.
@@ -203,6 +203,7 @@ impl Controller {
                     let mut created_import = None;
                     for write in &plan.writes {
                         let op = if matches!(write, Write::Delete { .. }) { "delete" } else { "apply" };
+                        tracing::debug!(service = %key, kind = write.kind().as_str(), op, "write");
                         metrics.writes.with_label_values(&[write.kind().as_str(), op]).inc();
                         let claimed;
                         let write = match (write, &created_import) {
@@ -329,11 +330,46 @@ impl Controller {
         }
     }
 
+    /// Writes this cluster's whole publication, then its marker; returns
+    /// whether both are written (a failed write is tried again on the next
+    /// pass of the loop).
+    pub(super) async fn publish(&mut self) -> bool {
+        let mut services: BTreeSet<ServiceRef> = self.local.exports.services().cloned().collect();
+        services.extend(self.local_only.published.services().cloned());
+        let plans: Vec<(ServiceRef, Plan)> = self.with_inputs(|inputs| {
+            services
+                .into_iter()
+                .map(|service| {
+                    let writes = plan_publication(inputs, &service);
+                    (
+                        service,
+                        Plan {
+                            writes,
+                            ..Plan::default()
+                        },
+                    )
+                })
+                .filter(|(_, plan)| !plan.writes.is_empty())
+                .collect()
+        });
+        let count = plans.len();
+        let planned: BTreeSet<ServiceRef> = plans.iter().map(|(s, _)| s.clone()).collect();
+        let written = self.write_round(plans).await;
+        if written.len() < count {
+            tracing::warn!(
+                failed = ?planned.difference(&written).collect::<Vec<_>>(),
+                "some of the publication could not be written; retrying before the marker"
+            );
+            return false;
+        }
+        self.publish_marker().await
+    }
+
     /// Writes the publication marker ([`publication::MARKER`]): peers of
     /// this release read this cluster's publication from then on. Not
     /// forced: a ConfigMap of that name someone else wrote is not taken
     /// over. Returns whether it is written.
-    pub(super) async fn publish_marker(&self) -> bool {
+    async fn publish_marker(&self) -> bool {
         let namespace = &self.settings.namespace;
         let marker = serde_json::json!({
             "apiVersion": "v1",
