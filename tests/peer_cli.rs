@@ -15,7 +15,7 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use clusterset_dns::api::{ServiceExport, ServiceImport};
+use clusterset_dns::api::{ClusterProperty, ServiceExport, ServiceImport};
 use controlplane::{
     ADMIN_TOKEN, CONTROLLER_NAMESPACE, Cluster, ControlPlane, PEER_LABEL, apiserver_url,
     apply_file, client_from_yaml, deploy_file, install_controller, set_cluster_properties,
@@ -211,9 +211,10 @@ fn code<T>(result: kube::Result<T>) -> u16 {
     }
 }
 
-/// `Ok` once the client's token is refused (401). The apiserver checks a
-/// token Secret through its informer cache, so a deleted one stops working
-/// within moments, not at the instant of the delete.
+/// `Ok` once the client's token is refused (401). The apiserver checks the
+/// object a token is bound to through its informer cache, so a deleted
+/// anchor's token stops working within moments, not at the instant of the
+/// delete.
 async fn revoked(client: &Client) -> Result<(), String> {
     match code(
         Api::<ServiceExport>::all(client.clone())
@@ -249,10 +250,25 @@ async fn peer_add_list_remove_against_two_member_clusters() {
     let (admin_a, admin_b) = (a.admin_client().await, b.admin_client().await);
     set_cluster_properties(&admin_a, "cluster-a", CLUSTERSET).await;
     set_cluster_properties(&admin_b, "cluster-b", CLUSTERSET).await;
-    // a: the controller and deploy/peer-reader.yaml; b: only the controller's
-    // namespace and role, so `peer add` creates b's reader objects.
+    // a: the controller and deploy/peer-reader.yaml; b: the CRDs and the
+    // controller only, so `peer add` creates b's reader objects. b's
+    // controller publishes what a imports.
     let controller_kubeconfig = install_controller(a).await;
+    controlplane::install_crds(&admin_b).await;
     apply_file(&admin_b, &deploy_file("controller.yaml")).await;
+    let b_kubeconfig_path = b.dir.join("controller.kubeconfig");
+    std::fs::write(
+        &b_kubeconfig_path,
+        controlplane::service_account_kubeconfig(
+            b,
+            CONTROLLER_NAMESPACE,
+            controlplane::CONTROLLER_SA,
+            3600,
+        )
+        .await,
+    )
+    .unwrap();
+    let _controller_b = spawn_controller(b, &b_kubeconfig_path, &["--startup-sync-timeout", "5s"]);
     for client in [&admin_a, &admin_b] {
         Api::<Namespace>::all(client.clone())
             .create(
@@ -345,18 +361,16 @@ async fn peer_add_list_remove_against_two_member_clusters() {
     );
 
     // --- Join both ways, as documented. ---
+    let reader_objects = "Role and RoleBinding clusterset-dns/clusterset-dns-peer-reader, ClusterRole clusterset-dns-peer-reader and ClusterRoleBinding clusterset-dns-peer-reader applied";
     let out = run_doc(dir, &docs[0]).await;
-    assert!(
-        out.contains("ClusterRole clusterset-dns-peer-reader created"),
-        "{out}"
-    );
+    assert!(out.contains(reader_objects), "{out}");
     assert!(out.contains("(CA from the peer kubeconfig)"), "{out}");
     let out = run_doc(dir, &docs[1]).await;
+    assert!(out.contains(reader_objects), "{out}");
     assert!(
-        out.contains("ClusterRole clusterset-dns-peer-reader exists"),
+        out.contains("(CA from the peer's kube-root-ca.crt ConfigMap)"),
         "{out}"
     );
-    assert!(out.contains("(CA from the token Secret's ca.crt)"), "{out}");
     let secrets = peer_secrets(&admin_a).await;
     assert_eq!(
         secrets
@@ -390,18 +404,35 @@ async fn peer_add_list_remove_against_two_member_clusters() {
             .is_none()
     );
 
-    // The token reads what the controller pulls, verifies TLS, and writes nothing.
+    // The token reads what the controller pulls, verifies TLS, and writes
+    // nothing: the exports, the two ClusterProperties by name, and no
+    // Service or EndpointSlice cluster-wide.
     let reader = client_from_yaml(&kubeconfig).await;
     for verb in ["get", "list", "watch"] {
         assert!(
             may(&reader, verb, "multicluster.x-k8s.io", "serviceexports").await,
             "{verb}"
         );
+        assert!(!may(&reader, verb, "", "services").await, "{verb}");
         assert!(
-            may(&reader, verb, "about.k8s.io", "clusterproperties").await,
+            !may(&reader, verb, "discovery.k8s.io", "endpointslices").await,
             "{verb}"
         );
     }
+    assert!(!may(&reader, "list", "about.k8s.io", "clusterproperties").await);
+    Api::<ClusterProperty>::all(reader.clone())
+        .get("cluster.clusterset.k8s.io")
+        .await
+        .expect("the reader gets the peer's cluster id");
+    // It expires, 90 days from now by default, as the Secret's token says.
+    let expires = entry(&list_json(dir, "a.kubeconfig").await, "peer-cluster-b")
+        ["credential_expires_in_seconds"]
+        .as_i64()
+        .expect("an expiring credential");
+    assert!(
+        (89 * 86400..=90 * 86400).contains(&expires),
+        "expires in {expires} s"
+    );
     for verb in ["create", "update", "patch", "delete"] {
         assert!(
             !may(&reader, verb, "multicluster.x-k8s.io", "serviceexports").await,
@@ -511,6 +542,67 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         .delete("peer-copy", &DeleteParams::default())
         .await
         .unwrap();
+
+    // --- --token-ttl: checked before anything is written; a short one is
+    // what the token says. ---
+    let run = cli(
+        dir,
+        &[
+            "peer",
+            "add",
+            "--kubeconfig",
+            "a.kubeconfig",
+            "--peer-kubeconfig",
+            "b.kubeconfig",
+            "--token-ttl",
+            "5m",
+        ],
+    )
+    .await;
+    assert!(!run.ok, "a 5-minute token was accepted");
+    assert!(
+        run.stderr
+            .contains("--token-ttl 5m: a token must be valid for at least 10m"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        token_secrets(&admin_b, "cluster-a").await,
+        first_token,
+        "written anyway"
+    );
+    let run = cli(
+        dir,
+        &[
+            "peer",
+            "add",
+            "--kubeconfig",
+            "a.kubeconfig",
+            "--peer-kubeconfig",
+            "b.kubeconfig",
+            "--token-ttl",
+            "1h",
+        ],
+    )
+    .await;
+    assert!(run.ok, "{}", run.stderr);
+    let expires = entry(&list_json(dir, "a.kubeconfig").await, "peer-cluster-b")
+        ["credential_expires_in_seconds"]
+        .as_i64()
+        .unwrap();
+    assert!((3000..=3600).contains(&expires), "expires in {expires} s");
+    let table = cli(dir, &["peer", "list", "--kubeconfig", "a.kubeconfig"]).await;
+    assert!(
+        table
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("peer-cluster-b ") && l.contains(" in 59m ")),
+        "{}",
+        table.stdout
+    );
+    let first_token = token_secrets(&admin_b, "cluster-a").await;
+    let kubeconfig = kubeconfig_of(&admin_a, "peer-cluster-b").await;
+    let reader = client_from_yaml(&kubeconfig).await;
 
     // --- Re-running is idempotent and rotates the token. ---
     run_doc(dir, &docs[0]).await;
@@ -673,7 +765,7 @@ async fn peer_add_list_remove_against_two_member_clusters() {
             .unwrap(),
     );
     let documented = words(&docs[2].output[1]);
-    for i in [0, 1, 3, 6] {
+    for i in [0, 1, 3, 6, 7, 8] {
         assert_eq!(row[i], documented[i], "column {i} of {row:?}");
     }
     assert_eq!(row[2], apiserver_url(b));

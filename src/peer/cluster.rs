@@ -67,9 +67,10 @@ pub async fn connect_local(local: &super::LocalArgs) -> Result<Endpoint, PeerErr
     .await
 }
 
-/// Deletes the token Secrets in `tokens` (the peer's namespace
-/// `namespace`) made for the cluster `reader_id`, except `keep` (the token
-/// just made); returns their names. Deleting one revokes its token.
+/// Deletes the Secrets in `tokens` (the peer's namespace `namespace`) that
+/// hold or anchor a token made for the cluster `reader_id` (anchors, and an
+/// earlier release's token Secrets), except `keep` (the anchor just made);
+/// returns their names. Deleting one revokes its token.
 pub async fn delete_tokens(
     tokens: &Api<Secret>,
     namespace: &str,

@@ -1,7 +1,8 @@
 //! `clusterset-dns peer remove`: deletes a peer Secret; with `--revoke`,
-//! first deletes every token Secret made for this cluster in the peer
-//! (after checking the peer kubeconfig reaches the cluster the Secret
-//! names), so the credentials die with the membership. The peer-reader
+//! first deletes every anchor (and token Secret of an earlier release)
+//! made for this cluster in the peer (after checking the peer kubeconfig
+//! reaches the cluster the Secret names), so the credentials die with the
+//! membership, before they expire. The peer-reader
 //! ServiceAccount and role stay: other clusters' tokens use them.
 
 use k8s_openapi::api::core::v1::Secret;
@@ -10,7 +11,9 @@ use kube::api::{Api, DeleteParams};
 
 use super::cluster::{connect_local, connect_peer, delete_tokens};
 use super::{PeerError, RemoveArgs};
-use crate::peering::{self, ANNOTATION_CLUSTER_ID, PEER_LABEL, read_identity};
+use crate::peering::{
+    self, ANNOTATION_CLUSTER_ID, ANNOTATION_PEER_NAMESPACE, PEER_LABEL, read_identity,
+};
 
 /// Runs `peer remove` and returns what it did.
 pub async fn remove(args: &RemoveArgs) -> Result<String, PeerError> {
@@ -48,7 +51,8 @@ pub async fn remove(args: &RemoveArgs) -> Result<String, PeerError> {
     Ok(out)
 }
 
-/// Deletes this cluster's token Secrets in the peer that `secret` names.
+/// Deletes this cluster's anchors (and an earlier release's token Secrets)
+/// in the peer that `secret` names: their tokens stop working.
 async fn revoke(
     args: &RemoveArgs,
     local: &kube::Client,
@@ -92,16 +96,20 @@ async fn revoke(
         .remote
         .peer_namespace
         .as_deref()
+        .or(secret
+            .annotations()
+            .get(ANNOTATION_PEER_NAMESPACE)
+            .map(String::as_str))
         .unwrap_or(&args.local.namespace);
     let tokens: Api<Secret> = Api::namespaced(peer.client.clone(), peer_ns);
     let revoked = delete_tokens(&tokens, peer_ns, &local_id.cluster_id, None).await?;
     let mut out = String::new();
     for token in &revoked {
-        out += &format!("peer: token Secret {peer_ns}/{token} deleted (revoked)\n");
+        out += &format!("peer: token of Secret {peer_ns}/{token} deleted (revoked)\n");
     }
     if revoked.is_empty() {
         out += &format!(
-            "peer: no token Secret for {} in {peer_ns} (nothing to revoke)\n",
+            "peer: no token for {} in {peer_ns} (nothing to revoke)\n",
             local_id.cluster_id
         );
     }
