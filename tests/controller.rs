@@ -1891,7 +1891,9 @@ async fn writes_settled(members: &[Member<'_>]) {
 }
 
 /// A reader ServiceAccount `name` in cluster `cluster`, bound to the
-/// shipped peer-reader role; returns a kubeconfig with a token of it.
+/// shipped peer-reader roles (the ClusterRole by `test-<name>`, the Role
+/// over the publication by `test-<name>` in `clusterset-dns`); returns a
+/// kubeconfig with a token of it.
 async fn reader_account(cluster: &Cluster, name: &str) -> String {
     let client = cluster.admin_client().await;
     let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
@@ -1910,6 +1912,17 @@ async fn reader_account(cluster: &Cluster, name: &str) -> String {
             &object(json!({
                 "metadata": {"name": format!("test-{name}")},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "clusterset-dns-peer-reader"},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "clusterset-dns"}],
+            })),
+        )
+        .await
+        .unwrap();
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), "clusterset-dns")
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "metadata": {"name": format!("test-{name}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "clusterset-dns-peer-reader"},
                 "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "clusterset-dns"}],
             })),
         )

@@ -283,6 +283,22 @@ pub fn spawn_controller(
     kubeconfig_path: &Path,
     extra_args: &[&str],
 ) -> ControllerProcess {
+    spawn_controller_binary(
+        cluster,
+        &clusterset_dns_binary(),
+        kubeconfig_path,
+        extra_args,
+    )
+}
+
+/// [`spawn_controller`] with another build of `clusterset-dns` (a
+/// previous release, for a mixed-version clusterset).
+pub fn spawn_controller_binary(
+    cluster: &Cluster,
+    binary: &Path,
+    kubeconfig_path: &Path,
+    extra_args: &[&str],
+) -> ControllerProcess {
     static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let admin_port = free_port();
@@ -302,10 +318,10 @@ pub fn spawn_controller(
     let mut command = match std::env::var_os("CLUSTERSET_DNS_CONTROLLER_WRAPPER") {
         Some(wrapper) => {
             let mut command = Command::new(wrapper);
-            command.arg(clusterset_dns_binary());
+            command.arg(binary);
             command
         }
-        None => Command::new(clusterset_dns_binary()),
+        None => Command::new(binary),
     };
     command
         .args(&args)
