@@ -1,5 +1,6 @@
 //! `clusterset-dns crds install` against a real kube-apiserver: a fresh
-//! install creates the three CRDs; a second install changes nothing (same
+//! install creates the four CRDs (the three of the MCS API and
+//! clusterset-dns's PublishedService); a second install changes nothing (same
 //! resourceVersions, exit 0); an mcs-api CRD labelled with a newer release
 //! is kept as it is (exit 3) while an older one is upgraded.
 //!
@@ -23,6 +24,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_clusterset-dns");
 const IMPORTS: &str = "serviceimports.multicluster.x-k8s.io";
 const EXPORTS: &str = "serviceexports.multicluster.x-k8s.io";
 const PROPERTIES: &str = "clusterproperties.about.k8s.io";
+const PUBLISHED: &str = "publishedservices.clusterset-dns.io";
 
 /// Runs `crds install --kubeconfig <kubeconfig>`; returns the exit code and
 /// stdout (stderr is echoed into the test output).
@@ -77,7 +79,7 @@ async fn install_creates_then_changes_nothing_and_never_downgrades() {
     let api: Api<CustomResourceDefinition> = Api::all(plane.clusters[0].admin_client().await);
 
     // The harness installs crds/; remove them for a fresh install.
-    for name in [IMPORTS, EXPORTS, PROPERTIES] {
+    for name in [IMPORTS, EXPORTS, PROPERTIES, PUBLISHED] {
         api.delete(name, &DeleteParams::default())
             .await
             .expect("delete CRD");
@@ -85,7 +87,7 @@ async fn install_creates_then_changes_nothing_and_never_downgrades() {
     // The apiserver's CRD finalizer does the deleting: 10 s alone, over 30 s
     // once on the loaded CI machine right after controller_mesh.rs.
     let deadline = Instant::now() + Duration::from_secs(90);
-    for name in [IMPORTS, EXPORTS, PROPERTIES] {
+    for name in [IMPORTS, EXPORTS, PROPERTIES, PUBLISHED] {
         while api.get_opt(name).await.expect("get CRD").is_some() {
             assert!(Instant::now() < deadline, "{name} not deleted in 90 s");
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -97,7 +99,9 @@ async fn install_creates_then_changes_nothing_and_never_downgrades() {
     assert_eq!(code, 0, "{stdout}");
     assert_eq!(
         stdout,
-        format!("{PROPERTIES}: created\n{EXPORTS}: created\n{IMPORTS}: created\n")
+        format!(
+            "{PROPERTIES}: created\n{PUBLISHED}: created\n{EXPORTS}: created\n{IMPORTS}: created\n"
+        )
     );
     let installed = state(&api).await;
     assert_eq!(installed[IMPORTS].1.as_deref(), Some(MCS_RELEASE_VERSION));
@@ -118,7 +122,9 @@ async fn install_creates_then_changes_nothing_and_never_downgrades() {
     assert_eq!(code, 0, "{stdout}");
     assert_eq!(
         stdout,
-        format!("{PROPERTIES}: unchanged\n{EXPORTS}: unchanged\n{IMPORTS}: unchanged\n")
+        format!(
+            "{PROPERTIES}: unchanged\n{PUBLISHED}: unchanged\n{EXPORTS}: unchanged\n{IMPORTS}: unchanged\n"
+        )
     );
     assert_eq!(state(&api).await, installed, "a re-install wrote");
 
@@ -130,14 +136,15 @@ async fn install_creates_then_changes_nothing_and_never_downgrades() {
     let (code, stdout) = install(kubeconfig);
     assert_eq!(code, 3, "exit code when a newer CRD is kept:\n{stdout}");
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 3, "{stdout}");
+    assert_eq!(lines.len(), 4, "{stdout}");
     assert_eq!(lines[0], format!("{PROPERTIES}: unchanged"));
-    assert_eq!(lines[1], format!("{EXPORTS}: updated"));
+    assert_eq!(lines[1], format!("{PUBLISHED}: unchanged"));
+    assert_eq!(lines[2], format!("{EXPORTS}: updated"));
     assert!(
-        lines[2].starts_with(&format!("{IMPORTS}: kept the cluster's v0.6.0"))
-            && lines[2].contains("not downgraded"),
+        lines[3].starts_with(&format!("{IMPORTS}: kept the cluster's v0.6.0"))
+            && lines[3].contains("not downgraded"),
         "{}",
-        lines[2]
+        lines[3]
     );
     let after = state(&api).await;
     assert_eq!(after[IMPORTS], before[IMPORTS], "the newer CRD was touched");

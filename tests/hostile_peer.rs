@@ -703,6 +703,29 @@ async fn forged_publication_refused(pair: &mut Pair) {
         own.metadata.resource_version
     );
     honest_export_imports(pair, "honest-5").await;
+    // An honest slice turned invalid takes its endpoints with it: what a
+    // peer published before is never left behind under the old labels.
+    Api::<EndpointSlice>::namespaced(hostile.clone(), controlplane::CONTROLLER_NAMESPACE)
+        .patch(
+            "honest-5-slice",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({
+                "metadata": {"labels": {"clusterset-dns.io/service-namespace": "Not_A_Namespace"}},
+            })),
+        )
+        .await
+        .unwrap();
+    support::wait_for(
+        "the slice turned invalid is no longer imported",
+        WAIT,
+        || async {
+            match imported(&victim, ns, "honest-5", &hostile_id).await {
+                found if found.is_empty() => Ok(()),
+                found => Err(format!("{found:?}")),
+            }
+        },
+    )
+    .await;
 }
 
 /// A Warning Event with `reason` regarding ServiceImport `ns/name` (or any

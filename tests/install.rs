@@ -493,6 +493,7 @@ async fn member_cluster_without_crds() -> ControlPlane {
         "serviceimports.multicluster.x-k8s.io",
         "serviceexports.multicluster.x-k8s.io",
         "clusterproperties.about.k8s.io",
+        "publishedservices.clusterset-dns.io",
     ]);
     plane
 }
@@ -503,7 +504,8 @@ fn existing_crds(shell: &Shell) -> BTreeMap<String, String> {
     let out = shell.kubectl(&["get", "crds", "-o", "json"]);
     let list: Value = serde_json::from_str(&out).unwrap();
     let crds = fingerprint(list["items"].as_array().unwrap());
-    assert_eq!(crds.len(), 3, "{crds:?}");
+    // The three of the MCS API and clusterset-dns's PublishedService.
+    assert_eq!(crds.len(), 4, "{crds:?}");
     crds
 }
 
@@ -763,7 +765,7 @@ async fn helm_install_creates_everything_and_an_upgrade_changes_nothing() {
         expected.iter().map(id).collect::<BTreeSet<_>>(),
         live.iter().map(id).collect::<BTreeSet<_>>()
     );
-    assert_eq!(expected.iter().filter(|o| is_crd(o)).count(), 3);
+    assert_eq!(expected.iter().filter(|o| is_crd(o)).count(), 4);
     // The same objects as the kustomization, the namespace aside (Helm's
     // --create-namespace makes it).
     let kustomize: BTreeSet<String> = kustomized(&shell)

@@ -20,6 +20,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event as WatcherEvent};
@@ -28,7 +29,7 @@ use tokio::task::JoinHandle;
 
 use super::lean::Lean;
 use super::naming::{LABEL_APP_MANAGED_BY, MANAGED_BY};
-use super::publication::{self, Form, PUBLISHED_BY};
+use super::publication::{self, Form, PUBLISHED_BY, Viewer};
 use crate::api::well_known::{
     LABEL_KUBERNETES_SERVICE_NAME, LABEL_MANAGED_BY, LABEL_SOURCE_CLUSTER,
 };
@@ -177,56 +178,39 @@ where
 }
 
 /// Forwards a peer's published kind as the kind a previous release's
-/// watch delivered: each object through `view`; one that does not pass is
-/// left out and reported as [`Report::Rejected`].
+/// watch delivered, through a [`Viewer`]: an object that does not pass is
+/// left out (deleted, if it passed before) and reported as
+/// [`Report::Rejected`].
 fn forward_viewed<P, K, S>(
     key: ClusterKey,
     peer: String,
     stream: S,
-    view: fn(P) -> Result<K, &'static str>,
+    mut viewer: Viewer<P, K>,
     wrap: fn(Result<WatcherEvent<K>, watcher::Error>) -> WatchEvent,
     reports: mpsc::Sender<Report>,
 ) -> JoinHandle<()>
 where
     S: Stream<Item = Result<WatcherEvent<P>, watcher::Error>> + Send + 'static,
     P: kube::Resource<DynamicType = ()> + Send + 'static,
-    K: Send + 'static,
+    K: kube::Resource + Send + 'static,
 {
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
-            let mut refused = None;
-            let mut viewed = |object: P, report: bool| {
-                let what = format!(
-                    "{} {}",
-                    P::kind(&()),
-                    object.meta().name.as_deref().unwrap_or_default()
-                );
-                match view(object) {
-                    Ok(object) => Some(object),
-                    Err(reason) => {
-                        if report {
-                            refused = Some((reason, what));
-                        }
-                        None
+            let viewed = match event {
+                Ok(event) => viewer.event(event),
+                Err(error) => {
+                    if reports
+                        .send(Report::Watch(key.clone(), wrap(Err(error))))
+                        .await
+                        .is_err()
+                    {
+                        return;
                     }
+                    continue;
                 }
             };
-            let event = match event {
-                Ok(WatcherEvent::Apply(object)) => {
-                    viewed(object, true).map(|o| Ok(WatcherEvent::Apply(o)))
-                }
-                Ok(WatcherEvent::InitApply(object)) => {
-                    viewed(object, true).map(|o| Ok(WatcherEvent::InitApply(o)))
-                }
-                Ok(WatcherEvent::Delete(object)) => {
-                    viewed(object, false).map(|o| Ok(WatcherEvent::Delete(o)))
-                }
-                Ok(WatcherEvent::Init) => Some(Ok(WatcherEvent::Init)),
-                Ok(WatcherEvent::InitDone) => Some(Ok(WatcherEvent::InitDone)),
-                Err(error) => Some(Err(error)),
-            };
-            if let Some((reason, what)) = refused
+            if let Some((reason, what)) = viewed.refused
                 && reports
                     .send(Report::Rejected {
                         key: key.clone(),
@@ -239,13 +223,14 @@ where
             {
                 return;
             }
-            if let Some(event) = event
-                && reports
-                    .send(Report::Watch(key.clone(), wrap(event)))
+            for event in viewed.events {
+                if reports
+                    .send(Report::Watch(key.clone(), wrap(Ok(event))))
                     .await
                     .is_err()
-            {
-                return;
+                {
+                    return;
+                }
             }
         }
     })
@@ -354,9 +339,21 @@ pub fn connect(
                             Api::<Lean<PublishedService>>::namespaced(client.clone(), &namespace),
                             all.clone(),
                         ),
-                        |published: Lean<PublishedService>| {
-                            publication::service_view(&published.0).map(Lean::new)
-                        },
+                        Viewer::new(
+                            |published: Lean<PublishedService>| {
+                                publication::service_view(&published.0).map(Lean::new)
+                            },
+                            |namespace, name| {
+                                Lean::new(Service {
+                                    metadata: ObjectMeta {
+                                        namespace: Some(namespace.to_owned()),
+                                        name: Some(name.to_owned()),
+                                        ..ObjectMeta::default()
+                                    },
+                                    ..Service::default()
+                                })
+                            },
+                        ),
                         WatchEvent::Services,
                         reports.clone(),
                     ));
@@ -369,9 +366,21 @@ pub fn connect(
                                 "{LABEL_SOURCE_CLUSTER}={id},{LABEL_MANAGED_BY}={PUBLISHED_BY}"
                             )),
                         ),
-                        |slice: Lean<EndpointSlice>| {
-                            publication::slice_view(slice.0).map(Lean::new)
-                        },
+                        Viewer::new(
+                            |slice: Lean<EndpointSlice>| {
+                                publication::slice_view(slice.0).map(Lean::new)
+                            },
+                            |namespace, name| {
+                                Lean::new(EndpointSlice {
+                                    metadata: ObjectMeta {
+                                        namespace: Some(namespace.to_owned()),
+                                        name: Some(name.to_owned()),
+                                        ..ObjectMeta::default()
+                                    },
+                                    ..EndpointSlice::default()
+                                })
+                            },
+                        ),
                         WatchEvent::McsSlices,
                         reports.clone(),
                     ));

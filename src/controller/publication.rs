@@ -17,13 +17,14 @@
 //! ([`super::reconcile`]) have one path whatever a peer's release. A
 //! publication that names no valid service is refused ([`reason`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{
     ClientIPConfig, Service, ServicePort, ServiceSpec, SessionAffinityConfig,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::watcher::Event;
 
 use super::naming::{
     ANNOTATION_SOURCE_SLICE, LABEL_APP_MANAGED_BY, MANAGED_BY, is_dns_label, mirrored_slice_name,
@@ -250,6 +251,112 @@ pub fn slice_view(mut slice: EndpointSlice) -> Result<EndpointSlice, &'static st
     Ok(slice)
 }
 
+/// Turns a peer's watch events of a published kind into events of the kind
+/// it stands for ([`service_view`], [`slice_view`]), remembering the key
+/// (namespace and name) each object was last seen under: an object that
+/// turns invalid, or whose labels move it to another service, is deleted
+/// under the key it had, so nothing it published before lingers.
+pub struct Viewer<P, K> {
+    view: fn(P) -> Result<K, &'static str>,
+    tombstone: fn(&str, &str) -> K,
+    /// By the peer's object name: the key of its last valid view.
+    seen: HashMap<String, (String, String)>,
+}
+
+/// What one event of a published kind comes to.
+#[derive(Debug)]
+pub struct Viewed<K> {
+    /// The events of the kind it stands for.
+    pub events: Vec<Event<K>>,
+    /// The reason and what, when the object was refused.
+    pub refused: Option<(&'static str, String)>,
+}
+
+impl<P: kube::Resource<DynamicType = ()>, K: kube::Resource> Viewer<P, K> {
+    /// A viewer with `view`, deleting through `tombstone(namespace, name)`.
+    pub fn new(view: fn(P) -> Result<K, &'static str>, tombstone: fn(&str, &str) -> K) -> Self {
+        Self {
+            view,
+            tombstone,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// The events `event` comes to.
+    pub fn event(&mut self, event: Event<P>) -> Viewed<K> {
+        let mut events = Vec::new();
+        let mut refused = None;
+        match event {
+            Event::Init => {
+                // The list replaces the whole kind: what it holds is seen anew.
+                self.seen.clear();
+                events.push(Event::Init);
+            }
+            Event::InitDone => events.push(Event::InitDone),
+            Event::InitApply(object) => {
+                let name = object.meta().name.clone().unwrap_or_default();
+                match self.viewed(object, &mut refused) {
+                    Some(view) => {
+                        self.seen.insert(name, key_of(&view));
+                        events.push(Event::InitApply(view));
+                    }
+                    None => {
+                        self.seen.remove(&name);
+                    }
+                }
+            }
+            Event::Apply(object) => {
+                let name = object.meta().name.clone().unwrap_or_default();
+                match self.viewed(object, &mut refused) {
+                    Some(view) => {
+                        let key = key_of(&view);
+                        if let Some(old) = self.seen.insert(name, key.clone())
+                            && old != key
+                        {
+                            events.push(Event::Delete((self.tombstone)(&old.0, &old.1)));
+                        }
+                        events.push(Event::Apply(view));
+                    }
+                    None => {
+                        if let Some(old) = self.seen.remove(&name) {
+                            events.push(Event::Delete((self.tombstone)(&old.0, &old.1)));
+                        }
+                    }
+                }
+            }
+            Event::Delete(object) => {
+                let name = object.meta().name.clone().unwrap_or_default();
+                if let Some(old) = self.seen.remove(&name) {
+                    events.push(Event::Delete((self.tombstone)(&old.0, &old.1)));
+                }
+            }
+        }
+        Viewed { events, refused }
+    }
+
+    fn viewed(&self, object: P, refused: &mut Option<(&'static str, String)>) -> Option<K> {
+        let what = format!(
+            "{} {}",
+            P::kind(&()),
+            object.meta().name.as_deref().unwrap_or_default()
+        );
+        match (self.view)(object) {
+            Ok(view) => Some(view),
+            Err(reason) => {
+                *refused = Some((reason, what));
+                None
+            }
+        }
+    }
+}
+
+fn key_of(object: &impl kube::Resource) -> (String, String) {
+    (
+        object.meta().namespace.clone().unwrap_or_default(),
+        object.meta().name.clone().unwrap_or_default(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::discovery::v1::{Endpoint, EndpointHints, EndpointPort, ForZone};
@@ -435,6 +542,91 @@ mod tests {
         assert_eq!(
             view.metadata.labels.unwrap()[LABEL_MANAGED_BY],
             "someone-else"
+        );
+    }
+
+    fn tombstone(namespace: &str, name: &str) -> EndpointSlice {
+        EndpointSlice {
+            metadata: ObjectMeta {
+                namespace: Some(namespace.into()),
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            ..EndpointSlice::default()
+        }
+    }
+
+    fn keys(events: &[Event<EndpointSlice>]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match e {
+                Event::Apply(s) => format!("apply {:?}", key_of(s)),
+                Event::InitApply(s) => format!("list {:?}", key_of(s)),
+                Event::Delete(s) => format!("delete {:?}", key_of(s)),
+                Event::Init => "init".into(),
+                Event::InitDone => "done".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_published_slice_turned_invalid_or_moved_is_deleted_under_its_old_key() {
+        let mut viewer = Viewer::new(slice_view, tombstone);
+        let published =
+            published_slice("clusterset-dns", &web(), "east", &kubernetes_slice()).unwrap();
+        let name = published.metadata.name.clone().unwrap();
+        let viewed = viewer.event(Event::Apply(published.clone()));
+        assert_eq!(
+            keys(&viewed.events),
+            [format!("apply (\"shop\", {name:?})")]
+        );
+        // Its labels now name another namespace: gone from the first.
+        let mut moved = published.clone();
+        moved
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(LABEL_SERVICE_NAMESPACE.into(), "shop-2".into());
+        let viewed = viewer.event(Event::Apply(moved));
+        assert_eq!(
+            keys(&viewed.events),
+            [
+                format!("delete (\"shop\", {name:?})"),
+                format!("apply (\"shop-2\", {name:?})")
+            ]
+        );
+        // Then no valid namespace at all: deleted, and refused.
+        let mut broken = published.clone();
+        broken
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(LABEL_SERVICE_NAMESPACE.into(), "-".into());
+        let viewed = viewer.event(Event::Apply(broken.clone()));
+        assert_eq!(
+            keys(&viewed.events),
+            [format!("delete (\"shop-2\", {name:?})")]
+        );
+        assert_eq!(viewed.refused.unwrap().0, reason::INVALID_PUBLISHED_SLICE);
+        // Its deletion, and any other event of it, come to nothing more.
+        assert!(
+            viewer
+                .event(Event::Delete(broken.clone()))
+                .events
+                .is_empty()
+        );
+        assert!(viewer.event(Event::Apply(broken)).events.is_empty());
+        // A relist forgets what was seen; its objects are seen anew.
+        let viewed = viewer.event(Event::Init);
+        assert_eq!(keys(&viewed.events), ["init"]);
+        let viewed = viewer.event(Event::InitApply(published.clone()));
+        assert_eq!(keys(&viewed.events), [format!("list (\"shop\", {name:?})")]);
+        let viewed = viewer.event(Event::Delete(published));
+        assert_eq!(
+            keys(&viewed.events),
+            [format!("delete (\"shop\", {name:?})")]
         );
     }
 
