@@ -275,22 +275,9 @@ async fn kube_client(config: &Config) -> Result<(kube::Client, String), StartErr
             source,
         }
     };
-    let client_config = match &config.kubeconfig {
-        Some(path) => {
-            let origin = || path.display().to_string();
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| failed(origin())(e.into()))?;
-            kube::Config::from_custom_kubeconfig(
-                kubeconfig,
-                &kube::config::KubeConfigOptions::default(),
-            )
-            .await
-            .map_err(|e| failed(origin())(e.into()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| failed("the environment".into())(e.into()))?,
-    };
+    let (client_config, _) = crate::cluster_args::client_config(config.kubeconfig.as_deref(), None)
+        .await
+        .map_err(|e| failed(e.origin.clone())(e.why.into()))?;
     let url = client_config.cluster_url.to_string();
     let client =
         kube::Client::try_from(client_config).map_err(|e| failed(url.clone())(e.into()))?;

@@ -133,9 +133,9 @@ pub struct ServeArgs {
     /// `NO_COLOR`) or `json` (one object per line, for log collectors).
     #[arg(long, env = "CLUSTERSET_DNS_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
-    /// kubeconfig for the Kubernetes source (default: $KUBECONFIG, else
-    /// ~/.kube/config, else in-cluster credentials).
-    #[arg(long, env = "CLUSTERSET_DNS_KUBECONFIG")]
+    /// kubeconfig for the Kubernetes source (help text and fallback order:
+    /// [`crate::cluster_args`]).
+    #[arg(long, env = crate::cluster_args::KUBECONFIG_ENV, help = crate::cluster_args::KUBECONFIG_HELP)]
     pub kubeconfig: Option<PathBuf>,
     /// API group of ServiceImports (a vendor's mirror API may differ).
     #[arg(long, env = "CLUSTERSET_DNS_IMPORT_GROUP")]

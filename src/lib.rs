@@ -32,7 +32,10 @@
 //!   its kubeconfig, the per-peer Lease, the identity read and the health
 //!   probe, the refusal reasons.
 //! - [`cidr`]: IP prefixes (Service CIDRs, a peer's endpoint ranges).
-//! - [`config`]: command line, environment and TOML configuration.
+//! - [`label_selector`]: Kubernetes label selectors, parsed and evaluated.
+//! - [`config`]: command line, environment and TOML configuration;
+//!   [`cluster_args`]: the options every subcommand that talks to a
+//!   cluster shares (`--kubeconfig`, `--namespace`, `--peer-selector`).
 //! - [`error`]: how errors and their causes are printed.
 //! - [`metrics`], [`admin`], [`explain`], [`telemetry`], [`log_limit`]:
 //!   operations; [`inquiry`]: what `/explain` asks a source and what it
@@ -47,6 +50,7 @@ pub mod api;
 pub mod app;
 pub mod build_info;
 pub mod cidr;
+pub mod cluster_args;
 pub mod config;
 pub mod controller;
 pub mod dns;
@@ -56,6 +60,7 @@ pub mod explain;
 pub mod fuzzing;
 pub mod index;
 pub mod inquiry;
+pub mod label_selector;
 pub mod log_limit;
 pub mod memory;
 pub mod metrics;

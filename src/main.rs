@@ -38,7 +38,8 @@ enum Command {
     #[command(defer(clusterset_dns::controller::ControllerArgs::help))]
     Controller(clusterset_dns::controller::ControllerArgs),
     /// Print the CustomResourceDefinitions (ServiceImport, ServiceExport,
-    /// ClusterProperty), or install them with `crds install`.
+    /// ClusterProperty, PublishedService), or install them with `crds
+    /// install`.
     Crds(CrdsArgs),
     /// Print the version, git commit, build target and rustc version.
     Version,
@@ -59,10 +60,9 @@ enum CrdsAction {
     /// in a newer release. Exits 0 when every CRD is at this version, 3 when
     /// one or more newer ones were kept (the rest applied), 1 on error.
     Install {
-        /// kubeconfig to use; default: $KUBECONFIG, else ~/.kube/config, else
-        /// in-cluster credentials.
-        #[arg(long)]
-        kubeconfig: Option<std::path::PathBuf>,
+        /// The cluster.
+        #[command(flatten)]
+        cluster: clusterset_dns::cluster_args::KubeconfigArgs,
     },
 }
 
@@ -138,8 +138,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Crds(CrdsArgs {
-            action: Some(CrdsAction::Install { kubeconfig }),
-        }) => crds_install(kubeconfig.as_deref()),
+            action: Some(CrdsAction::Install { cluster }),
+        }) => crds_install(cluster.kubeconfig.as_deref()),
         Command::Version => {
             print!("{}", clusterset_dns::build_info::describe());
             Ok(())
@@ -159,18 +159,9 @@ fn crds_install(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<()> {
     use clusterset_dns::api::install::{Action, install};
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     let outcomes = runtime.block_on(async {
-        let config = match kubeconfig {
-            Some(path) => {
-                let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                    .await
-                    .with_context(|| format!("using {}", path.display()))?
-            }
-            None => kube::Config::infer()
-                .await
-                .context("no kubeconfig: pass --kubeconfig PATH")?,
-        };
+        let (config, _) = clusterset_dns::cluster_args::client_config(kubeconfig, None)
+            .await
+            .map_err(|e| anyhow::anyhow!("reading {}: {}", e.origin, e.why))?;
         let client = kube::Client::try_from(config).context("building the API client")?;
         anyhow::Ok(install(&client).await?)
     })?;

@@ -588,6 +588,9 @@ struct HelpOption {
     env: Option<String>,
     /// The default `--help` shows, if any.
     default: Option<String>,
+    /// Its whole description, whitespace collapsed (the layout differs
+    /// between a short and a long `--help`).
+    text: String,
 }
 
 /// The options `help` (a `--help` text) lists.
@@ -624,6 +627,7 @@ fn help_options(help: &str) -> Vec<HelpOption> {
             name,
             env: between("[env: ", '='),
             default: between("[default: ", ']'),
+            text: text.split_whitespace().collect::<Vec<_>>().join(" "),
         });
     }
     options
@@ -730,6 +734,112 @@ async fn every_subcommand_speaks_one_dialect() {
             assert_eq!(serve.1, controller.1, "--{shared}");
         }
     }
+}
+
+/// The options of every subcommand that talks to a cluster, written once
+/// (src/cluster_args.rs): each with its environment variable, its default
+/// as `--help` shows it, and the subcommands that take it.
+const SHARED_CLUSTER_OPTIONS: &[(&str, &str, Option<&str>, &[&str])] = &[
+    (
+        "kubeconfig",
+        "CLUSTERSET_DNS_KUBECONFIG",
+        Some("$KUBECONFIG, else ~/.kube/config, else the pod's service account"),
+        &[
+            "serve",
+            "controller",
+            "crds install",
+            "peer add",
+            "peer list",
+            "peer remove",
+        ],
+    ),
+    (
+        "namespace",
+        "CLUSTERSET_DNS_NAMESPACE",
+        Some("$POD_NAMESPACE, else clusterset-dns"),
+        &["controller", "peer add", "peer list", "peer remove"],
+    ),
+    (
+        "peer-selector",
+        "CLUSTERSET_DNS_PEER_SELECTOR",
+        Some("clusterset-dns.io/peer=true"),
+        &["controller", "peer add", "peer list", "peer remove"],
+    ),
+];
+
+/// `--kubeconfig`, `--namespace` and `--peer-selector` are spelled, read
+/// from the environment, defaulted and described the same in every
+/// subcommand that talks to a cluster.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_subcommand_that_talks_to_a_cluster_takes_the_same_cluster_options() {
+    let all = every_subcommand_help().await;
+    for (name, env, default, commands) in SHARED_CLUSTER_OPTIONS {
+        let mut described: Option<(String, String)> = None;
+        for command in *commands {
+            let (_, help) = all
+                .iter()
+                .find(|(path, _)| path.join(" ") == *command)
+                .unwrap_or_else(|| panic!("no subcommand {command}"));
+            let options = help_options(help);
+            let option = options
+                .iter()
+                .find(|o| o.name == *name)
+                .unwrap_or_else(|| panic!("{command} has no --{name}:\n{help}"));
+            assert_eq!(option.env.as_deref(), Some(*env), "{command} --{name}");
+            assert_eq!(option.default.as_deref(), *default, "{command} --{name}");
+            // The text up to the environment variable: the description.
+            let text = option
+                .text
+                .split(" [env: ")
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            match &described {
+                Some((first, earlier)) => {
+                    assert_eq!(&text, earlier, "--{name} of {first} and of {command}")
+                }
+                None => described = Some(((*command).to_owned(), text)),
+            }
+        }
+    }
+}
+
+/// The shared options' environment variables are read: a namespace and a
+/// peer selector from the environment reach `peer list` (its error names
+/// them), and a kubeconfig from `CLUSTERSET_DNS_KUBECONFIG` is used by
+/// `crds install` (its error names the file).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shared_options_are_read_from_the_environment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("no-such.kubeconfig");
+    let missing = missing.to_str().unwrap();
+    let (ok, _, stderr) = run(
+        &["crds", "install"],
+        &[("CLUSTERSET_DNS_KUBECONFIG", missing)],
+        dir.path(),
+    )
+    .await;
+    assert!(!ok && stderr.contains(missing), "{stderr}");
+    let (ok, _, stderr) = run(
+        &["peer", "add", "--peer-kubeconfig", missing],
+        &[
+            ("CLUSTERSET_DNS_KUBECONFIG", missing),
+            ("CLUSTERSET_DNS_PEER_SELECTOR", "a=x,a=y"),
+        ],
+        dir.path(),
+    )
+    .await;
+    assert!(
+        !ok && stderr.contains("--peer-selector a=x,a=y: no labels make a Secret match it"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = run(
+        &["controller"],
+        &[("CLUSTERSET_DNS_PEER_SELECTOR", "team in (a")],
+        dir.path(),
+    )
+    .await;
+    assert!(!ok && stderr.contains("--peer-selector"), "{stderr}");
 }
 
 /// A bad duration is refused naming the option, whether from a flag, the

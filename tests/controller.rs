@@ -8,7 +8,7 @@
 //! EndpointSlices the in-tree controller writes. The three clusters start
 //! once (they take seconds); each behaviour is a named trial
 //! (`harness = false`, libtest-mimic) in a namespace of its own that fails
-//! on its own and names the reference tests it covers (controller.md §6.8).
+//! on its own and names the test IDs it covers (docs/controller.md, "How it is tested").
 
 mod common;
 mod controlplane;

@@ -1,4 +1,5 @@
-//! Pull-mesh robustness of the MCS controller (controller.md §6.8, C3–C18)
+//! Pull-mesh robustness of the MCS controller (test IDs C3–C18 of
+//! docs/controller.md, "How it is tested")
 //! on apiserver-only member clusters: no pods are needed, so Services get
 //! hand-made source EndpointSlices (nothing else writes slices there), and
 //! one controller per cluster runs with exactly the shipped roles (the local

@@ -30,6 +30,22 @@ pub const MAX_NAME_LEN: usize = 253;
 /// A label value: at most 63 bytes.
 pub const MAX_LABEL_VALUE_LEN: usize = 63;
 
+/// True for an RFC 1123 label as Kubernetes checks it (`IsDNS1123Label`):
+/// 1–63 characters of `[a-z0-9-]`, starting and ending alphanumeric.
+///
+/// Stricter than [`crate::model::is_dns_label`] (a DNS name's label), which accepts upper case
+/// because DNS matching is case-insensitive; a cluster id goes into label
+/// values and object names, where upper case is rejected.
+pub fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    let ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(|c| ok(c) || *c == b'-')
+        && ok(&b[0])
+        && ok(&b[b.len() - 1])
+}
+
 /// A limit an object breaks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
@@ -126,6 +142,16 @@ pub fn endpoint_slice(slice: &EndpointSlice) -> Result<(), Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dns_labels_are_lower_case_alnum_and_dashes_inside() {
+        for ok in ["a", "cluster-1", "0", &"a".repeat(63)] {
+            assert!(is_dns1123_label(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "Cluster", "a.b", "a_b", &"a".repeat(64)] {
+            assert!(!is_dns1123_label(bad), "{bad}");
+        }
+    }
 
     fn import(ips: &[&str]) -> ServiceImport {
         serde_json::from_value(serde_json::json!({

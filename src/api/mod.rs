@@ -93,3 +93,16 @@ pub use v1beta1::{
     EndpointSliceObjects, ServiceExport, ServiceExportSpec, ServiceExportStatus, ServiceImport,
     ServiceImportSpec, ServiceImportStatus, ServiceImportType, ServicePort,
 };
+
+/// The body of a server-side apply of `object`: the object as JSON with
+/// its `apiVersion` and `kind`, which an apply needs and which every write
+/// of the controller and of `peer` sends through here.
+pub fn apply_body<K>(object: &K) -> Result<serde_json::Value, serde_json::Error>
+where
+    K: kube::Resource<DynamicType = ()> + serde::Serialize,
+{
+    let mut body = serde_json::to_value(object)?;
+    body["apiVersion"] = K::api_version(&()).into();
+    body["kind"] = K::kind(&()).into();
+    Ok(body)
+}

@@ -131,9 +131,7 @@ where
         None => PatchParams::apply(FIELD_MANAGER),
     };
     // Server-side apply needs apiVersion and kind in the body.
-    let mut body = serde_json::to_value(object).map_err(kube::Error::SerdeError)?;
-    body["apiVersion"] = K::api_version(&Default::default()).into();
-    body["kind"] = K::kind(&Default::default()).into();
+    let body = crate::api::apply_body(object).map_err(kube::Error::SerdeError)?;
     if status {
         // The status subresource ignores everything but `status`: send only
         // that (and the object's identity), not the spec again.

@@ -5,28 +5,27 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::cluster_args::{KubeconfigArgs, NamespaceArgs, PeerSelectorArgs};
 use crate::config::{DEFAULT_LOG_FILTER, LogFormat, duration};
 
-/// Options of `clusterset-dns controller`. Kubernetes credentials come from
-/// `KUBECONFIG` or the in-cluster service account.
+/// Options of `clusterset-dns controller`.
 ///
-/// The flags `serve` has too are spelled, defaulted and read from the
-/// environment as `serve` does: `--admin-listen`, `--log`, `--log-format`,
-/// durations with units, `CLUSTERSET_DNS_<FLAG>`; only the namespace and the
-/// identity come from the Kubernetes downward-API variables.
+/// The flags other subcommands have too are spelled, defaulted and read
+/// from the environment as they are there: `--kubeconfig`, `--namespace`
+/// and `--peer-selector` ([`crate::cluster_args`]), `--admin-listen`,
+/// `--log`, `--log-format`, durations with units, `CLUSTERSET_DNS_<FLAG>`;
+/// only the identity comes from a Kubernetes downward-API variable alone.
 #[derive(Args, Debug, Clone)]
 pub struct ControllerArgs {
-    /// Namespace of the peer Secrets and of the controller's Leases.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "clusterset-dns")]
-    pub namespace: String,
-    /// Label selector of the Secrets that name peers (each holds a
-    /// kubeconfig under `data.kubeconfig`).
-    #[arg(
-        long,
-        env = "CLUSTERSET_DNS_PEER_SELECTOR",
-        default_value = crate::peering::PEER_SELECTOR
-    )]
-    pub peer_selector: String,
+    /// The cluster.
+    #[command(flatten)]
+    pub cluster: KubeconfigArgs,
+    /// The controller's namespace.
+    #[command(flatten)]
+    pub namespace: NamespaceArgs,
+    /// Which Secrets are peers.
+    #[command(flatten)]
+    pub peers: PeerSelectorArgs,
     /// How long an unreachable peer's services stay imported (`500ms`,
     /// `30s`, `5m`, `1h`; a plain number is seconds).
     #[arg(long, env = "CLUSTERSET_DNS_PEER_GRACE_PERIOD", default_value = "5m", value_parser = duration::parse)]
@@ -50,7 +49,7 @@ pub struct ControllerArgs {
     /// label selector (`clusterset.example/import=true`, `team in (a,b)`).
     /// Unset, every namespace not denied is imported into.
     #[arg(long, env = "CLUSTERSET_DNS_IMPORT_NAMESPACE_SELECTOR")]
-    pub import_namespace_selector: Option<crate::controller::namespaces::LabelSelector>,
+    pub import_namespace_selector: Option<crate::label_selector::LabelSelector>,
     /// The most ServiceExports read from one peer; beyond it a peer's
     /// objects are refused and counted
     /// (`peer_objects_rejected_total{reason="peer-limit"}`).

@@ -1,12 +1,12 @@
 //! Status conditions the controller writes: each cluster's ServiceExport
-//! (`Valid`, `Ready`, `Conflict`; controller.md §6.3 items 9–11) and each
+//! (`Valid`, `Ready`, `Conflict`; docs/controller.md, "Behaviour") and each
 //! ServiceImport's `Ready`.
 //!
 //! Owns the condition bookkeeping only; the runtime decides when to write.
 //! Conditions follow `meta.SetStatusCondition`: `lastTransitionTime` moves
 //! only when the status flips, so a reconcile with unchanged inputs
 //! produces the conditions it read and the runtime can skip the write
-//! (the idle invariant, §6.6 item 24).
+//! (the idle invariant: a converged clusterset makes no writes).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 

@@ -1,6 +1,6 @@
 //! The exports of one service, from every cluster, merged into the
 //! ServiceImport spec and the conflicts between them (KEP-1645
-//! "Constraints and Conflict Resolution"; controller.md §6.3 item 8).
+//! "Constraints and Conflict Resolution"; docs/controller.md, "Behaviour").
 //!
 //! Owns the projection of a ServiceExport + Service into an
 //! [`ExportedService`] and the [`merge`] itself. Every cluster runs this on

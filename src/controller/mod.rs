@@ -21,12 +21,17 @@
 //!                                                 writes held to the fence
 //! ```
 //!
-//! - [`naming`], [`merge`], [`conditions`], [`membership`]: the pure rules
-//!   (names, the export merge and its conflicts, status conditions, which
-//!   peers are accepted).
+//! - [`naming`], [`merge`], [`conditions`]: the pure rules (names, the
+//!   export merge and its conflicts, status conditions).
+//! - [`ownership`], [`addresses`], [`namespaces`], [`ip_share`]: what a peer
+//!   may make this cluster do (which objects are ours, which endpoint
+//!   addresses, namespaces and clusterset IPs a peer may have).
 //! - [`peers`]: every peer as a pure state machine (inputs → effects):
 //!   Secrets, connection generations, health, grace, refusals.
-//! - [`cluster`]: what the watches indexed, per cluster.
+//! - [`publication`]: what this cluster publishes for its peers, and how a
+//!   peer's publication is read back.
+//! - [`lean`], [`compact`], [`cluster`]: the objects as the watches decode
+//!   them, as the stores hold them at rest, and the stores of each cluster.
 //! - [`reconcile`]: desired state and the writes that reach it, one pure
 //!   function per derived object.
 //! - [`connection`]: the watch and probe tasks of one cluster.
@@ -38,8 +43,8 @@
 //!   every write of the leader is held to.
 //! - [`admin`], [`metrics`], [`args`]: operations.
 //!
-//! The peer Secret and Lease contract the controller shares with
-//! `clusterset-dns peer` is [`crate::peering`].
+//! The peer contract the controller shares with `clusterset-dns peer`
+//! (the peer Secret and Lease, the identity rules) is [`crate::peering`].
 
 pub mod addresses;
 pub mod admin;
@@ -53,7 +58,6 @@ pub mod fence;
 pub mod ip_share;
 pub mod leader;
 pub mod lean;
-pub mod membership;
 pub mod merge;
 pub mod metrics;
 pub mod namespaces;
@@ -81,8 +85,11 @@ use self::run::{Controller, Settings};
 /// Why the controller stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
-    /// No Kubernetes credentials.
-    #[error("Kubernetes client: no kubeconfig or in-cluster credentials")]
+    /// No usable kubeconfig or in-cluster credentials.
+    #[error("Kubernetes client configuration")]
+    Config(#[source] crate::cluster_args::ClientConfigError),
+    /// The client could not be built from its configuration.
+    #[error("Kubernetes client")]
     Client(#[source] kube::Error),
     /// The admin port could not be bound.
     #[error("binding the admin endpoint on {addr}")]
@@ -110,9 +117,9 @@ pub async fn run(
     args: &ControllerArgs,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ControllerError> {
-    let config = kube::Config::infer()
+    let (config, _) = crate::cluster_args::client_config(args.cluster.kubeconfig.as_deref(), None)
         .await
-        .map_err(|e| ControllerError::Client(kube::Error::InferConfig(e)))?;
+        .map_err(ControllerError::Config)?;
     // The Lease is taken and renewed on a client of its own: the fence
     // closes the controller's client to writes before the Lease is held.
     let lease_client = Client::try_from(config.clone()).map_err(ControllerError::Client)?;
@@ -145,7 +152,7 @@ pub async fn run(
     let identity = args.identity.clone().unwrap_or_else(|| {
         std::env::var("HOSTNAME").unwrap_or_else(|_| format!("pid-{}", std::process::id()))
     });
-    let leases: Api<Lease> = Api::namespaced(lease_client, &args.namespace);
+    let leases: Api<Lease> = Api::namespaced(lease_client, &args.namespace.namespace);
     let mut shutdown = std::pin::pin!(shutdown);
     if args.leader_election {
         tokio::select! {
@@ -158,8 +165,8 @@ pub async fn run(
         metrics.leader.set(1);
     }
     let settings = Settings {
-        namespace: args.namespace.clone(),
-        peer_selector: args.peer_selector.clone(),
+        namespace: args.namespace.namespace.clone(),
+        peer_selector: args.peers.peer_selector.to_string(),
         grace: args.peer_grace_period,
         startup_sync_timeout: args.startup_sync_timeout,
         // The controller's own namespace holds the peer Secrets: never
@@ -168,7 +175,7 @@ pub async fn run(
             args.deny_namespaces
                 .iter()
                 .cloned()
-                .chain([args.namespace.clone()]),
+                .chain([args.namespace.namespace.clone()]),
         ),
         import_selector: args.import_namespace_selector.clone(),
         peer_ip_share: args.peer_clusterset_ip_share,

@@ -75,25 +75,10 @@ pub fn mirrored_slice_name(
     )
 }
 
-/// True for an RFC 1123 label as Kubernetes checks it (`IsDNS1123Label`):
-/// 1–63 characters of `[a-z0-9-]`, starting and ending alphanumeric.
-///
-/// Stricter than [`crate::model::is_dns_label`], which accepts upper case
-/// because DNS matching is case-insensitive; a cluster id goes into label
-/// values and object names, where upper case is rejected.
-pub fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    let ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter().all(|c| ok(c) || *c == b'-')
-        && ok(&b[0])
-        && ok(&b[b.len() - 1])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::limits::is_dns1123_label;
 
     #[test]
     fn derived_names_match_mcs_api_golden_values() {
@@ -117,11 +102,11 @@ mod tests {
         );
         assert!(name.starts_with("derived-ovtkn0laet-"));
         assert_eq!(name.len(), 29);
-        assert!(is_dns_label(&name));
+        assert!(is_dns1123_label(&name));
 
         let long = "x".repeat(253);
         let name = mirrored_slice_name(&long[..63], &long[..63], &long[..63], &long);
-        assert!(name.len() <= 63 && is_dns_label(&name));
+        assert!(name.len() <= 63 && is_dns1123_label(&name));
     }
 
     #[test]
@@ -135,15 +120,5 @@ mod tests {
             a,
             mirrored_slice_name("demo", "serve", "cluster-a", "serve-2")
         );
-    }
-
-    #[test]
-    fn dns_labels_are_lower_case_alnum_and_dashes_inside() {
-        for ok in ["a", "cluster-1", "0", &"a".repeat(63)] {
-            assert!(is_dns_label(ok), "{ok}");
-        }
-        for bad in ["", "-a", "a-", "Cluster", "a.b", "a_b", &"a".repeat(64)] {
-            assert!(!is_dns_label(bad), "{bad}");
-        }
     }
 }

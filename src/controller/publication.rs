@@ -27,8 +27,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
 
 use super::naming::{
-    ANNOTATION_SOURCE_SLICE, LABEL_APP_MANAGED_BY, MANAGED_BY, is_dns_label, mirrored_slice_name,
+    ANNOTATION_SOURCE_SLICE, LABEL_APP_MANAGED_BY, MANAGED_BY, mirrored_slice_name,
 };
+use crate::api::limits::is_dns1123_label;
 use crate::api::stripped::cross_cluster;
 use crate::api::well_known::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_SOURCE_CLUSTER};
 use crate::api::{PublishedPort, PublishedService, PublishedServiceSpec};
@@ -78,7 +79,8 @@ pub fn published_name(service: &ServiceRef) -> String {
 /// labels.
 pub fn service_of_name(name: &str) -> Option<ServiceRef> {
     let (namespace, service) = name.split_once('.')?;
-    (is_dns_label(namespace) && is_dns_label(service)).then(|| ServiceRef::new(namespace, service))
+    (is_dns1123_label(namespace) && is_dns1123_label(service))
+        .then(|| ServiceRef::new(namespace, service))
 }
 
 /// The PublishedService of the exported Service `service` (its spec as the
@@ -176,7 +178,8 @@ pub fn service_of_slice(slice: &EndpointSlice) -> Option<ServiceRef> {
     let labels = slice.metadata.labels.as_ref()?;
     let namespace = labels.get(LABEL_SERVICE_NAMESPACE)?;
     let name = labels.get(LABEL_SERVICE_NAME)?;
-    (is_dns_label(namespace) && is_dns_label(name)).then(|| ServiceRef::new(namespace, name))
+    (is_dns1123_label(namespace) && is_dns1123_label(name))
+        .then(|| ServiceRef::new(namespace, name))
 }
 
 /// Why a peer's publication is refused (the `reason` of

@@ -10,7 +10,8 @@
 //! change something: with no input change the plan is empty, so an idle
 //! controller writes nothing.
 //!
-//! Rules that keep the mesh loop-free and safe (controller.md §6):
+//! Rules that keep the mesh loop-free and safe (docs/controller.md,
+//! "What a peer cannot make this cluster do"):
 //! - a peer's slice is copied only from the cluster its `source-cluster`
 //!   label names, and only if it carries our managed-by label;
 //! - peer objects are untrusted: endpoints whose address is not routable
@@ -32,7 +33,7 @@ use super::conditions::{ImportReadiness, export_conditions, import_ready};
 use super::ip_share::{IpShare, SHARE_EXCEEDED};
 use super::merge::{ExportedService, Invalid, Merged, merge, project};
 pub use super::namespaces::NamespaceFilter;
-use super::namespaces::{LabelSelector, reason as namespace_reason};
+use super::namespaces::reason as namespace_reason;
 use super::naming::derived_service_name;
 use super::ownership::{NOT_OURS, claim, owns};
 use crate::api::locality::Locality;
@@ -41,6 +42,7 @@ use crate::api::{
     ServiceImportType,
 };
 use crate::cidr::Cidr;
+use crate::label_selector::LabelSelector;
 use crate::model::ServiceRef;
 
 use self::hints::Hints;

@@ -27,7 +27,6 @@ use super::cluster::{ClusterData, LocalData, Objects, PeerLimits, Published, Tou
 use super::connection::{ClusterKey, Connection, Report, Scope, WatchEvent, connect};
 use super::ip_share::IpShare;
 use super::lean::Lean;
-use super::membership::local_identity_problem;
 use super::metrics::ControllerMetrics;
 use super::naming::FIELD_MANAGER;
 use super::peers::{Contact, Input, Now, Peers, Settings as PeerSettings, may_start};
@@ -35,6 +34,7 @@ use super::publication::Form;
 use super::reconcile::{Inputs, NamespaceFilter, plan};
 use crate::api::{PublishedService, ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
+use crate::peering::membership::local_identity_problem;
 use crate::peering::{Identity, read_identity};
 use crate::watch::{Verdict, Watch};
 
@@ -71,7 +71,7 @@ pub struct Settings {
     /// Denied namespaces.
     pub deny: NamespaceFilter,
     /// In the opt-in mode, the labels of the namespaces imported into.
-    pub import_selector: Option<super::namespaces::LabelSelector>,
+    pub import_selector: Option<crate::label_selector::LabelSelector>,
     /// The percentage of the Service CIDR one peer alone may make this
     /// cluster allocate as clusterset IPs.
     pub peer_ip_share: u8,
@@ -304,7 +304,6 @@ impl Controller {
         })
     }
 
-    /// Runs until the process stops.
     /// Runs until this cluster's identity changes (KEP-2149: a changed id
     /// or clusterset is leaving and rejoining, so the process exits and its
     /// restart starts over), or its role turns out not to allow reading

@@ -29,11 +29,9 @@ use super::cluster::{
 use super::rules::{self, Member, PeerKubeconfig, Target};
 use super::{AddArgs, FIELD_MANAGER, PeerError, list, reader};
 use crate::cidr::Cidr;
+use crate::label_selector::LabelSelector;
 use crate::peering::kubeconfig::CaSource;
-use crate::peering::{
-    self, ANNOTATION_CLUSTER_ID, ANNOTATION_ENDPOINT_CIDRS, ANNOTATION_PEER_NAMESPACE,
-    ANNOTATION_TOKEN_SECRET, KUBECONFIG_KEY, PEER_LABEL, read_identity,
-};
+use crate::peering::{self, NewPeerSecret, read_identity};
 
 /// The shortest `--token-ttl` the apiserver accepts (TokenRequest's
 /// minimum).
@@ -41,7 +39,7 @@ const MIN_TOKEN_TTL: Duration = Duration::from_secs(600);
 
 /// Runs `peer add` and returns what it did, one line per step.
 pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
-    let local_ns = args.local.namespace.as_str();
+    let local_ns = args.local.namespace.namespace.as_str();
     // Checked before anything is read or written.
     if args.token_ttl < MIN_TOKEN_TTL {
         return Err(PeerError::Failed(format!(
@@ -58,6 +56,12 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
                 .map_err(|e| PeerError::Failed(format!("--endpoint-cidr: {e}")))
         })
         .collect::<Result<Vec<String>, PeerError>>()?;
+    let selector = &args.local.peers.peer_selector;
+    let labels = selector.labels_that_match().ok_or_else(|| {
+        PeerError::Failed(format!(
+            "--peer-selector {selector}: no labels make a Secret match it, so the controller would not take the peer Secret"
+        ))
+    })?;
     let peer_ns = args.remote.peer_namespace.as_deref().unwrap_or(local_ns);
     let local = connect_local(&args.local).await?;
     let peer = connect_peer(
@@ -68,7 +72,7 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
     .await?;
 
     // Read and decide; nothing is written before the checks pass.
-    let local_id = read_identity(&local.client)
+    let local_id = read_identity(&local)
         .await
         .map_err(|e| PeerError::Failed(format!("this cluster's identity (--kubeconfig): {e}")))?;
     let peer_id = read_identity(&peer.client)
@@ -79,12 +83,12 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
         .name
         .clone()
         .unwrap_or_else(|| rules::secret_name(&peer_id.cluster_id));
-    let others: Vec<(String, Option<String>)> = list::inspect(&local.client, local_ns)
+    let others: Vec<(String, Option<String>)> = list::inspect(&local, local_ns, selector)
         .await?
         .into_iter()
         .map(|p| (p.name, p.cluster_id))
         .collect();
-    let target = target(&local.client, local_ns, &name, &others).await?;
+    let target = target(&local, local_ns, selector, &name, &others).await?;
     rules::check_join(
         Member {
             cluster_id: &local_id.cluster_id,
@@ -199,27 +203,18 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
         );
     }
 
-    let mut annotations = serde_json::json!({
-        ANNOTATION_CLUSTER_ID: peer_id.cluster_id,
-        ANNOTATION_TOKEN_SECRET: format!("{peer_ns}/{anchor_name}"),
-        ANNOTATION_PEER_NAMESPACE: peer_ns,
-    });
-    if !endpoint_cidrs.is_empty() {
-        annotations[ANNOTATION_ENDPOINT_CIDRS] = endpoint_cidrs.join(",").into();
+    let secret = NewPeerSecret {
+        name: &name,
+        namespace: local_ns,
+        labels,
+        kubeconfig: kubeconfig.as_bytes(),
+        cluster_id: Some(&peer_id.cluster_id),
+        token_secret: Some(format!("{peer_ns}/{anchor_name}")),
+        peer_namespace: Some(peer_ns),
+        endpoint_cidrs: &endpoint_cidrs,
     }
-    let secret = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "Opaque",
-        "metadata": {
-            "name": name,
-            "namespace": local_ns,
-            "labels": {PEER_LABEL: "true"},
-            "annotations": annotations,
-        },
-        "data": {KUBECONFIG_KEY: k8s_openapi::ByteString(kubeconfig.into_bytes())},
-    });
-    let secrets: Api<Secret> = Api::namespaced(local.client.clone(), local_ns);
+    .build();
+    let secrets: Api<Secret> = Api::namespaced(local.clone(), local_ns);
     // Forced: the Secret is this command's; a hand-made one it replaces
     // was checked above to name the same cluster.
     if let Err(error) = secrets
@@ -252,6 +247,7 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
 async fn target(
     client: &Client,
     namespace: &str,
+    selector: &LabelSelector,
     name: &str,
     others: &[(String, Option<String>)],
 ) -> Result<Target, PeerError> {
@@ -263,7 +259,7 @@ async fn target(
         )))?;
     Ok(match found {
         None => Target::Absent,
-        Some(secret) if peering::is_peer_secret(&secret) => Target::Peer(
+        Some(secret) if peering::is_peer_secret(&secret, selector) => Target::Peer(
             others
                 .iter()
                 .find(|(other, _)| other == name)

@@ -7,11 +7,12 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::KubeConfigOptions;
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::{FIELD_MANAGER, PeerError, reader};
+use crate::cluster_args;
 use crate::error::Chain;
 use crate::peering::contact::PROBE_TIMEOUT;
 use crate::peering::kubeconfig::{KubeconfigCluster, kubeconfig_cluster};
@@ -36,11 +37,7 @@ pub async fn connect(
     flag: &'static str,
 ) -> Result<Endpoint, PeerError> {
     let failed = |e: String| PeerError::Failed(format!("{flag}: {e}"));
-    let kubeconfig = match path {
-        Some(path) => Kubeconfig::read_from(path),
-        None => Kubeconfig::read(),
-    }
-    .map_err(|e| failed(Chain(&e).to_string()))?;
+    let kubeconfig = cluster_args::read_kubeconfig(path).map_err(|e| failed(e.to_string()))?;
     let cluster = kubeconfig_cluster(&kubeconfig, context).map_err(failed)?;
     let options = KubeConfigOptions {
         context: context.map(str::to_owned),
@@ -57,14 +54,17 @@ pub async fn connect(
     })
 }
 
-/// Connects to this cluster, as `local` names it.
-pub async fn connect_local(local: &super::LocalArgs) -> Result<Endpoint, PeerError> {
-    connect(
-        local.kubeconfig.as_deref(),
+/// Connects to this cluster, as `local` names it, in the order every
+/// subcommand follows ([`cluster_args::client_config`]).
+pub async fn connect_local(local: &super::LocalArgs) -> Result<Client, PeerError> {
+    let failed = |e: String| PeerError::Failed(format!("--kubeconfig: {e}"));
+    let (config, _) = cluster_args::client_config(
+        local.cluster.kubeconfig.as_deref(),
         local.context.as_deref(),
-        "--kubeconfig",
     )
     .await
+    .map_err(|e| failed(e.to_string()))?;
+    Client::try_from(config).map_err(|e| failed(Chain(&e).to_string()))
 }
 
 /// Deletes the Secrets in `tokens` (the peer's namespace `namespace`) that
@@ -115,7 +115,7 @@ pub async fn connect_peer(
         remote
             .peer_kubeconfig
             .as_deref()
-            .or(local.kubeconfig.as_deref()),
+            .or(local.cluster.kubeconfig.as_deref()),
         remote.peer_context.as_deref(),
         "--peer-kubeconfig",
     )
@@ -135,19 +135,17 @@ pub async fn check_peer(client: &Client) -> Result<Identity, String> {
 }
 
 /// Fails unless namespace `name` exists.
-pub async fn require_namespace(endpoint: &Endpoint, name: &str) -> Result<(), PeerError> {
-    let found = Api::<Namespace>::all(endpoint.client.clone())
+pub async fn require_namespace(local: &Client, name: &str) -> Result<(), PeerError> {
+    let found = Api::<Namespace>::all(local.clone())
         .get_opt(name)
         .await
         .map_err(PeerError::kube(format!(
-            "reading namespace {name} ({})",
-            endpoint.flag
+            "reading namespace {name} (--kubeconfig)"
         )))?;
     match found {
         Some(_) => Ok(()),
         None => Err(PeerError::Failed(format!(
-            "namespace {name} does not exist in the cluster of {}: install the controller there (deploy/controller.yaml), or pass --namespace",
-            endpoint.flag
+            "namespace {name} does not exist in the cluster of --kubeconfig: install the controller there (deploy/controller.yaml), or pass --namespace"
         ))),
     }
 }
@@ -158,14 +156,7 @@ pub async fn apply<K>(api: &Api<K>, name: &str, body: &serde_json::Value) -> Res
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    let kind = body["kind"].as_str().unwrap_or("object");
-    api.patch(
-        name,
-        &PatchParams::apply(FIELD_MANAGER),
-        &Patch::Apply(body),
-    )
-    .await
-    .map_err(PeerError::kube(format!("applying {kind} {name}")))
+    apply_with(api, name, body, PatchParams::apply(FIELD_MANAGER)).await
 }
 
 /// Applies `body` as [`apply`] does, forced: for the reader's roles, which
@@ -179,12 +170,20 @@ pub async fn apply_forced<K>(
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
+    apply_with(api, name, body, PatchParams::apply(FIELD_MANAGER).force()).await
+}
+
+async fn apply_with<K>(
+    api: &Api<K>,
+    name: &str,
+    body: &serde_json::Value,
+    params: PatchParams,
+) -> Result<K, PeerError>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
     let kind = body["kind"].as_str().unwrap_or("object");
-    api.patch(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(body),
-    )
-    .await
-    .map_err(PeerError::kube(format!("applying {kind} {name}")))
+    api.patch(name, &params, &Patch::Apply(body))
+        .await
+        .map_err(PeerError::kube(format!("applying {kind} {name}")))
 }

@@ -14,12 +14,18 @@ use kube::{Client, ResourceExt};
 use super::cluster::{check_peer, connect_local};
 use super::rules::{self, PeerStatus, RefusalEvent, current_refusal};
 use super::{ListArgs, Output, PeerError};
-use crate::peering::{self, ANNOTATION_CLUSTER_ID, PEER_SELECTOR, PeerSecret, lease, reason};
+use crate::label_selector::LabelSelector;
+use crate::peering::{self, ANNOTATION_CLUSTER_ID, PeerSecret, lease, reason};
 
 /// Runs `peer list`.
 pub async fn list(args: &ListArgs) -> Result<String, PeerError> {
     let local = connect_local(&args.local).await?;
-    let peers = inspect(&local.client, &args.local.namespace).await?;
+    let peers = inspect(
+        &local,
+        &args.local.namespace.namespace,
+        &args.local.peers.peer_selector,
+    )
+    .await?;
     Ok(match args.output {
         Output::Table => rules::render_table(&peers),
         Output::Json => {
@@ -33,9 +39,13 @@ pub async fn list(args: &ListArgs) -> Result<String, PeerError> {
 
 /// The peer Secrets in `namespace`, each probed at once with its own
 /// kubeconfig (all in parallel, each within the read timeout).
-pub async fn inspect(client: &Client, namespace: &str) -> Result<Vec<PeerStatus>, PeerError> {
+pub async fn inspect(
+    client: &Client,
+    namespace: &str,
+    selector: &LabelSelector,
+) -> Result<Vec<PeerStatus>, PeerError> {
     let secrets = Api::<Secret>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default().labels(PEER_SELECTOR))
+        .list(&ListParams::default().labels(&selector.to_string()))
         .await
         .map_err(PeerError::kube(format!(
             "listing peer Secrets in namespace {namespace}"

@@ -2,7 +2,7 @@
 //!
 //! - `peer add`: with the admin kubeconfigs of this cluster and a peer,
 //!   checks both identities with the controller's rules
-//!   ([`crate::controller::membership`]), writes the peer-reader
+//!   ([`crate::peering::membership`]), writes the peer-reader
 //!   ServiceAccount, role, binding and a token Secret into the peer, and the
 //!   peer Secret (label `clusterset-dns.io/peer=true`, `data.kubeconfig`)
 //!   here. Run again, it rotates the token.
@@ -30,7 +30,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use crate::controller::membership::Refusal;
+use crate::cluster_args::{KubeconfigArgs, NamespaceArgs, PeerSelectorArgs};
+use crate::peering::membership::Refusal;
 
 /// Field manager of everything `peer` writes.
 pub const FIELD_MANAGER: &str = "clusterset-dns-peer-cli";
@@ -63,15 +64,19 @@ pub enum PeerCommand {
 /// Which cluster is "here" and where its peer Secrets are.
 #[derive(Args, Debug, Clone)]
 pub struct LocalArgs {
-    /// kubeconfig of this cluster (default: $KUBECONFIG, else ~/.kube/config).
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
+    /// This cluster, as the controller finds it.
+    #[command(flatten)]
+    pub cluster: KubeconfigArgs,
     /// Context in that kubeconfig (default: its current context).
     #[arg(long)]
     pub context: Option<String>,
     /// The controller's namespace, where peer Secrets live.
-    #[arg(long, default_value = reader::SHIPPED_NAMESPACE)]
-    pub namespace: String,
+    #[command(flatten)]
+    pub namespace: NamespaceArgs,
+    /// Which Secrets the controller takes for peers: `peer add` labels its
+    /// Secret to match, `peer list` and `peer remove` look for them.
+    #[command(flatten)]
+    pub peers: PeerSelectorArgs,
 }
 
 /// The peer, for commands that write into it.

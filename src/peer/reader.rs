@@ -18,7 +18,7 @@ pub const ROLE: &str = "clusterset-dns-peer-reader";
 /// The ClusterRole it is bound to.
 pub const CLUSTER_ROLE: &str = ROLE;
 /// The namespace of `deploy/peer-reader.yaml`.
-pub const SHIPPED_NAMESPACE: &str = "clusterset-dns";
+pub const SHIPPED_NAMESPACE: &str = crate::cluster_args::DEFAULT_NAMESPACE;
 /// Label on an anchor Secret: the cluster id of the cluster that reads
 /// with the token bound to it. Rotation and revocation find a reader's
 /// tokens by it.

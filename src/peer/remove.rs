@@ -11,16 +11,14 @@ use kube::api::{Api, DeleteParams};
 
 use super::cluster::{connect_local, connect_peer, delete_tokens};
 use super::{PeerError, RemoveArgs};
-use crate::peering::{
-    self, ANNOTATION_CLUSTER_ID, ANNOTATION_PEER_NAMESPACE, PEER_LABEL, read_identity,
-};
+use crate::peering::{self, ANNOTATION_CLUSTER_ID, ANNOTATION_PEER_NAMESPACE, read_identity};
 
 /// Runs `peer remove` and returns what it did.
 pub async fn remove(args: &RemoveArgs) -> Result<String, PeerError> {
-    let namespace = args.local.namespace.as_str();
+    let namespace = args.local.namespace.namespace.as_str();
     let name = args.name.as_str();
     let local = connect_local(&args.local).await?;
-    let secrets: Api<Secret> = Api::namespaced(local.client.clone(), namespace);
+    let secrets: Api<Secret> = Api::namespaced(local.clone(), namespace);
     let secret = secrets
         .get_opt(name)
         .await
@@ -32,14 +30,15 @@ pub async fn remove(args: &RemoveArgs) -> Result<String, PeerError> {
                 "no Secret {namespace}/{name} in this cluster (`peer list` shows the peers)"
             ))
         })?;
-    if !peering::is_peer_secret(&secret) {
+    let selector = &args.local.peers.peer_selector;
+    if !peering::is_peer_secret(&secret, selector) {
         return Err(PeerError::Failed(format!(
-            "Secret {namespace}/{name} is not a peer Secret (no label {PEER_LABEL}=true): left alone"
+            "Secret {namespace}/{name} is not a peer Secret (--peer-selector {selector} does not match it): left alone"
         )));
     }
     let mut out = String::new();
     if args.revoke {
-        out += &revoke(args, &local.client, &secret).await?;
+        out += &revoke(args, &local, &secret).await?;
     }
     secrets
         .delete(name, &DeleteParams::default())
@@ -100,7 +99,7 @@ async fn revoke(
             .annotations()
             .get(ANNOTATION_PEER_NAMESPACE)
             .map(String::as_str))
-        .unwrap_or(&args.local.namespace);
+        .unwrap_or(&args.local.namespace.namespace);
     let tokens: Api<Secret> = Api::namespaced(peer.client.clone(), peer_ns);
     let revoked = delete_tokens(&tokens, peer_ns, &local_id.cluster_id, None).await?;
     let mut out = String::new();

@@ -7,7 +7,7 @@ use data_encoding::BASE64;
 use k8s_openapi::jiff;
 use serde::Serialize;
 
-use crate::controller::membership::{Refusal, local_identity_problem, peer_refusal};
+use crate::peering::membership::{Refusal, local_identity_problem, peer_refusal};
 use crate::peering::reason;
 
 /// True when `pem` holds at least one PEM certificate.

@@ -23,11 +23,17 @@ pub mod contact;
 pub mod credential;
 pub mod kubeconfig;
 pub mod lease;
+pub mod membership;
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use crate::cidr::Cidr;
+use crate::label_selector::LabelSelector;
 
 pub use contact::{Identity, identity, probe, read_identity};
 
@@ -110,9 +116,74 @@ impl PeerSecret {
     }
 }
 
-/// Whether `secret` carries [`PEER_LABEL`]`=true`.
-pub fn is_peer_secret(secret: &Secret) -> bool {
-    secret.labels().get(PEER_LABEL).map(String::as_str) == Some("true")
+/// Whether `selector` (the controller's `--peer-selector`) takes `secret`
+/// for a peer.
+pub fn is_peer_secret(secret: &Secret, selector: &LabelSelector) -> bool {
+    selector.matches(secret.labels())
+}
+
+/// A peer Secret as `peer add` writes it (and the tests, which make peers
+/// by hand): labelled to match the controller's `--peer-selector`, the
+/// peer's kubeconfig under [`KUBECONFIG_KEY`], and the annotations the
+/// controller reads ([`PeerSecret::read`]).
+#[derive(Debug, Clone, Default)]
+pub struct NewPeerSecret<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// The controller's namespace.
+    pub namespace: &'a str,
+    /// Labels that make the controller's selector take it
+    /// ([`LabelSelector::labels_that_match`]).
+    pub labels: BTreeMap<String, String>,
+    /// The peer's kubeconfig.
+    pub kubeconfig: &'a [u8],
+    /// [`ANNOTATION_CLUSTER_ID`]: the only id the peer may answer with.
+    pub cluster_id: Option<&'a str>,
+    /// [`ANNOTATION_TOKEN_SECRET`]: `<namespace>/<name>` of the token's
+    /// Secret in the peer.
+    pub token_secret: Option<String>,
+    /// [`ANNOTATION_PEER_NAMESPACE`]: the peer controller's namespace.
+    pub peer_namespace: Option<&'a str>,
+    /// [`ANNOTATION_ENDPOINT_CIDRS`]: the peer's pod ranges (none: not
+    /// recorded).
+    pub endpoint_cidrs: &'a [String],
+}
+
+impl NewPeerSecret<'_> {
+    /// The Secret, ready for a server-side apply.
+    pub fn build(&self) -> Secret {
+        let mut annotations = BTreeMap::new();
+        let mut annotate = |key: &str, value: Option<String>| {
+            if let Some(value) = value {
+                annotations.insert(key.to_owned(), value);
+            }
+        };
+        annotate(ANNOTATION_CLUSTER_ID, self.cluster_id.map(str::to_owned));
+        annotate(ANNOTATION_TOKEN_SECRET, self.token_secret.clone());
+        annotate(
+            ANNOTATION_PEER_NAMESPACE,
+            self.peer_namespace.map(str::to_owned),
+        );
+        annotate(
+            ANNOTATION_ENDPOINT_CIDRS,
+            (!self.endpoint_cidrs.is_empty()).then(|| self.endpoint_cidrs.join(",")),
+        );
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(self.name.to_owned()),
+                namespace: Some(self.namespace.to_owned()),
+                labels: Some(self.labels.clone()),
+                annotations: (!annotations.is_empty()).then_some(annotations),
+                ..ObjectMeta::default()
+            },
+            type_: Some("Opaque".to_owned()),
+            data: Some(BTreeMap::from([(
+                KUBECONFIG_KEY.to_owned(),
+                ByteString(self.kubeconfig.to_vec()),
+            )])),
+            ..Secret::default()
+        }
+    }
 }
 
 /// The kubeconfig a peer Secret holds (`data.kubeconfig`); empty when the
@@ -176,9 +247,55 @@ mod tests {
     #[test]
     fn the_selector_is_the_label_set_to_true() {
         assert_eq!(PEER_SELECTOR, format!("{PEER_LABEL}=true"));
-        assert!(is_peer_secret(&secret(&[(PEER_LABEL, "true")], &[])));
-        assert!(!is_peer_secret(&secret(&[(PEER_LABEL, "false")], &[])));
-        assert!(!is_peer_secret(&secret(&[], &[])));
+        let selector: LabelSelector = PEER_SELECTOR.parse().unwrap();
+        assert!(is_peer_secret(
+            &secret(&[(PEER_LABEL, "true")], &[]),
+            &selector
+        ));
+        assert!(!is_peer_secret(
+            &secret(&[(PEER_LABEL, "false")], &[]),
+            &selector
+        ));
+        assert!(!is_peer_secret(&secret(&[], &[]), &selector));
+    }
+
+    #[test]
+    fn a_built_peer_secret_reads_back_as_written_and_matches_its_selector() {
+        let selector: LabelSelector = "mesh=prod,tier in (gold)".parse().unwrap();
+        let cidrs = ["10.1.0.0/16".to_owned(), "fd00:1::/64".to_owned()];
+        let secret = NewPeerSecret {
+            name: "peer-b",
+            namespace: "mcs",
+            labels: selector.labels_that_match().unwrap(),
+            kubeconfig: b"yaml",
+            cluster_id: Some("b"),
+            token_secret: Some("mcs-b/anchor-1".into()),
+            peer_namespace: Some("mcs-b"),
+            endpoint_cidrs: &cidrs,
+        }
+        .build();
+        assert!(is_peer_secret(&secret, &selector));
+        let read = PeerSecret::read(&secret);
+        assert_eq!(read.kubeconfig, b"yaml");
+        assert_eq!(read.cluster_id.as_deref(), Some("b"));
+        assert_eq!(read.namespace.as_deref(), Some("mcs-b"));
+        assert_eq!(read.endpoint_ranges.unwrap().unwrap().len(), 2);
+        assert_eq!(
+            secret
+                .annotations()
+                .get(ANNOTATION_TOKEN_SECRET)
+                .map(String::as_str),
+            Some("mcs-b/anchor-1")
+        );
+        let bare = NewPeerSecret {
+            name: "peer-c",
+            namespace: "mcs",
+            kubeconfig: b"yaml",
+            ..NewPeerSecret::default()
+        }
+        .build();
+        assert_eq!(bare.metadata.annotations, None);
+        assert_eq!(PeerSecret::read(&bare).endpoint_ranges, Ok(None));
     }
 
     #[test]

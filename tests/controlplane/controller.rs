@@ -5,7 +5,7 @@ use super::*;
 
 /// The namespace the shipped manifests (`deploy/controller.yaml`,
 /// `deploy/peer-reader.yaml`) install into, where peer Secrets and Leases live.
-pub const CONTROLLER_NAMESPACE: &str = "clusterset-dns";
+pub const CONTROLLER_NAMESPACE: &str = clusterset_dns::cluster_args::DEFAULT_NAMESPACE;
 
 /// The controller's ServiceAccount in `deploy/controller.yaml`.
 pub const CONTROLLER_SA: &str = "clusterset-dns-controller";
@@ -14,7 +14,7 @@ pub const CONTROLLER_SA: &str = "clusterset-dns-controller";
 pub const PEER_READER_SA: &str = "clusterset-dns-peer-reader";
 
 /// Label that makes a Secret in [`CONTROLLER_NAMESPACE`] a peer.
-pub const PEER_LABEL: &str = "clusterset-dns.io/peer";
+pub const PEER_LABEL: &str = clusterset_dns::peering::PEER_LABEL;
 
 /// Creates or updates the two `about.k8s.io/v1beta1` ClusterProperties the
 /// controller reads its identity from: `cluster.clusterset.k8s.io` =
@@ -121,26 +121,26 @@ pub async fn client_from_yaml(kubeconfig_yaml: &str) -> kube::Client {
 }
 
 /// Creates or replaces peer Secret `peer-<peer_id>` in [`CONTROLLER_NAMESPACE`]
-/// of the local cluster: label `clusterset-dns.io/peer: "true"` and
-/// `data.kubeconfig` = `kubeconfig_yaml` (a read-only kubeconfig of the
-/// peer, from [`service_account_kubeconfig`] with [`PEER_READER_SA`]).
-/// Applying it again with a new kubeconfig is a rotation.
+/// of the local cluster, built as `peer add` builds it (labelled for the
+/// default `--peer-selector`, no annotations): `data.kubeconfig` =
+/// `kubeconfig_yaml` (a read-only kubeconfig of the peer, from
+/// [`service_account_kubeconfig`] with [`PEER_READER_SA`]). Applying it
+/// again with a new kubeconfig is a rotation.
 pub async fn add_peer_secret(local_client: &kube::Client, peer_id: &str, kubeconfig_yaml: &str) {
+    use clusterset_dns::label_selector::LabelSelector;
+    use clusterset_dns::peering::{NewPeerSecret, PEER_SELECTOR};
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::{Api, Patch, PatchParams};
     let name = format!("peer-{peer_id}");
-    let secret: Secret = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": name,
-            "namespace": CONTROLLER_NAMESPACE,
-            "labels": {PEER_LABEL: "true"},
-        },
-        "type": "Opaque",
-        "stringData": {"kubeconfig": kubeconfig_yaml},
-    }))
-    .unwrap();
+    let selector: LabelSelector = PEER_SELECTOR.parse().unwrap();
+    let secret = NewPeerSecret {
+        name: &name,
+        namespace: CONTROLLER_NAMESPACE,
+        labels: selector.labels_that_match().unwrap(),
+        kubeconfig: kubeconfig_yaml.as_bytes(),
+        ..NewPeerSecret::default()
+    }
+    .build();
     Api::<Secret>::namespaced(local_client.clone(), CONTROLLER_NAMESPACE)
         .patch(
             &name,

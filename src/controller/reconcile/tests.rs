@@ -128,7 +128,7 @@ struct World {
     deletions_allowed: bool,
     next_ip: u8,
     endpoint_ranges: std::collections::BTreeMap<String, Vec<Cidr>>,
-    import_selector: Option<crate::controller::namespaces::LabelSelector>,
+    import_selector: Option<crate::label_selector::LabelSelector>,
     ip_share: u8,
 }
 

@@ -330,9 +330,7 @@ async fn renew_lease(
 ) {
     let api: Api<Lease> = Api::namespaced(client, &namespace);
     let lease = lease::lease(&namespace, &id, &secret, &local_id, grace, seen);
-    let mut body = serde_json::to_value(&lease).unwrap_or_default();
-    body["apiVersion"] = "coordination.k8s.io/v1".into();
-    body["kind"] = "Lease".into();
+    let body = crate::api::apply_body(&lease).unwrap_or_default();
     let params = PatchParams::apply(FIELD_MANAGER).force();
     if let Err(error) = api
         .patch(&lease::lease_name(&id), &params, &Patch::Apply(body))

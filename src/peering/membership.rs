@@ -3,8 +3,8 @@
 //! peer Secret, and that `clusterset-dns peer add` applies before it writes
 //! anything. Pure: the callers read the identities.
 
-use super::naming::is_dns_label;
-use crate::peering::reason;
+use super::reason;
+use crate::api::limits::is_dns1123_label;
 
 /// Why a peer is refused: a stable reason (the `reason` label of
 /// `clusterset_dns_controller_peers_refused_total` and the start of the
@@ -28,7 +28,7 @@ impl std::fmt::Display for Refusal {
 /// Why this cluster cannot take part at all: its id (ClusterProperty
 /// `cluster.clusterset.k8s.io`) is not a DNS label. `None` when it can.
 pub fn local_identity_problem(cluster_id: &str) -> Option<String> {
-    (!is_dns_label(cluster_id)).then(|| {
+    (!is_dns1123_label(cluster_id)).then(|| {
         format!(
             "cluster id {cluster_id:?} (ClusterProperty cluster.clusterset.k8s.io) is not a DNS label: it becomes one label of <host>.<clusterid>.<svc>.<ns>.svc.clusterset.local"
         )
@@ -51,7 +51,7 @@ pub fn peer_refusal<'a>(
     peer_clusterset: &str,
     others: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> Option<Refusal> {
-    if !is_dns_label(peer_id) {
+    if !is_dns1123_label(peer_id) {
         return Some(Refusal {
             reason: reason::INVALID_CLUSTER_ID,
             message: format!("peer cluster id {peer_id:?} is not a DNS label"),
