@@ -5,9 +5,11 @@
 
 use kube::runtime::watcher::{self, Event};
 
+use super::super::lean::Lean;
 use super::*;
 use crate::api::ServiceExport;
-use crate::peering::PeerSecret;
+use crate::cidr::Cidr;
+use crate::peering::Identity;
 
 const GRACE: Duration = Duration::from_secs(10);
 
