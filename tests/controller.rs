@@ -24,7 +24,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::trials;
+use support::{http_get, import, object, trials};
 
 use clusterset_dns::api::{ServiceExport, ServiceImport};
 use clusterset_dns::app::Running;
@@ -82,31 +82,10 @@ impl Member<'_> {
     }
 }
 
-async fn http_get(port: u16, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
-        return String::new();
-    };
-    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).await.is_err() {
-        return String::new();
-    }
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response).await;
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default()
-}
-
 /// The last 60 lines of a log.
 fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(60)..].join("\n")
-}
-
-fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
-    serde_json::from_value(value).unwrap()
 }
 
 async fn deploy(
@@ -162,13 +141,6 @@ async fn export(client: &Client, ns: &str, name: &str) {
 async fn unexport(client: &Client, ns: &str, name: &str) {
     let api: Api<ServiceExport> = Api::namespaced(client.clone(), ns);
     api.delete(name, &DeleteParams::default()).await.unwrap();
-}
-
-async fn import(client: &Client, ns: &str, name: &str) -> Option<ServiceImport> {
-    Api::<ServiceImport>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await
-        .unwrap()
 }
 
 async fn mcs_slices(client: &Client, ns: &str, name: &str) -> Vec<EndpointSlice> {

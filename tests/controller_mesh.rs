@@ -24,6 +24,7 @@ mod support;
 mod toxiproxy;
 
 use support::trials::{self, Behaviour};
+use support::{import, object};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -139,10 +140,6 @@ const WAIT: Duration = Duration::from_secs(20);
 const NS: &str = "mesh";
 const WRITES: &str = "clusterset_dns_controller_writes_total";
 
-fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
-    serde_json::from_value(value).unwrap()
-}
-
 /// `GET path` on the admin port: (status code, body); (0, "") when it does
 /// not answer.
 async fn http(port: u16, path: &str) -> (u16, String) {
@@ -222,13 +219,6 @@ async fn export_service(client: &Client, ns: &str, name: &str, ip: &str) {
         )
         .await
         .unwrap_or_else(|e| panic!("ServiceExport {ns}/{name}: {e}"));
-}
-
-async fn import(client: &Client, ns: &str, name: &str) -> Option<ServiceImport> {
-    Api::<ServiceImport>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await
-        .unwrap_or_else(|e| panic!("reading ServiceImport {ns}/{name}: {e}"))
 }
 
 fn import_clusters(import: &ServiceImport) -> Vec<String> {

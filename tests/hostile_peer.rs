@@ -24,6 +24,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 use support::trials::{self, Behaviour};
+use support::{http_get, object};
 
 use clusterset_dns::api::{PublishedService, ServiceExport, ServiceImport};
 use clusterset_dns::controller::naming::mirrored_slice_name;
@@ -186,10 +187,6 @@ fn main() {
     conclusion.exit();
 }
 
-fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
-    serde_json::from_value(value).unwrap()
-}
-
 /// A selector-less Service and its ServiceExport in the hostile cluster,
 /// and the PublishedService its controller would write.
 async fn export_selectorless(client: &Client, ns: &str, name: &str) {
@@ -303,23 +300,6 @@ async fn imported(client: &Client, ns: &str, service: &str, source: &str) -> Vec
         .collect();
     found.sort();
     found
-}
-
-async fn http_get(port: u16, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
-        return String::new();
-    };
-    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).await.is_err() {
-        return String::new();
-    }
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response).await;
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default()
 }
 
 /// The sum of a counter's samples whose labels contain every one of `labels`.

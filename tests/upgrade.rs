@@ -36,6 +36,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
 use clusterset_dns::api::{ServiceExport, ServiceImport};
+use support::object;
 
 /// The previous build: the last commit before the publication (issue 32),
 /// which read its peers' Services and EndpointSlices in every namespace.
@@ -103,10 +104,6 @@ fn previous_binary() -> PathBuf {
     std::fs::rename(&partial, &cached).unwrap();
     let _ = std::fs::remove_dir_all(&source);
     cached
-}
-
-fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
-    serde_json::from_value(value).unwrap()
 }
 
 /// A selector-less Service `name` with one hand-made Kubernetes slice at

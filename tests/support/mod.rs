@@ -91,6 +91,44 @@ where
         .unwrap_or_else(|last| panic!("{what}: not done in {timeout:?}; last: {last}"))
 }
 
+/// A typed object from a test's JSON literal (a Service, a slice, an
+/// export); panics on a literal that does not decode.
+pub fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+    serde_json::from_value(value).unwrap()
+}
+
+/// `GET path` on `127.0.0.1:port` (an admin endpoint): the body; empty
+/// when nothing answers.
+pub async fn http_get(port: u16, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return String::new();
+    };
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return String::new();
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response).await;
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
+}
+
+/// ServiceImport `ns/name` in the cluster of `client`, `None` when there
+/// is none; panics when the apiserver does not answer.
+pub async fn import(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> Option<clusterset_dns::api::ServiceImport> {
+    kube::Api::<clusterset_dns::api::ServiceImport>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap_or_else(|e| panic!("reading ServiceImport {ns}/{name}: {e}"))
+}
+
 /// Makes the child of `command` get SIGKILL when this process dies
 /// (`PR_SET_PDEATHSIG`), so even a killed test run leaks no processes; with
 /// `own_group`, it also leads a process group of its own (to kill it with
