@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A local clusterset in one command: three member clusters on loopback (no
-# kind, Docker, tmux or root), each with the MCS controller, clusterset-dns
-# and a CoreDNS that forwards clusterset.local to it, plus a sample app.
+# kind, Docker or tmux), each with the MCS controller, clusterset-dns and a
+# CoreDNS that forwards clusterset.local to it, plus a sample app. Run as
+# root, it also starts a data plane, so connections reach the pods; without
+# root, DNS and the API only.
 #
 #   scripts/demo.sh                 up, the walkthrough (show), then down
 #   scripts/demo.sh up              start it and leave it running; prints the
@@ -22,7 +24,11 @@
 #
 # The clusters are the test harness's (tests/controlplane): etcd, and per
 # cluster kube-apiserver, kube-controller-manager, kube-scheduler and kwok
-# (fake nodes; pods get IPs but run nothing). Cluster b is dual-stack. The
+# (fake nodes). Cluster b is dual-stack. As root, the data plane of
+# tests/dataplane runs each pod's command in a network namespace of its own,
+# kube-proxy on every node and routes between the clusters' pod ranges, with
+# a toolbox pod per cluster to connect from (the walkthrough then shows
+# connections too); otherwise pods get IPs but run nothing. The
 # first run builds the binaries (scripts/testenv-build.sh, ~12 min; then the
 # cargo build of clusterset-dns and tests/demo); later runs take seconds.
 set -euo pipefail
@@ -179,6 +185,25 @@ wait_answers() {
 	say "cluster $cluster answers $want record(s) for $name after $((SECONDS - start)) s"
 }
 
+# Waits until 20 requests from cluster $1's toolbox pod to $2 are all
+# answered by pods whose IP starts with $3 (kube-proxy has caught up with
+# the slices, not only DNS); prints how long it took.
+wait_connections() {
+	local cluster=$1 name=$2 prefix=$3 start=$SECONDS got
+	while :; do
+		got=$(kubectl --context "$cluster" exec toolbox -- sh -c \
+			"for i in \$(seq 20); do curl -s --max-time 2 $name; done" 2>/dev/null |
+			grep -c " from $prefix" || true)
+		[ "$got" = 20 ] && break
+		if ((SECONDS - start > 120)); then
+			say "still $got of 20 connections to $name answered from $prefix* after 120 s"
+			return 1
+		fi
+		sleep 1
+	done
+	say "cluster $cluster: every connection to $name answered from $prefix* after $((SECONDS - start)) s"
+}
+
 port_of() {
 	local upper
 	upper=$(tr '[:lower:]' '[:upper:]' <<<"$1")
@@ -233,6 +258,7 @@ show() {
 	run "dig +short @127.0.0.1 -p \$DNS_C db.shop.svc.clusterset.local | sort"
 	run "kubectl --context c get serviceimport web -n shop -o jsonpath='{.status.clusters[*].cluster}{\"\\n\"}'"
 	if [[ -n ${DEMO_DATA_PLANE:-} ]]; then
+		wait_connections c web.shop.svc.clusterset.local 10.201.
 		run "kubectl --context c exec toolbox -- sh -c 'for i in \$(seq 20); do curl -s web.shop.svc.clusterset.local; done' | sort | uniq -c    # only b now"
 	fi
 	echo
