@@ -540,6 +540,136 @@ fn tutorials_run_as_written() {
         );
     }
     eprintln!("all tutorials in {:.1} s", started.elapsed().as_secs_f64());
+    let t0 = Instant::now();
+    demo_walkthrough_says_only_what_it_shows(&demo);
+    eprintln!(
+        "scripts/demo.sh show ran true in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// `scripts/demo.sh show`, the walkthrough a new user runs (on the demo
+/// the tutorials used, which they leave as they found it): it succeeds,
+/// prints no error, and what it claims is what its commands show.
+fn demo_walkthrough_says_only_what_it_shows(demo: &Demo) {
+    let output = demo.script(&["show"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "scripts/demo.sh show: {}\n{stdout}{stderr}",
+        output.status
+    );
+    // The data plane is what the connection claims need; the tier-2 run
+    // has it (root), so a walkthrough without it would skip them.
+    assert!(
+        stdout.contains("== Connections through the clusterset IP"),
+        "the walkthrough ran without its data plane:\n{stdout}"
+    );
+    // How long each wait took (`demo: cluster c answers ... after 1 s`).
+    for line in stderr.lines().filter(|l| l.starts_with("demo: cluster")) {
+        eprintln!("{line}");
+    }
+    let problems = walkthrough_problems(&stdout, &stderr);
+    assert!(
+        problems.is_empty(),
+        "scripts/demo.sh show:\n{}\n\n{stdout}\n{stderr}",
+        problems.join("\n")
+    );
+}
+
+/// The commands the walkthrough ran (`$ ` lines) and what each printed, up
+/// to the next blank line.
+fn walkthrough_steps(stdout: &str) -> Vec<(&str, Vec<&str>)> {
+    let mut steps: Vec<(&str, Vec<&str>)> = Vec::new();
+    let mut open = false;
+    for line in stdout.lines() {
+        if let Some(command) = line.strip_prefix("$ ") {
+            steps.push((command, Vec::new()));
+            open = true;
+        } else if line.trim().is_empty() || line.starts_with("== ") {
+            open = false;
+        } else if open && let Some((_, printed)) = steps.last_mut() {
+            printed.push(line);
+        }
+    }
+    steps
+}
+
+/// What contradicts the walkthrough in its output: an error line, and
+/// every claim (a `# ...` after a command, or what a step stands for)
+/// that the command's own output does not bear out. A claim this does not
+/// know is reported too, so that a new one gets its check.
+fn walkthrough_problems(stdout: &str, stderr: &str) -> Vec<String> {
+    let mut problems: Vec<String> = stdout
+        .lines()
+        .chain(stderr.lines())
+        .filter(|line| {
+            let line = line.trim_start();
+            line.starts_with("error:") || line.starts_with("Error ") || line.contains("ERROR:")
+        })
+        .map(|line| format!("an error: {line}"))
+        .collect();
+    for (command, printed) in walkthrough_steps(stdout) {
+        let claim = command.split_once("    # ").map(|(_, claim)| claim.trim());
+        let fail = |why: String| format!("`{command}`: {why}; printed {printed:?}");
+        match claim {
+            None => {}
+            Some("within grace: still 4") if printed.len() != 4 => {
+                problems.push(fail(format!("{} answers, not 4", printed.len())))
+            }
+            Some("within grace: still 4") => {}
+            Some("only b now") => {
+                // `uniq -c` lines: `<count> web from <pod IP>`.
+                let (mut total, mut elsewhere) = (0, Vec::new());
+                for line in &printed {
+                    let mut words = line.split_whitespace();
+                    total += words
+                        .next()
+                        .and_then(|n| n.parse::<u32>().ok())
+                        .unwrap_or(0);
+                    if !line.contains(" from 10.201.") {
+                        elsewhere.push(*line);
+                    }
+                }
+                if total != 20 || !elsewhere.is_empty() {
+                    problems.push(fail(format!(
+                        "{total} of 20 answered, {elsewhere:?} not by cluster b's pods"
+                    )));
+                }
+            }
+            Some(other) => {
+                problems.push(fail(format!("a claim this test does not check: {other:?}")))
+            }
+        }
+        // b unexported db: b's per-pod names are gone.
+        if command.contains("db-0.cluster-b.db.shop")
+            && !printed.iter().any(|l| l.contains("NXDOMAIN"))
+        {
+            problems.push(fail(
+                "cluster b's pod name still answers after the unexport".into(),
+            ));
+        }
+    }
+    problems
+}
+
+#[test]
+fn a_walkthrough_that_contradicts_itself_is_caught() {
+    let good = "\n$ dig +short x | sort    # within grace: still 4\n1\n2\n3\n4\n\n\
+                $ curl ... | sort | uniq -c    # only b now\n     12 web from 10.201.0.2\n      8 web from 10.201.0.3\n\n\
+                $ dig @127.0.0.1 db-0.cluster-b.db.shop.svc.clusterset.local | grep status:\n;; ->>HEADER<<- opcode: QUERY, status: NXDOMAIN, id: 1\n";
+    assert_eq!(walkthrough_problems(good, ""), Vec::<String>::new());
+    let mixed = good.replace("      8 web from 10.201.0.3", "      8 web from 10.200.0.3");
+    assert_eq!(walkthrough_problems(&mixed, "").len(), 1, "{mixed}");
+    let three = good.replace("3\n4\n", "3\n");
+    assert_eq!(walkthrough_problems(&three, "").len(), 1);
+    let kept = good.replace("NXDOMAIN", "NOERROR");
+    assert_eq!(walkthrough_problems(&kept, "").len(), 1);
+    let conflict = "error: Apply failed with 2 conflicts: conflicts with \"clusterset-dns-tests\":";
+    assert_eq!(walkthrough_problems(good, conflict).len(), 1);
+    let unknown = good.replace("# only b now", "# all good");
+    assert!(walkthrough_problems(&unknown, "")[0].contains("does not check"));
 }
 
 #[test]

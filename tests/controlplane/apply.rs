@@ -122,9 +122,18 @@ pub fn deploy_file(name: &str) -> PathBuf {
 /// leader Lease, so tests run the real controller with
 /// [`spawn_controller`] (`--leader-election=false`).
 pub async fn apply_file(client: &kube::Client, path: &Path) {
+    apply_file_as(client, path, TEST_FIELD_MANAGER).await;
+}
+
+/// [`apply_file`] as field manager `manager`: the demo applies its sample
+/// app as `kubectl apply --server-side` does (manager `kubectl`), so that a
+/// user who applies the same file again owns what they apply. Under
+/// another manager, fields the apiserver defaults inside an atomic struct
+/// (`fieldRef.apiVersion`) conflict even though the file is the same.
+pub async fn apply_file_as(client: &kube::Client, path: &Path, manager: &str) {
     let text =
         std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    apply_yaml(client, &text)
+    apply_yaml_as(client, &text, manager)
         .await
         .unwrap_or_else(|e| panic!("applying {}: {e}", path.display()));
 }
@@ -132,6 +141,11 @@ pub async fn apply_file(client: &kube::Client, path: &Path) {
 /// Server-side applies every document of `text` (see [`apply_file`]); the
 /// error names the document that failed.
 pub async fn apply_yaml(client: &kube::Client, text: &str) -> Result<(), String> {
+    apply_yaml_as(client, text, TEST_FIELD_MANAGER).await
+}
+
+/// [`apply_yaml`] as field manager `manager`.
+pub async fn apply_yaml_as(client: &kube::Client, text: &str, manager: &str) -> Result<(), String> {
     use kube::api::{Api, DynamicObject, Patch, PatchParams};
     use kube::discovery::{Discovery, Scope};
     let docs: Vec<serde_json::Value> =
@@ -140,7 +154,7 @@ pub async fn apply_yaml(client: &kube::Client, text: &str) -> Result<(), String>
         .run()
         .await
         .map_err(|e| format!("API discovery: {e}"))?;
-    let params = PatchParams::apply(TEST_FIELD_MANAGER).force();
+    let params = PatchParams::apply(manager).force();
     for (i, doc) in docs.into_iter().filter(|d| !d.is_null()).enumerate() {
         let object: DynamicObject = serde_json::from_value(doc.clone())
             .map_err(|e| format!("document {i}: not an object: {e}"))?;

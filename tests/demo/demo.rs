@@ -292,21 +292,26 @@ fn corefile(cluster: &Cluster, clusterset_dns: SocketAddr) -> String {
     )
 }
 
+/// The field manager of `kubectl apply --server-side`: the sample app is
+/// applied as a user applies it, so the walkthrough's own re-apply of
+/// tests/demo/db.yaml meets no conflict.
+const KUBECTL: &str = "kubectl";
+
 /// Namespace `shop` everywhere; `web` then `db` (tests/demo/*.yaml) in a
 /// and b, one after the other so that pod IPs come out the same every run.
 async fn deploy_sample_app(plane: &ControlPlane) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/demo");
     for cluster in &plane.clusters {
         let client = cluster.admin_client().await;
-        controlplane::apply_file(&client, &dir.join("namespace.yaml")).await;
+        controlplane::apply_file_as(&client, &dir.join("namespace.yaml"), KUBECTL).await;
     }
     for cluster in &plane.clusters[..2] {
         let client = cluster.admin_client().await;
-        controlplane::apply_file(&client, &dir.join("web.yaml")).await;
+        controlplane::apply_file_as(&client, &dir.join("web.yaml"), KUBECTL).await;
         cluster
             .wait_deployment_ready(&client, "shop", "web", 2)
             .await;
-        controlplane::apply_file(&client, &dir.join("db.yaml")).await;
+        controlplane::apply_file_as(&client, &dir.join("db.yaml"), KUBECTL).await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), "shop");
         cluster
             .wait_for("StatefulSet shop/db: 2 Ready pods", CONVERGE, || {
