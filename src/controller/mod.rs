@@ -28,6 +28,8 @@
 //!   addresses, namespaces and clusterset IPs a peer may have).
 //! - [`peers`]: every peer as a pure state machine (inputs → effects):
 //!   Secrets, connection generations, health, grace, refusals.
+//! - [`schedule`]: when to plan and write, pure: the start-up gate, the
+//!   bounded batches of dirty services, retries, the publication's tries.
 //! - [`publication`]: what this cluster publishes for its peers, and how a
 //!   peer's publication is read back.
 //! - [`lean`], [`compact`], [`cluster`]: the objects as the watches decode
@@ -67,6 +69,7 @@ pub mod peers;
 pub mod publication;
 pub mod reconcile;
 pub mod run;
+pub mod schedule;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -22,7 +22,7 @@ use crate::model::ServiceRef;
 use crate::peering::PeerSecret;
 use crate::peering::membership::peer_refusal;
 use crate::peering::reason;
-use crate::watch::Outcome;
+use crate::watch::Verdict;
 use crate::watch::backoff::RestartSchedule;
 
 mod input;
@@ -31,20 +31,6 @@ mod peer;
 pub use input::{Contact, Effect, Input, Now, SECRET_DELETE_DEBOUNCE};
 use peer::Usability;
 pub use peer::{Peer, PeerConn};
-
-/// The start-up gate: this cluster listed, the peer Secrets listed, and
-/// every peer synced or the start-up timeout passed. Without the Secrets
-/// listed the peers are not known at all, so starting would delete
-/// everything imported from them: the timeout is for peers that do not
-/// answer, not for Secrets not read yet.
-pub fn may_start(
-    local_listed: bool,
-    secrets_listed: bool,
-    peers_synced: bool,
-    timed_out: bool,
-) -> bool {
-    local_listed && secrets_listed && (peers_synced || timed_out)
-}
 
 /// Settings of the peers.
 #[derive(Debug, Clone)]
@@ -401,14 +387,25 @@ impl Peers {
             // A peer connection watches only those three.
             _ => return,
         };
-        if let Outcome::Failed { started, error, .. } = &outcome {
+        // The one policy on watch failures (Verdict), read for a peer: a
+        // refusal before its first list is a failing peer, not fatal here.
+        let (failing, reported) = match outcome.verdict() {
+            Verdict::Quiet => (false, None),
+            Verdict::StillFailing(_) | Verdict::Fatal { started: false, .. } => (true, None),
+            Verdict::FailingStarted(error)
+            | Verdict::Fatal {
+                message: error,
+                started: true,
+            } => (true, Some(error)),
+        };
+        if failing {
             effects.push(Effect::SyncError {
                 peer: peer_name.clone(),
                 kind: "watch",
             });
-            if *started {
-                tracing::warn!(peer = %peer_name, %error, "peer watch failing; its services stay imported within the grace period");
-            }
+        }
+        if let Some(error) = reported {
+            tracing::warn!(peer = %peer_name, %error, "peer watch failing; its services stay imported within the grace period");
         }
         for (kind, count) in conn.data.take_refused() {
             if count == 0 {

@@ -9,7 +9,7 @@
 //! ([`super::reconcile::plan`]). This shell carries them out: the peers'
 //! effects in `peer_io`, the write cycle in `cycle`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,9 +29,10 @@ use super::ip_share::IpShare;
 use super::lean::Lean;
 use super::metrics::ControllerMetrics;
 use super::naming::FIELD_MANAGER;
-use super::peers::{Contact, Input, Now, Peers, Settings as PeerSettings, may_start};
+use super::peers::{Contact, Input, Now, Peers, Settings as PeerSettings};
 use super::publication::Form;
 use super::reconcile::{Inputs, NamespaceFilter, plan};
+use super::schedule::{Gate, Schedule};
 use crate::api::{PublishedService, ServiceExport, ServiceImport};
 use crate::model::ServiceRef;
 use crate::peering::membership::local_identity_problem;
@@ -41,21 +42,11 @@ use crate::watch::{Verdict, Watch};
 mod cycle;
 mod peer_io;
 
-/// How long a failed first publication waits before it is tried again.
-const PUBLISH_RETRY: Duration = Duration::from_secs(5);
-
 /// How often this cluster's ClusterProperties are read again.
 const IDENTITY_CHECK: Duration = Duration::from_secs(30);
 
-/// How many services one reconcile cycle plans and writes.
-const SERVICES_PER_CYCLE: usize = 256;
-
 /// How many writes run at once.
 const WRITE_CONCURRENCY: usize = 16;
-
-/// How many plan-and-write rounds a cycle runs for the services that wrote
-/// (a new ClusterSetIP service needs three).
-const ROUNDS_PER_CYCLE: usize = 3;
 
 /// Settings of the loop.
 #[derive(Debug, Clone)]
@@ -133,11 +124,9 @@ pub struct Controller {
     local_identity: mpsc::Receiver<Identity>,
     metrics: Arc<ControllerMetrics>,
     recorder: Recorder,
-    started_at: Instant,
-    started: bool,
-    dirty: Touched,
-    first_change: Option<Instant>,
-    retry: BTreeSet<ServiceRef>,
+    /// When to plan and write: the start-up gate, what is dirty, retries,
+    /// the publication's tries.
+    schedule: Schedule,
     /// Writes of the last cycle refused at the apiserver (an object not
     /// ours found under the name), by service, for `/explain`.
     write_refusals: BTreeMap<ServiceRef, Vec<crate::controller::reconcile::Refusal>>,
@@ -149,11 +138,6 @@ pub struct Controller {
     summaries: BTreeMap<ServiceRef, (Option<&'static str>, Option<String>)>,
     /// Why the controller must stop, once it knows.
     fatal: Option<String>,
-    /// Whether this run has written the publication marker (after its
-    /// first pass over every service).
-    marker_written: bool,
-    /// When the publication may be tried again, after a failure.
-    next_publish: Instant,
     /// The label of each peer Secret's credential expiry gauge.
     credential_labels: BTreeMap<String, String>,
     _local_connection: Connection,
@@ -271,6 +255,7 @@ impl Controller {
                 instance: Some(settings.instance.clone()),
             },
         );
+        let startup_sync_timeout = settings.startup_sync_timeout;
         Ok(Self {
             settings,
             client,
@@ -288,17 +273,11 @@ impl Controller {
             local_identity,
             metrics,
             recorder,
-            started_at: Instant::now(),
-            started: false,
-            dirty: Touched::default(),
-            first_change: None,
-            retry: BTreeSet::new(),
+            schedule: Schedule::new(Instant::now(), startup_sync_timeout),
             write_refusals: BTreeMap::new(),
             rejections: BTreeMap::new(),
             summaries: BTreeMap::new(),
             fatal: None,
-            marker_written: false,
-            next_publish: Instant::now(),
             credential_labels: BTreeMap::new(),
             _local_connection: local_connection,
         })
@@ -330,7 +309,7 @@ impl Controller {
                 Some(query) = queries.recv() => self.answer(query),
                 _ = tick.tick() => self.tick(),
                 // More planned work left from the last batch: go on at once.
-                () = std::future::ready(()), if self.started && !self.dirty.is_empty() => {}
+                () = std::future::ready(()), if self.schedule.has_work() => {}
                 Some(now) = self.local_identity.recv() => {
                     if now.cluster_id != self.local_id || now.clusterset != self.local_clusterset {
                         return format!(
@@ -346,25 +325,22 @@ impl Controller {
             // The publication reads no peer: it is written, and its marker,
             // as soon as this cluster is listed, so that peers waiting at
             // their own start-up gate for this one can read it.
-            if !self.marker_written
-                && self.local_watches.synced()
-                && Instant::now() >= self.next_publish
+            if self
+                .schedule
+                .publish_due(self.local_watches.synced(), Instant::now())
             {
-                self.marker_written = self.publish().await;
-                self.next_publish = Instant::now() + PUBLISH_RETRY;
+                let complete = self.publish().await;
+                self.schedule.publish_tried(complete, Instant::now());
             }
             self.maybe_start();
-            if self.started && !self.dirty.is_empty() {
+            if self.schedule.has_work() {
                 self.reconcile().await;
             }
         }
     }
 
     fn mark(&mut self, touched: Touched) {
-        if !touched.is_empty() && self.first_change.is_none() {
-            self.first_change = Some(Instant::now());
-        }
-        self.dirty.merge(touched);
+        self.schedule.mark(touched, Instant::now());
     }
 
     fn handle(&mut self, report: Report) {
@@ -397,7 +373,7 @@ impl Controller {
                     }
                 };
                 match outcome.verdict() {
-                    Verdict::Fatal(message) => {
+                    Verdict::Fatal { message, .. } => {
                         self.fatal.get_or_insert_with(|| {
                             format!(
                                 "the controller's role does not allow what it needs: {message} (deploy/controller.yaml has the role it needs)"
@@ -463,46 +439,34 @@ impl Controller {
     /// grace periods), and failed writes retried.
     fn tick(&mut self) {
         self.step(Input::Tick);
-        if !self.retry.is_empty() {
-            let retry = std::mem::take(&mut self.retry);
-            self.dirty.services.extend(retry);
-        }
+        self.schedule.tick();
     }
 
     /// Starts reconciling once this cluster is listed and every peer has
     /// synced, or the start-up timeout has passed.
     fn maybe_start(&mut self) {
-        if self.started {
+        let Some(peers_synced) = self.schedule.open_gate(self.gate(), Instant::now()) else {
             return;
+        };
+        if !peers_synced {
+            tracing::warn!(
+                "start-up: not every peer synced within the start-up timeout; services naming an unread peer are left as they are"
+            );
         }
-        let peers_synced = self.peers.synced();
-        let timed_out = self.started_at.elapsed() >= self.settings.startup_sync_timeout;
-        if may_start(
-            self.local_watches.synced(),
-            self.peers.listed(),
-            peers_synced,
-            timed_out,
-        ) {
-            if !peers_synced {
-                tracing::warn!(
-                    "start-up: not every peer synced within the start-up timeout; services naming an unread peer are left as they are"
-                );
-            }
-            tracing::info!(peers = self.peers.len(), "reconciling");
-            self.started = true;
-            self.dirty.all = true;
+        tracing::info!(peers = self.peers.len(), "reconciling");
+    }
+
+    fn gate(&self) -> Gate {
+        Gate {
+            local_listed: self.local_watches.synced(),
+            secrets_listed: self.peers.listed(),
+            peers_synced: self.peers.synced(),
         }
     }
 
     fn readiness(&self) -> Result<(), String> {
-        if !self.local_watches.synced() {
-            return Err("the local cluster is not listed yet".into());
-        }
-        if !self.peers.listed() {
-            return Err("the peer Secrets are not listed yet".into());
-        }
-        if !self.started {
-            return Err("waiting for peers' first sync".into());
+        if let Some(waiting_for) = self.schedule.waiting_for(self.gate()) {
+            return Err(waiting_for.into());
         }
         let waiting = self.peers.not_ready(Now::current());
         if waiting.is_empty() {
@@ -567,7 +531,7 @@ impl Controller {
             import_selector: self.settings.import_selector.as_ref(),
             ip_share: &IpShare::new(self.settings.peer_ip_share),
             // Nothing is deleted before the start-up gate opens.
-            deletions_allowed: self.started,
+            deletions_allowed: self.schedule.started(),
             publish_namespace: &self.settings.namespace,
             now: &now,
         })

@@ -145,9 +145,15 @@ pub enum Verdict<'a> {
     /// Nothing to report: progress, a recovery, or a routine 410.
     Quiet,
     /// Access was refused before the resource was ever listed: retrying
-    /// cannot help and running on would act on a partial view, so the
-    /// caller stops. The apiserver's message.
-    Fatal(&'a str),
+    /// cannot help and running on would act on a partial view of this
+    /// cluster, so a watch of this cluster stops the caller (a peer's is a
+    /// failing peer, kept within its grace).
+    Fatal {
+        /// The apiserver's message.
+        message: &'a str,
+        /// The resource was not failing before: report it once.
+        started: bool,
+    },
     /// The watch began failing: report it once (the watcher retries with
     /// backoff). The error.
     FailingStarted(&'a str),
@@ -161,8 +167,12 @@ impl Outcome {
         match self {
             Outcome::Failed {
                 forbidden_before_sync: Some(message),
+                started,
                 ..
-            } => Verdict::Fatal(message),
+            } => Verdict::Fatal {
+                message,
+                started: *started,
+            },
             Outcome::Failed {
                 started: true,
                 error,
@@ -757,7 +767,7 @@ mod tests {
         let mut map = Map::default();
         let refused = watch.handle(&mut map, Err(forbidden()), Instant::now());
         assert!(
-            matches!(refused.verdict(), Verdict::Fatal(message) if message.contains("Forbidden"))
+            matches!(refused.verdict(), Verdict::Fatal { message, started: true } if message.contains("Forbidden"))
         );
         list(&mut watch, &mut map, &[("a", 1)]);
         assert_eq!(

@@ -4,12 +4,14 @@
 //! indexed state so the next plan starts from them.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 
-use super::{Controller, ROUNDS_PER_CYCLE, SERVICES_PER_CYCLE, WRITE_CONCURRENCY};
+use super::super::schedule::ROUNDS_PER_CYCLE;
+use super::{Controller, WRITE_CONCURRENCY};
 use crate::api::ServiceImport;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
@@ -33,26 +35,13 @@ const REJECTED_EVENTS_PER_SERVICE: usize = 5;
 impl Controller {
     /// One cycle over the services marked dirty.
     pub(super) async fn reconcile(&mut self) {
-        let touched = std::mem::take(&mut self.dirty);
-        let mut keys: BTreeSet<ServiceRef> = if touched.all {
-            self.all_services()
-        } else {
-            touched.services
-        };
-        // A bounded batch per cycle: events are read between batches, so
-        // fresh changes and /ready do not wait behind a cold start's
-        // thousands of writes; the rest stays dirty for the next cycle.
-        if keys.len() > SERVICES_PER_CYCLE
-            && let Some(first_left) = keys.iter().nth(SERVICES_PER_CYCLE).cloned()
-        {
-            let left = keys.split_off(&first_left);
-            self.dirty.services.extend(left);
-        }
-        // A new ClusterSetIP service takes three rounds (the import; then
-        // what it owns, which needs the import's uid; then the VIP into the
-        // import): run them back to back for the services that wrote, so a
-        // service is finished within its cycle rather than queued again
-        // behind the rest of a cold start.
+        let every = self
+            .schedule
+            .wants_every_service()
+            .then(|| self.all_services());
+        let mut keys = self.schedule.take_batch(every);
+        // Rounds back to back for the services that wrote (see
+        // ROUNDS_PER_CYCLE).
         let mut wrote = false;
         for round in 0..ROUNDS_PER_CYCLE {
             let (plans, refused, rejected) = self.plan_round(keys, round == 0);
@@ -77,13 +66,10 @@ impl Controller {
         // Our own writes come back as touched services; their plans are
         // empty, which ends the cycle.
         let touched = self.take_local_touched();
-        self.dirty.merge(touched);
-        if let Some(first) = self.first_change.take()
-            && wrote
-        {
-            self.metrics
-                .change_to_write
-                .observe(first.elapsed().as_secs_f64());
+        let now = Instant::now();
+        self.schedule.mark(touched, now);
+        if let Some(latency) = self.schedule.cycle_done(wrote, now) {
+            self.metrics.change_to_write.observe(latency.as_secs_f64());
         }
         self.metrics
             .imports
@@ -271,7 +257,7 @@ impl Controller {
                 }
             }
             if failed {
-                self.retry.insert(key);
+                self.schedule.write_failed(key);
             } else if any {
                 succeeded.insert(key);
             }

@@ -126,7 +126,7 @@ impl Controller {
                 message,
             } => self.record_refusal(&secret, reason, &message),
             Effect::Touched(touched) => self.mark(touched),
-            Effect::ReplanAll => self.dirty.all = true,
+            Effect::ReplanAll => self.schedule.mark_all(),
             Effect::SyncError { peer, kind } => self
                 .metrics
                 .peer_sync_errors

@@ -271,7 +271,7 @@ impl State {
                 effects.push(Effect::WatchError(resource));
                 self.restarted = false;
                 match outcome.verdict() {
-                    Verdict::Fatal(message) => {
+                    Verdict::Fatal { message, .. } => {
                         effects.push(Effect::Fatal(KubeSourceError::Forbidden {
                             resource,
                             message: message.to_owned(),
