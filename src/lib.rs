@@ -40,7 +40,9 @@
 //! - [`metrics`], [`admin`], [`explain`], [`telemetry`], [`log_limit`]:
 //!   operations; [`inquiry`]: what `/explain` asks a source and what it
 //!   answers.
-//! - [`memory`]: freed heap handed back to the kernel after a large load.
+//! - [`memory`]: freed heap handed back to the kernel after a large load;
+//!   [`at_rest`]: the one interner and one-or-many list both the index and
+//!   the controller's stores hold objects with.
 //! - [`build_info`]: version, commit and toolchain the binary was built from.
 //! - `fuzzing` (hidden): the invariant checks the fuzz targets in
 //!   `tests/fuzz/` and the corpus replay in `tests/fuzz_corpus.rs` share.
@@ -48,6 +50,7 @@
 pub mod admin;
 pub mod api;
 pub mod app;
+pub mod at_rest;
 pub mod build_info;
 pub mod cidr;
 pub mod cluster_args;

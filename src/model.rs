@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::api::ServiceImportType;
 use crate::api::locality::Locality;
+pub use crate::at_rest::OneOrMany;
 
 /// Identifies one imported service: `<name>.<namespace>`. Both parts are
 /// shared strings: the index interns them, so the import, its slices, the
@@ -147,41 +148,9 @@ pub struct Endpoint {
 
 /// The addresses of one endpoint: one, in nearly every slice (kube-proxy
 /// and most consumers read only the first), held inline; several in a heap
-/// block of their own. Reads as a slice. Inline, an endpoint costs 40 bytes
+/// block of their own ([`OneOrMany`]). Inline, an endpoint costs 40 bytes
 /// and no allocation instead of 32 bytes and a 32-byte heap block.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Addresses {
-    /// The one address.
-    One(IpAddr),
-    /// Two or more (or none, which validation refuses).
-    Many(Box<[IpAddr]>),
-}
-
-impl std::ops::Deref for Addresses {
-    type Target = [IpAddr];
-
-    fn deref(&self) -> &[IpAddr] {
-        match self {
-            Addresses::One(address) => std::slice::from_ref(address),
-            Addresses::Many(addresses) => addresses,
-        }
-    }
-}
-
-impl From<Vec<IpAddr>> for Addresses {
-    fn from(addresses: Vec<IpAddr>) -> Self {
-        match addresses[..] {
-            [one] => Addresses::One(one),
-            _ => Addresses::Many(addresses.into_boxed_slice()),
-        }
-    }
-}
-
-impl FromIterator<IpAddr> for Addresses {
-    fn from_iter<I: IntoIterator<Item = IpAddr>>(iter: I) -> Self {
-        iter.into_iter().collect::<Vec<_>>().into()
-    }
-}
+pub type Addresses = OneOrMany<IpAddr>;
 
 /// What DNS needs from one imported EndpointSlice.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -344,27 +313,6 @@ pub fn dashed_address(ip: &IpAddr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn one_address_is_held_inline_and_several_read_the_same() {
-        let one: Addresses = vec!["10.0.0.1".parse().unwrap()].into();
-        assert!(matches!(one, Addresses::One(_)));
-        assert_eq!(one.len(), 1);
-        assert_eq!(one.first().unwrap().to_string(), "10.0.0.1");
-        let two: Addresses = ["10.0.0.1", "10.0.0.2"]
-            .iter()
-            .map(|a| a.parse::<IpAddr>().unwrap())
-            .collect();
-        assert!(matches!(two, Addresses::Many(_)));
-        assert_eq!(
-            two.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            ["10.0.0.1", "10.0.0.2"]
-        );
-        // The point of the type: an endpoint with one address allocates
-        // nothing for it, and stays small (a hostname pointer and the
-        // inline address).
-        assert!(std::mem::size_of::<Endpoint>() <= 40);
-    }
 
     #[test]
     fn dashed_addresses_are_valid_labels() {

@@ -22,7 +22,7 @@
 //! watches decode it ([`super::lean`]), which the tests check kind by kind,
 //! so no decision can tell the difference.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -39,54 +39,12 @@ use crate::api::{
     ServiceExport, ServiceExportSpec, ServiceExportStatus, ServiceImport, ServiceImportSpec,
     ServiceImportStatus,
 };
+use crate::at_rest::OneOrMany;
 
 /// Strings that repeat across a store's objects (label keys and values,
-/// zones, node names, port names, owner kinds), held once.
-///
-/// Entries no object uses any more are dropped when the set has doubled
-/// since the last sweep, so names of deleted objects do not pile up.
-#[derive(Debug)]
-pub struct Interner {
-    strings: HashSet<Arc<str>>,
-    sweep_at: usize,
-}
-
-impl Default for Interner {
-    fn default() -> Self {
-        Self {
-            strings: HashSet::new(),
-            sweep_at: Self::FIRST_SWEEP,
-        }
-    }
-}
-
-impl Interner {
-    const FIRST_SWEEP: usize = 1024;
-
-    /// The shared copy of `text`.
-    pub fn intern(&mut self, text: &str) -> Arc<str> {
-        if let Some(shared) = self.strings.get(text) {
-            return shared.clone();
-        }
-        if self.strings.len() >= self.sweep_at {
-            self.strings.retain(|s| Arc::strong_count(s) > 1);
-            self.sweep_at = (self.strings.len() * 2).max(Self::FIRST_SWEEP);
-        }
-        let shared: Arc<str> = Arc::from(text);
-        self.strings.insert(shared.clone());
-        shared
-    }
-
-    /// Number of strings held (some may be unused until the next sweep).
-    pub fn len(&self) -> usize {
-        self.strings.len()
-    }
-
-    /// Whether it holds none.
-    pub fn is_empty(&self) -> bool {
-        self.strings.is_empty()
-    }
-}
+/// zones, node names, port names, owner kinds), held once
+/// ([`crate::at_rest::Interner`]).
+pub type Interner = crate::at_rest::Interner<str>;
 
 /// A kind the controller's stores hold compacted.
 pub trait Compact: Sized {
@@ -355,11 +313,7 @@ impl Address {
 }
 
 /// An endpoint's addresses: nearly always one, held inline.
-#[derive(Debug)]
-enum Addresses {
-    One(Address),
-    Many(Box<[Address]>),
-}
+type Addresses = OneOrMany<Address>;
 
 /// `Option<bool>` in two bits.
 fn tri(value: Option<bool>) -> u8 {
@@ -431,12 +385,7 @@ impl RestEndpoint {
             zone,
             ..
         } = endpoint;
-        let mut addresses: Vec<Address> = addresses.into_iter().map(Address::new).collect();
-        let addresses = if addresses.len() == 1 {
-            Addresses::One(addresses.remove(0))
-        } else {
-            Addresses::Many(addresses.into_boxed_slice())
-        };
+        let addresses: Addresses = addresses.into_iter().map(Address::new).collect();
         let more = (hostname.is_some() || zone.is_some() || node_name.is_some() || hints.is_some())
             .then(|| {
                 Box::new(EndpointMore {
@@ -454,10 +403,7 @@ impl RestEndpoint {
     }
 
     fn expand(&self) -> Endpoint {
-        let addresses = match &self.addresses {
-            Addresses::One(address) => vec![address.text()],
-            Addresses::Many(addresses) => addresses.iter().map(Address::text).collect(),
-        };
+        let addresses = self.addresses.iter().map(Address::text).collect();
         let text = |text: Option<&str>| text.map(str::to_owned);
         let more = self.more.as_deref();
         Endpoint {
@@ -473,10 +419,7 @@ impl RestEndpoint {
 
     /// Number of addresses.
     fn address_count(&self) -> usize {
-        match &self.addresses {
-            Addresses::One(_) => 1,
-            Addresses::Many(addresses) => addresses.len(),
-        }
+        self.addresses.len()
     }
 }
 
