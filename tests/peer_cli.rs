@@ -8,6 +8,11 @@
 //! works. b.kubeconfig carries its cluster's CA, as an admin kubeconfig
 //! does; a.kubeconfig skips TLS verification, so the CA of the token
 //! Secret is used for a.
+//!
+//! Each behaviour is a named trial (`harness = false`, libtest-mimic), in
+//! the order of the documented sequence on one pair of clusters: a trial
+//! starts from what the one before left, and a failing one is reported
+//! under its name while the rest still run.
 
 mod controlplane;
 mod support;
@@ -17,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use clusterset_dns::api::{ClusterProperty, ServiceExport, ServiceImport};
 use controlplane::{
-    ADMIN_TOKEN, CONTROLLER_NAMESPACE, Cluster, ControlPlane, PEER_LABEL, apiserver_url,
-    apply_file, client_from_yaml, deploy_file, install_controller, set_cluster_properties,
-    spawn_controller,
+    ADMIN_TOKEN, CONTROLLER_NAMESPACE, Cluster, ControlPlane, ControllerProcess, PEER_LABEL,
+    apiserver_url, apply_file, client_from_yaml, deploy_file, install_controller,
+    set_cluster_properties, spawn_controller,
 };
 use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServiceAccount};
@@ -27,6 +32,7 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
+use support::trials::{self, Behaviour};
 
 const CLUSTERSET: &str = "demo-set";
 const READER: &str = "clusterset-dns-peer-reader";
@@ -107,6 +113,24 @@ async fn cli<S: AsRef<std::ffi::OsStr>>(dir: &Path, args: &[S]) -> Run {
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
+}
+
+/// `peer add --kubeconfig a.kubeconfig --peer-kubeconfig b.kubeconfig`
+/// and `extra`, in `dir`: b becomes a peer of a.
+async fn add_b_to_a(dir: &Path, extra: &[&str]) -> Run {
+    let args = [
+        &[
+            "peer",
+            "add",
+            "--kubeconfig",
+            "a.kubeconfig",
+            "--peer-kubeconfig",
+            "b.kubeconfig",
+        ][..],
+        extra,
+    ]
+    .concat();
+    cli(dir, &args).await
 }
 
 /// Runs a documented command, which must succeed.
@@ -242,67 +266,157 @@ fn kubeconfig_with_ca(cluster: &Cluster) -> String {
     .to_string()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn peer_add_list_remove_against_two_member_clusters() {
-    let t0 = Instant::now();
-    let mut plane = ControlPlane::start_members(2, |_| false).await;
-    let (a, b) = (&plane.clusters[0], &plane.clusters[1]);
-    let (admin_a, admin_b) = (a.admin_client().await, b.admin_client().await);
-    set_cluster_properties(&admin_a, "cluster-a", CLUSTERSET).await;
-    set_cluster_properties(&admin_b, "cluster-b", CLUSTERSET).await;
-    // a: the controller and deploy/peer-reader.yaml; b: the CRDs and the
-    // controller only, so `peer add` creates b's reader objects. b's
-    // controller publishes what a imports.
-    let controller_kubeconfig = install_controller(a).await;
-    controlplane::install_crds(&admin_b).await;
-    apply_file(&admin_b, &deploy_file("controller.yaml")).await;
-    let b_kubeconfig_path = b.dir.join("controller.kubeconfig");
-    std::fs::write(
-        &b_kubeconfig_path,
-        controlplane::service_account_kubeconfig(
-            b,
-            CONTROLLER_NAMESPACE,
-            controlplane::CONTROLLER_SA,
-            3600,
-        )
-        .await,
-    )
-    .unwrap();
-    let _controller_b = spawn_controller(b, &b_kubeconfig_path, &["--startup-sync-timeout", "5s"]);
-    for client in [&admin_a, &admin_b] {
-        Api::<Namespace>::all(client.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": "demo"}})).unwrap(),
-            )
-            .await
-            .unwrap();
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path();
-    std::fs::copy(&a.admin_kubeconfig, dir.join("a.kubeconfig")).unwrap();
-    std::fs::write(dir.join("b.kubeconfig"), kubeconfig_with_ca(b)).unwrap();
-    let controller = spawn_controller(
-        a,
-        &controller_kubeconfig,
-        &["--peer-grace-period", "30s", "--startup-sync-timeout", "5s"],
-    );
-    let docs = documented_commands();
-    let subcommands: Vec<String> = docs.iter().map(|c| c.args[..2].join(" ")).collect();
-    assert_eq!(
-        subcommands,
-        [
-            "peer add",
-            "peer add",
-            "peer list",
-            "peer list",
-            "peer remove"
-        ],
-        "the documented sequence this test follows"
-    );
-    eprintln!("clusters up in {:.1} s", t0.elapsed().as_secs_f64());
+/// Two member clusters, the directory of the kubeconfig files `peer` is
+/// run with, and the controllers: a's (`--peer-grace-period 30s`), read
+/// by the trials, and b's, which publishes what a imports.
+struct Env {
+    plane: ControlPlane,
+    admin_a: Client,
+    admin_b: Client,
+    dir: tempfile::TempDir,
+    controller: Option<ControllerProcess>,
+    _controller_b: ControllerProcess,
+    t0: Instant,
+}
 
-    // --- Refusals: nothing is written anywhere. ---
+impl Env {
+    async fn start() -> Self {
+        let t0 = Instant::now();
+        let plane = ControlPlane::start_members(2, |_| false).await;
+        let (a, b) = (&plane.clusters[0], &plane.clusters[1]);
+        let (admin_a, admin_b) = (a.admin_client().await, b.admin_client().await);
+        set_cluster_properties(&admin_a, "cluster-a", CLUSTERSET).await;
+        set_cluster_properties(&admin_b, "cluster-b", CLUSTERSET).await;
+        // a: the controller and deploy/peer-reader.yaml; b: the CRDs and the
+        // controller only, so `peer add` creates b's reader objects. b's
+        // controller publishes what a imports.
+        let controller_kubeconfig = install_controller(a).await;
+        controlplane::install_crds(&admin_b).await;
+        apply_file(&admin_b, &deploy_file("controller.yaml")).await;
+        let b_kubeconfig_path = b.dir.join("controller.kubeconfig");
+        std::fs::write(
+            &b_kubeconfig_path,
+            controlplane::service_account_kubeconfig(
+                b,
+                CONTROLLER_NAMESPACE,
+                controlplane::CONTROLLER_SA,
+                3600,
+            )
+            .await,
+        )
+        .unwrap();
+        let controller_b =
+            spawn_controller(b, &b_kubeconfig_path, &["--startup-sync-timeout", "5s"]);
+        for client in [&admin_a, &admin_b] {
+            Api::<Namespace>::all(client.clone())
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": "demo"}})).unwrap(),
+                )
+                .await
+                .unwrap();
+        }
+        let tempdir = tempfile::tempdir().unwrap();
+        let dir = tempdir.path();
+        std::fs::copy(&a.admin_kubeconfig, dir.join("a.kubeconfig")).unwrap();
+        std::fs::write(dir.join("b.kubeconfig"), kubeconfig_with_ca(b)).unwrap();
+        let controller = spawn_controller(
+            a,
+            &controller_kubeconfig,
+            &["--peer-grace-period", "30s", "--startup-sync-timeout", "5s"],
+        );
+        let docs = documented_commands();
+        let subcommands: Vec<String> = docs.iter().map(|c| c.args[..2].join(" ")).collect();
+        assert_eq!(
+            subcommands,
+            [
+                "peer add",
+                "peer add",
+                "peer list",
+                "peer list",
+                "peer remove"
+            ],
+            "the documented sequence this test follows"
+        );
+        eprintln!("clusters up in {:.1} s", t0.elapsed().as_secs_f64());
+        Env {
+            plane,
+            admin_a,
+            admin_b,
+            dir: tempdir,
+            controller: Some(controller),
+            _controller_b: controller_b,
+            t0,
+        }
+    }
+}
+
+/// The trials, in the order of the documented sequence; each is named
+/// after the behaviour it shows, and starts from what the one before left.
+fn main() {
+    let args = trials::serial_arguments();
+    let runtime = trials::runtime();
+    let behaviours: Vec<(&str, Behaviour<Env>)> = vec![
+        ("refused_joins_write_nothing_in_either_cluster", |env| {
+            Box::pin(refusals(env))
+        }),
+        (
+            "the_documented_join_both_ways_gives_a_read_only_token_that_expires",
+            |env| Box::pin(join(env)),
+        ),
+        ("the_controller_imports_through_the_added_peer", |env| {
+            Box::pin(accepted(env))
+        }),
+        (
+            "the_same_cluster_under_another_name_is_refused_and_nothing_written",
+            |env| Box::pin(duplicate(env)),
+        ),
+        (
+            "a_secret_the_controller_refuses_is_listed_as_refused",
+            |env| Box::pin(listed_refused(env)),
+        ),
+        (
+            "token_ttl_is_checked_first_and_a_short_one_is_what_the_token_says",
+            |env| Box::pin(token_ttl(env)),
+        ),
+        (
+            "running_add_again_rotates_the_token_and_revokes_the_old_one",
+            |env| Box::pin(rotation(env)),
+        ),
+        ("peer_server_is_the_address_the_controller_uses", |env| {
+            Box::pin(peer_server(env))
+        }),
+        ("endpoint_cidrs_are_checked_recorded_and_listed", |env| {
+            Box::pin(endpoint_cidrs(env))
+        }),
+        (
+            "the_controller_reads_with_the_latest_token_and_never_drops_the_import",
+            |env| Box::pin(latest_token(env)),
+        ),
+        ("peer_list_shows_the_documented_table_and_json", |env| {
+            Box::pin(list_as_documented(env))
+        }),
+        (
+            "peer_remove_revoke_takes_the_secret_the_token_and_the_import",
+            |env| Box::pin(remove_revoke(env)),
+        ),
+        (
+            "a_peer_that_is_down_is_listed_unhealthy_with_its_id",
+            |env| Box::pin(down(env)),
+        ),
+    ];
+    let start: trials::Start<Env> = || Box::pin(Env::start());
+    let trials = trials::group(&args, &runtime, start, behaviours);
+    let conclusion = libtest_mimic::run(&args, trials);
+    drop(runtime);
+    conclusion.exit();
+}
+
+/// Refusals: nothing is written anywhere.
+async fn refusals(env: &mut Env) {
+    let dir = env.dir.path();
+    let admin_a = &env.admin_a;
+    let admin_b = &env.admin_b;
     let stderr = refused(
         dir,
         &[
@@ -320,7 +434,7 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         stderr.contains("points at this cluster (cluster-a)"),
         "{stderr}"
     );
-    set_cluster_properties(&admin_b, "cluster-b", "other-set").await;
+    set_cluster_properties(admin_b, "cluster-b", "other-set").await;
     let stderr = refused(
         dir,
         &[
@@ -340,10 +454,10 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         ),
         "{stderr}"
     );
-    set_cluster_properties(&admin_b, "cluster-b", CLUSTERSET).await;
-    assert!(peer_secrets(&admin_a).await.is_empty());
-    assert!(token_secrets(&admin_a, "cluster-a").await.is_empty());
-    assert!(token_secrets(&admin_b, "cluster-a").await.is_empty());
+    set_cluster_properties(admin_b, "cluster-b", CLUSTERSET).await;
+    assert!(peer_secrets(admin_a).await.is_empty());
+    assert!(token_secrets(admin_a, "cluster-a").await.is_empty());
+    assert!(token_secrets(admin_b, "cluster-a").await.is_empty());
     assert!(
         Api::<ServiceAccount>::namespaced(admin_b.clone(), CONTROLLER_NAMESPACE)
             .get_opt(READER)
@@ -359,8 +473,15 @@ async fn peer_add_list_remove_against_two_member_clusters() {
             .unwrap()
             .is_none()
     );
+}
 
-    // --- Join both ways, as documented. ---
+/// Join both ways, as documented.
+async fn join(env: &mut Env) {
+    let b = &env.plane.clusters[1];
+    let dir = env.dir.path();
+    let admin_a = &env.admin_a;
+    let admin_b = &env.admin_b;
+    let docs = documented_commands();
     let reader_objects = "Role and RoleBinding clusterset-dns/clusterset-dns-peer-reader, ClusterRole clusterset-dns-peer-reader and ClusterRoleBinding clusterset-dns-peer-reader applied";
     let out = run_doc(dir, &docs[0]).await;
     assert!(out.contains(reader_objects), "{out}");
@@ -371,7 +492,7 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         out.contains("(CA from the peer's kube-root-ca.crt ConfigMap)"),
         "{out}"
     );
-    let secrets = peer_secrets(&admin_a).await;
+    let secrets = peer_secrets(admin_a).await;
     assert_eq!(
         secrets
             .iter()
@@ -384,17 +505,17 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         "cluster-b"
     );
     assert_eq!(
-        peer_secrets(&admin_b)
+        peer_secrets(admin_b)
             .await
             .iter()
             .map(ResourceExt::name_any)
             .collect::<Vec<_>>(),
         ["peer-cluster-a"]
     );
-    let first_token = token_secrets(&admin_b, "cluster-a").await;
+    let first_token = token_secrets(admin_b, "cluster-a").await;
     assert_eq!(first_token.len(), 1, "{first_token:?}");
-    assert_eq!(token_secrets(&admin_a, "cluster-b").await.len(), 1);
-    let kubeconfig = kubeconfig_of(&admin_a, "peer-cluster-b").await;
+    assert_eq!(token_secrets(admin_a, "cluster-b").await.len(), 1);
+    let kubeconfig = kubeconfig_of(admin_a, "peer-cluster-b").await;
     let parsed: Value =
         serde_json::to_value(kube::config::Kubeconfig::from_yaml(&kubeconfig).unwrap()).unwrap();
     assert_eq!(parsed["clusters"][0]["cluster"]["server"], apiserver_url(b));
@@ -454,8 +575,15 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         403,
         "the peer-reader token wrote a ServiceExport"
     );
+}
 
-    // --- The controller accepts the peer: an export in b is imported in a. ---
+/// The controller accepts the peer: an export in b is imported in a.
+async fn accepted(env: &mut Env) {
+    let a = &env.plane.clusters[0];
+    let admin_a = &env.admin_a;
+    let admin_b = &env.admin_b;
+    let t0 = env.t0;
+    let controller = env.controller.as_ref().expect("a's controller runs");
     controller.wait_ready(Duration::from_secs(60));
     Api::<Service>::namespaced(admin_b.clone(), "demo")
         .create(
@@ -494,8 +622,14 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         "imported through the added peer at {:.1} s",
         t0.elapsed().as_secs_f64()
     );
+}
 
-    // --- The same cluster under another name: refused, nothing written. ---
+/// The same cluster under another name: refused, nothing written.
+async fn duplicate(env: &mut Env) {
+    let dir = env.dir.path();
+    let admin_a = &env.admin_a;
+    let admin_b = &env.admin_b;
+    let first_token = token_secrets(admin_b, "cluster-a").await;
     let stderr = refused(
         dir,
         &[
@@ -515,10 +649,16 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         stderr.contains("Secrets peer-cluster-b and peer-b-again both name cluster cluster-b"),
         "{stderr}"
     );
-    assert_eq!(peer_secrets(&admin_a).await.len(), 1);
-    assert_eq!(token_secrets(&admin_b, "cluster-a").await, first_token);
+    assert_eq!(peer_secrets(admin_a).await.len(), 1);
+    assert_eq!(token_secrets(admin_b, "cluster-a").await, first_token);
+}
 
-    // --- A Secret the controller refuses shows as refused in `peer list`. ---
+/// A Secret the controller refuses shows as refused in `peer list`.
+async fn listed_refused(env: &mut Env) {
+    let a = &env.plane.clusters[0];
+    let dir = env.dir.path();
+    let admin_a = &env.admin_a;
+    let kubeconfig = kubeconfig_of(admin_a, "peer-cluster-b").await;
     let copy: Secret = serde_json::from_value(json!({
         "metadata": {"name": "peer-copy", "labels": {PEER_LABEL: "true"}},
         "stringData": {"kubeconfig": kubeconfig},
@@ -542,23 +682,14 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         .delete("peer-copy", &DeleteParams::default())
         .await
         .unwrap();
+}
 
-    // --- --token-ttl: checked before anything is written; a short one is
-    // what the token says. ---
-    let run = cli(
-        dir,
-        &[
-            "peer",
-            "add",
-            "--kubeconfig",
-            "a.kubeconfig",
-            "--peer-kubeconfig",
-            "b.kubeconfig",
-            "--token-ttl",
-            "5m",
-        ],
-    )
-    .await;
+/// --token-ttl: checked before anything is written; a short one is what the token says.
+async fn token_ttl(env: &mut Env) {
+    let dir = env.dir.path();
+    let admin_b = &env.admin_b;
+    let first_token = token_secrets(admin_b, "cluster-a").await;
+    let run = add_b_to_a(dir, &["--token-ttl", "5m"]).await;
     assert!(!run.ok, "a 5-minute token was accepted");
     assert!(
         run.stderr
@@ -567,24 +698,11 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         run.stderr
     );
     assert_eq!(
-        token_secrets(&admin_b, "cluster-a").await,
+        token_secrets(admin_b, "cluster-a").await,
         first_token,
         "written anyway"
     );
-    let run = cli(
-        dir,
-        &[
-            "peer",
-            "add",
-            "--kubeconfig",
-            "a.kubeconfig",
-            "--peer-kubeconfig",
-            "b.kubeconfig",
-            "--token-ttl",
-            "1h",
-        ],
-    )
-    .await;
+    let run = add_b_to_a(dir, &["--token-ttl", "1h"]).await;
     assert!(run.ok, "{}", run.stderr);
     let expires = entry(&list_json(dir, "a.kubeconfig").await, "peer-cluster-b")
         ["credential_expires_in_seconds"]
@@ -603,43 +721,40 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         "{}",
         table.stdout
     );
-    let first_token = token_secrets(&admin_b, "cluster-a").await;
-    let kubeconfig = kubeconfig_of(&admin_a, "peer-cluster-b").await;
-    let reader = client_from_yaml(&kubeconfig).await;
+}
 
-    // --- Re-running is idempotent and rotates the token. ---
+/// Re-running is idempotent and rotates the token.
+async fn rotation(env: &mut Env) {
+    let b = &env.plane.clusters[1];
+    let dir = env.dir.path();
+    let admin_a = &env.admin_a;
+    let admin_b = &env.admin_b;
+    let docs = documented_commands();
+    let first_token = token_secrets(admin_b, "cluster-a").await;
+    let kubeconfig = kubeconfig_of(admin_a, "peer-cluster-b").await;
+    let reader = client_from_yaml(&kubeconfig).await;
     run_doc(dir, &docs[0]).await;
-    let second_token = token_secrets(&admin_b, "cluster-a").await;
+    let second_token = token_secrets(admin_b, "cluster-a").await;
     assert_eq!(second_token.len(), 1, "{second_token:?}");
     assert_ne!(second_token, first_token, "no new token");
-    assert_eq!(peer_secrets(&admin_a).await.len(), 1);
-    let rotated = kubeconfig_of(&admin_a, "peer-cluster-b").await;
+    assert_eq!(peer_secrets(admin_a).await.len(), 1);
+    let rotated = kubeconfig_of(admin_a, "peer-cluster-b").await;
     assert_ne!(rotated, kubeconfig);
     b.wait_for("the old token revoked", WAIT, || revoked(&reader))
         .await;
     let new: Api<ServiceExport> = Api::all(client_from_yaml(&rotated).await);
     assert_eq!(code(new.list(&ListParams::default()).await), 200);
+}
 
-    // --- --peer-server: the address the controller uses, not the admin's
-    // (here one where nothing listens: `peer list` probes that address). ---
+/// --peer-server: the address the controller uses, not the admin's (here one where nothing listens: `peer list` probes that address).
+async fn peer_server(env: &mut Env) {
+    let dir = env.dir.path();
+    let admin_a = &env.admin_a;
     let elsewhere = format!("https://127.0.0.1:{}", controlplane::free_port());
-    let run = cli(
-        dir,
-        &[
-            "peer",
-            "add",
-            "--kubeconfig",
-            "a.kubeconfig",
-            "--peer-kubeconfig",
-            "b.kubeconfig",
-            "--peer-server",
-            &elsewhere,
-        ],
-    )
-    .await;
+    let run = add_b_to_a(dir, &["--peer-server", &elsewhere]).await;
     assert!(run.ok, "{}", run.stderr);
     assert!(
-        kubeconfig_of(&admin_a, "peer-cluster-b")
+        kubeconfig_of(admin_a, "peer-cluster-b")
             .await
             .contains(&elsewhere)
     );
@@ -651,24 +766,14 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         moved["cluster_id"], "cluster-b",
         "known from the annotation"
     );
+}
 
-    // --- --endpoint-cidr: checked before anything is written, recorded on
-    // the Secret, shown by `peer list` (table and JSON). ---
-    let before = kubeconfig_of(&admin_a, "peer-cluster-b").await;
-    let run = cli(
-        dir,
-        &[
-            "peer",
-            "add",
-            "--kubeconfig",
-            "a.kubeconfig",
-            "--peer-kubeconfig",
-            "b.kubeconfig",
-            "--endpoint-cidr",
-            "10.1.0.0",
-        ],
-    )
-    .await;
+/// --endpoint-cidr: checked before anything is written, recorded on the Secret, shown by `peer list` (table and JSON).
+async fn endpoint_cidrs(env: &mut Env) {
+    let dir = env.dir.path();
+    let admin_a = &env.admin_a;
+    let before = kubeconfig_of(admin_a, "peer-cluster-b").await;
+    let run = add_b_to_a(dir, &["--endpoint-cidr", "10.1.0.0"]).await;
     assert!(!run.ok, "a range without a prefix length was accepted");
     assert!(
         run.stderr
@@ -677,19 +782,13 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         run.stderr
     );
     assert_eq!(
-        kubeconfig_of(&admin_a, "peer-cluster-b").await,
+        kubeconfig_of(admin_a, "peer-cluster-b").await,
         before,
         "written anyway"
     );
-    let run = cli(
+    let run = add_b_to_a(
         dir,
         &[
-            "peer",
-            "add",
-            "--kubeconfig",
-            "a.kubeconfig",
-            "--peer-kubeconfig",
-            "b.kubeconfig",
             "--endpoint-cidr",
             "10.1.0.0/16",
             "--endpoint-cidr",
@@ -711,14 +810,22 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         "{}",
         table.stdout
     );
+}
 
-    // --- Back to the documented command: the controller reads b with the
-    // latest token (its Lease is renewed after it), the import never dropped. ---
+/// Back to the documented command: the controller reads b with the latest token (its Lease is renewed after it), the import never dropped.
+async fn latest_token(env: &mut Env) {
+    let a = &env.plane.clusters[0];
+    let b = &env.plane.clusters[1];
+    let dir = env.dir.path();
+    let admin_a = &env.admin_a;
+    let admin_b = &env.admin_b;
+    let docs = documented_commands();
+    let imports_a: Api<ServiceImport> = Api::namespaced(admin_a.clone(), "demo");
     run_doc(dir, &docs[0]).await;
     let rotated_at = k8s_openapi::jiff::Timestamp::now();
-    let rotated = kubeconfig_of(&admin_a, "peer-cluster-b").await;
+    let rotated = kubeconfig_of(admin_a, "peer-cluster-b").await;
     assert!(rotated.contains(&apiserver_url(b)));
-    assert_eq!(token_secrets(&admin_b, "cluster-a").await.len(), 1);
+    assert_eq!(token_secrets(admin_b, "cluster-a").await.len(), 1);
     a.wait_for(
         "the controller reads b with the latest token",
         WAIT,
@@ -747,8 +854,13 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         json!([]),
         "re-run without --endpoint-cidr: the ranges are cleared"
     );
+}
 
-    // --- `peer list`, table and JSON, as documented. ---
+/// `peer list`, table and JSON, as documented.
+async fn list_as_documented(env: &mut Env) {
+    let b = &env.plane.clusters[1];
+    let dir = env.dir.path();
+    let docs = documented_commands();
     let table = run_doc(dir, &docs[2]).await;
     let lines: Vec<&str> = table.lines().collect();
     let words = |line: &str| {
@@ -777,12 +889,22 @@ async fn peer_add_list_remove_against_two_member_clusters() {
     assert_eq!(entry_b["cluster_id"], "cluster-b");
     assert_eq!(entry_b["clusterset"], CLUSTERSET);
     assert!(entry_b["last_seen_seconds_ago"].as_i64().unwrap() < 120);
+}
 
-    // --- `peer remove --revoke`: the Secret, the token and the import go. ---
+/// `peer remove --revoke`: the Secret, the token and the import go.
+async fn remove_revoke(env: &mut Env) {
+    let a = &env.plane.clusters[0];
+    let b = &env.plane.clusters[1];
+    let dir = env.dir.path();
+    let admin_a = &env.admin_a;
+    let admin_b = &env.admin_b;
+    let docs = documented_commands();
+    let imports_a: Api<ServiceImport> = Api::namespaced(admin_a.clone(), "demo");
+    let rotated = kubeconfig_of(admin_a, "peer-cluster-b").await;
     let out = run_doc(dir, &docs[4]).await;
     assert!(out.contains("deleted (revoked)"), "{out}");
-    assert!(peer_secrets(&admin_a).await.is_empty());
-    assert!(token_secrets(&admin_b, "cluster-a").await.is_empty());
+    assert!(peer_secrets(admin_a).await.is_empty());
+    assert!(token_secrets(admin_b, "cluster-a").await.is_empty());
     let last = client_from_yaml(&rotated).await;
     b.wait_for("the last token revoked", WAIT, || revoked(&last))
         .await;
@@ -812,12 +934,17 @@ async fn peer_add_list_remove_against_two_member_clusters() {
         "{}",
         run.stderr
     );
+}
 
-    // --- A peer that is down is listed as unhealthy, its id still known. ---
-    drop(controller);
+/// A peer that is down is listed as unhealthy, its id still known.
+async fn down(env: &mut Env) {
+    let dir = env.dir.path().to_owned();
+    let dir = dir.as_path();
+    let t0 = env.t0;
+    drop(env.controller.take());
     let list = list_json(dir, "b.kubeconfig").await;
     assert_eq!(entry(&list, "peer-cluster-a")["healthy"], true, "{list:?}");
-    plane.apiservers[0].stop();
+    env.plane.apiservers[0].stop();
     let list = list_json(dir, "b.kubeconfig").await;
     let down = entry(&list, "peer-cluster-a");
     assert_eq!(down["healthy"], false, "{down}");
