@@ -310,8 +310,27 @@ fn main() {
     let runtime = trials::runtime();
     let behaviours: Vec<(&str, trials::Behaviour<Clusterset>)> = vec![
         (
-            "a_clusterset_ip_export_is_imported_resolved_scaled_and_removed_everywhere",
-            |cs| Box::pin(clusterset_ip_service(cs)),
+            "a_clusterset_ip_export_is_imported_ready_with_its_endpoints_everywhere",
+            |cs| Box::pin(clusterset_ip_imported(cs)),
+        ),
+        (
+            "its_derived_service_is_selectorless_owned_and_holds_each_clusters_vip",
+            |cs| Box::pin(clusterset_ip_derived_service(cs)),
+        ),
+        (
+            "its_imported_slices_carry_the_derived_name_and_our_manager_only",
+            |cs| Box::pin(clusterset_ip_slices_labelled(cs)),
+        ),
+        (
+            "its_name_resolves_to_the_clusters_vip_and_the_export_is_valid_and_ready",
+            |cs| Box::pin(clusterset_ip_resolved(cs)),
+        ),
+        ("scaling_its_source_moves_the_endpoints_everywhere", |cs| {
+            Box::pin(clusterset_ip_scaled(cs))
+        }),
+        (
+            "unexporting_it_removes_the_import_its_slices_and_the_name_everywhere",
+            |cs| Box::pin(clusterset_ip_unexported(cs)),
         ),
         ("headless_per_pod_names_resolve_for_every_exporter", |cs| {
             Box::pin(headless_service(cs))
@@ -1044,13 +1063,17 @@ async fn merges(cs: &Clusterset) {
     .await;
 }
 
-/// A1, A4, A5, A13, A14, B1, B3: a Deployment and Service exported from
-/// cluster0 become a ServiceImport with a clusterset IP and the pods'
-/// endpoints in every cluster; scaling moves the endpoints everywhere;
-/// unexporting removes everything within conformance's 20 s.
-async fn clusterset_ip_service(cs: &Clusterset) {
-    let (members, dns) = (&cs.members(), &cs.dns);
-    let ns = "web";
+/// The namespace of the ClusterSetIP trials below, which run in this
+/// order, each from where the one before left: exported from cluster0,
+/// imported everywhere, scaled, unexported.
+const WEB: &str = "web";
+
+/// A1, A4, A5, A14: a Deployment and Service exported from cluster0 become
+/// a ready ServiceImport with a clusterset IP per family, the Service's
+/// port, cluster0 as the exporter and the pods' endpoints in every cluster.
+async fn clusterset_ip_imported(cs: &Clusterset) {
+    let members = &cs.members();
+    let ns = WEB;
     for m in members {
         create_namespace(&m.client, ns).await;
     }
@@ -1136,9 +1159,20 @@ async fn clusterset_ip_service(cs: &Clusterset) {
             status.endpoint_slice_objects,
             Some(clusterset_dns::api::EndpointSliceObjects::Present)
         );
+    }
+}
 
-        // B1: the derived Service carries the clusterset IP.
-        let derived_name = clusterset_dns::controller::naming::derived_service_name(ns, "web");
+/// B1: in every cluster, the derived Service of the import is selector-less,
+/// owned by the ServiceImport, and its cluster IPs are the import's, from
+/// that cluster's Service CIDR.
+async fn clusterset_ip_derived_service(cs: &Clusterset) {
+    let ns = WEB;
+    let derived_name = clusterset_dns::controller::naming::derived_service_name(ns, "web");
+    for m in &cs.members() {
+        let spec = import(&m.client, ns, "web")
+            .await
+            .expect("imported by the trial before")
+            .spec;
         let derived = Api::<Service>::namespaced(m.client.clone(), ns)
             .get(&derived_name)
             .await
@@ -1161,9 +1195,23 @@ async fn clusterset_ip_service(cs: &Clusterset) {
             "{}: the VIP is this cluster's",
             m.id()
         );
+    }
+}
 
-        // A13, B3: MCS slices carry the labels from creation.
-        for slice in mcs_slices(&m.client, ns, "web").await {
+/// A13, B3: the imported slices carry the derived Service's name and our
+/// managed-by label from creation, and none of the source's references to
+/// its pods and nodes.
+async fn clusterset_ip_slices_labelled(cs: &Clusterset) {
+    let ns = WEB;
+    let derived_name = clusterset_dns::controller::naming::derived_service_name(ns, "web");
+    for m in &cs.members() {
+        let slices = mcs_slices(&m.client, ns, "web").await;
+        assert!(
+            !slices.is_empty(),
+            "{}: imported by the trial before",
+            m.id()
+        );
+        for slice in slices {
             let labels = slice.metadata.labels.unwrap();
             assert_eq!(
                 labels.get("kubernetes.io/service-name"),
@@ -1184,8 +1232,15 @@ async fn clusterset_ip_service(cs: &Clusterset) {
             );
         }
     }
-    // End to end: cluster1's clusterset-dns answers with cluster1's VIP.
-    let b = &members[1];
+}
+
+/// End to end: cluster1's clusterset-dns answers the name with cluster1's
+/// VIP, and the exporting cluster's ServiceExport is Valid, Ready and
+/// without conflict.
+async fn clusterset_ip_resolved(cs: &Clusterset) {
+    let (members, dns) = (&cs.members(), &cs.dns);
+    let ns = WEB;
+    let (a, b) = (&members[0], &members[1]);
     let vip = import(&b.client, ns, "web").await.unwrap().spec.ips;
     let vip4 = v4(&vip);
     b.cluster
@@ -1217,8 +1272,13 @@ async fn clusterset_ip_service(cs: &Clusterset) {
             "{type_}"
         );
     }
+}
 
-    // Scale 2 → 3: cluster2's imported endpoints follow.
+/// A5: scaling the source 2 → 3 moves the imported endpoints in cluster2.
+async fn clusterset_ip_scaled(cs: &Clusterset) {
+    let members = &cs.members();
+    let ns = WEB;
+    let a = &members[0];
     Api::<Deployment>::namespaced(a.client.clone(), ns)
         .patch(
             "web",
@@ -1242,9 +1302,14 @@ async fn clusterset_ip_service(cs: &Clusterset) {
             }
         })
         .await;
+}
 
-    // Unexport: gone everywhere, the name included.
-    unexport(&a.client, ns, "web").await;
+/// A1, A13: unexported, the import, its slices and the name are gone
+/// everywhere within conformance's 20 s.
+async fn clusterset_ip_unexported(cs: &Clusterset) {
+    let (members, dns) = (&cs.members(), &cs.dns);
+    let ns = WEB;
+    unexport(&members[0].client, ns, "web").await;
     for m in members {
         m.cluster
             .wait_for("ServiceImport and slices removed", WAIT, || async {
@@ -1262,7 +1327,8 @@ async fn clusterset_ip_service(cs: &Clusterset) {
             })
             .await;
     }
-    b.cluster
+    members[1]
+        .cluster
         .wait_for("web.web.svc.clusterset.local gone", WAIT, || async {
             let got = resolve(dns, "web.web.svc.clusterset.local.", RecordType::A).await;
             if got.is_empty() {
