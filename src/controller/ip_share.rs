@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use super::cluster::LocalData;
+use super::ownership::Kind;
 use super::ownership::owns;
-use super::reconcile::Kind;
 use crate::api::ServiceImportType;
 
 /// Reason of an import refused for the share (`peer_objects_rejected_total`,

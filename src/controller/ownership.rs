@@ -18,10 +18,54 @@ use kube::Resource;
 
 use super::cluster::is_ours;
 use super::publication::PUBLISHED_BY;
-use super::reconcile::Kind;
 use crate::api::ServiceImport;
 use crate::api::well_known::LABEL_MANAGED_BY;
 use crate::model::ServiceRef;
+
+/// The kinds the controller writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// `multicluster.x-k8s.io` ServiceImport.
+    ServiceImport,
+    /// ServiceImport status.
+    ServiceImportStatus,
+    /// A derived Service.
+    Service,
+    /// An MCS EndpointSlice.
+    EndpointSlice,
+    /// ServiceExport status.
+    ServiceExportStatus,
+    /// A PublishedService (this cluster's publication).
+    PublishedService,
+    /// A published EndpointSlice (this cluster's publication).
+    PublishedSlice,
+}
+
+impl Kind {
+    /// The object kind, as Kubernetes names it.
+    pub fn object_kind(self) -> &'static str {
+        match self {
+            Self::ServiceImport | Self::ServiceImportStatus => "ServiceImport",
+            Self::Service => "Service",
+            Self::EndpointSlice | Self::PublishedSlice => "EndpointSlice",
+            Self::ServiceExportStatus => "ServiceExport",
+            Self::PublishedService => "PublishedService",
+        }
+    }
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ServiceImport => "serviceimport",
+            Self::ServiceImportStatus => "serviceimport_status",
+            Self::Service => "service",
+            Self::EndpointSlice => "endpointslice",
+            Self::ServiceExportStatus => "serviceexport_status",
+            Self::PublishedService => "publishedservice",
+            Self::PublishedSlice => "published_endpointslice",
+        }
+    }
+}
 
 /// Reason of a write refused because an object not ours holds the name
 /// (`clusterset_dns_controller_refused_total{reason}`, the Event's reason

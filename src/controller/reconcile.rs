@@ -35,6 +35,7 @@ use super::merge::{ExportedService, Invalid, Merged, merge, project};
 pub use super::namespaces::NamespaceFilter;
 use super::namespaces::reason as namespace_reason;
 use super::naming::derived_service_name;
+pub use super::ownership::Kind;
 use super::ownership::{NOT_OURS, claim, owns};
 use crate::api::locality::Locality;
 use crate::api::{
@@ -136,51 +137,6 @@ pub enum Write {
         /// Its uid (a precondition: never delete a newer object).
         uid: Option<String>,
     },
-}
-
-/// The kinds the controller writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
-    /// `multicluster.x-k8s.io` ServiceImport.
-    ServiceImport,
-    /// ServiceImport status.
-    ServiceImportStatus,
-    /// A derived Service.
-    Service,
-    /// An MCS EndpointSlice.
-    EndpointSlice,
-    /// ServiceExport status.
-    ServiceExportStatus,
-    /// A PublishedService (this cluster's publication).
-    PublishedService,
-    /// A published EndpointSlice (this cluster's publication).
-    PublishedSlice,
-}
-
-impl Kind {
-    /// The object kind, as Kubernetes names it.
-    pub fn object_kind(self) -> &'static str {
-        match self {
-            Self::ServiceImport | Self::ServiceImportStatus => "ServiceImport",
-            Self::Service => "Service",
-            Self::EndpointSlice | Self::PublishedSlice => "EndpointSlice",
-            Self::ServiceExportStatus => "ServiceExport",
-            Self::PublishedService => "PublishedService",
-        }
-    }
-
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ServiceImport => "serviceimport",
-            Self::ServiceImportStatus => "serviceimport_status",
-            Self::Service => "service",
-            Self::EndpointSlice => "endpointslice",
-            Self::ServiceExportStatus => "serviceexport_status",
-            Self::PublishedService => "publishedservice",
-            Self::PublishedSlice => "published_endpointslice",
-        }
-    }
 }
 
 impl Write {
