@@ -177,6 +177,18 @@ where
     })
 }
 
+/// An object of kind `K` that is only a name: what a viewer forwards as
+/// deleted when a peer's published object stops being valid or moves.
+fn tombstone<K: kube::Resource + Default>(namespace: &str, name: &str) -> Lean<K> {
+    let mut object = K::default();
+    *object.meta_mut() = ObjectMeta {
+        namespace: Some(namespace.to_owned()),
+        name: Some(name.to_owned()),
+        ..ObjectMeta::default()
+    };
+    Lean::new(object)
+}
+
 /// Forwards a peer's published kind as the kind a previous release's
 /// watch delivered, through a [`Viewer`]: an object that does not pass is
 /// left out (deleted, if it passed before) and reported as
@@ -343,16 +355,7 @@ pub fn connect(
                             |published: Lean<PublishedService>| {
                                 publication::service_view(&published.0).map(Lean::new)
                             },
-                            |namespace, name| {
-                                Lean::new(Service {
-                                    metadata: ObjectMeta {
-                                        namespace: Some(namespace.to_owned()),
-                                        name: Some(name.to_owned()),
-                                        ..ObjectMeta::default()
-                                    },
-                                    ..Service::default()
-                                })
-                            },
+                            tombstone::<Service>,
                         ),
                         WatchEvent::Services,
                         reports.clone(),
@@ -370,16 +373,7 @@ pub fn connect(
                             |slice: Lean<EndpointSlice>| {
                                 publication::slice_view(slice.0).map(Lean::new)
                             },
-                            |namespace, name| {
-                                Lean::new(EndpointSlice {
-                                    metadata: ObjectMeta {
-                                        namespace: Some(namespace.to_owned()),
-                                        name: Some(name.to_owned()),
-                                        ..ObjectMeta::default()
-                                    },
-                                    ..EndpointSlice::default()
-                                })
-                            },
+                            tombstone::<EndpointSlice>,
                         ),
                         WatchEvent::McsSlices,
                         reports.clone(),
