@@ -73,19 +73,6 @@ pub struct PublishedServiceSpec {
     pub ip_families: Vec<String>,
 }
 
-/// One port of a published Service.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PublishedPort {
-    /// The port's name (required when the Service has several).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    /// `TCP`, `UDP` or `SCTP`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub protocol: Option<String>,
-    /// The application protocol.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub app_protocol: Option<String>,
-    /// The port number.
-    pub port: i32,
-}
+/// One port of a published Service: the fields an imported port has
+/// ([`super::ServicePort`]), so the merge copies it as it is.
+pub type PublishedPort = super::ServicePort;

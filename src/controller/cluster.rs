@@ -538,6 +538,7 @@ objects_store!(ServiceExport);
 objects_store!(Service);
 objects_store!(EndpointSlice);
 objects_store!(ServiceImport);
+objects_store!(crate::api::PublishedService);
 
 impl IndexResource<Namespace> for LocalData {
     type Listed = (String, BTreeMap<String, String>);

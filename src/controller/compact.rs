@@ -35,9 +35,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::api::stripped::ControllerMeta;
 use crate::api::{
-    ServiceExport, ServiceExportSpec, ServiceExportStatus, ServiceImport, ServiceImportSpec,
-    ServiceImportStatus,
+    PublishedService, PublishedServiceSpec, ServiceExport, ServiceExportSpec, ServiceExportStatus,
+    ServiceImport, ServiceImportSpec, ServiceImportStatus,
 };
 use crate::at_rest::OneOrMany;
 
@@ -210,7 +211,9 @@ pub struct RestMeta {
 
 impl RestMeta {
     fn new(meta: ObjectMeta, strings: &mut Interner) -> Self {
-        let ObjectMeta {
+        // Whole, without `..`: a field the watches start to keep is a
+        // compile error here until it is kept at rest too.
+        let ControllerMeta {
             name,
             namespace,
             uid,
@@ -221,8 +224,7 @@ impl RestMeta {
             labels,
             annotations,
             owner_references,
-            ..
-        } = meta;
+        } = ControllerMeta::from(meta);
         Self {
             uid: uid.map(Token::new),
             resource_version: resource_version.map(Token::new),
@@ -579,6 +581,30 @@ impl Compact for ServiceImport {
         import.metadata = rest.meta.expand(namespace, name);
         import.status = rest.status.as_ref().map(Json::get);
         import
+    }
+}
+
+/// A PublishedService at rest.
+#[derive(Debug)]
+pub struct RestPublished {
+    meta: RestMeta,
+    spec: Json<PublishedServiceSpec>,
+}
+
+impl Compact for PublishedService {
+    type Rest = RestPublished;
+
+    fn compact(self, strings: &mut Interner) -> RestPublished {
+        RestPublished {
+            meta: RestMeta::new(self.metadata, strings),
+            spec: Json::new(&self.spec),
+        }
+    }
+
+    fn expand(rest: &RestPublished, namespace: &str, name: &str) -> Self {
+        let mut published = PublishedService::new(name, rest.spec.get());
+        published.metadata = rest.meta.expand(namespace, name);
+        published
     }
 }
 

@@ -51,10 +51,9 @@ pub enum ClusterKey {
     },
 }
 
-/// A watch event of one kind.
+/// A watch event of one kind. Large (a decoded object inline): it crosses
+/// the reports channel boxed ([`Report::Watch`]).
 #[derive(Debug)]
-// Events move once through the channel; boxing would add an allocation per
-// event for nothing.
 #[allow(clippy::large_enum_variant)]
 pub enum WatchEvent {
     /// ServiceExports.
@@ -80,19 +79,20 @@ pub enum WatchEvent {
     PublishedSlices(Result<WatcherEvent<Lean<EndpointSlice>>, watcher::Error>),
 }
 
-/// What a cluster task reports.
+/// What a cluster task reports. Small, so that the slots of a full
+/// reports channel cost little (docs/benchmarks-controller.md, "Where the
+/// peak went").
 #[derive(Debug)]
-#[allow(clippy::large_enum_variant)] // as for WatchEvent
 pub enum Report {
     /// A watch event.
-    Watch(ClusterKey, WatchEvent),
+    Watch(ClusterKey, Box<WatchEvent>),
     /// A peer's liveness probe result.
     Probe(ClusterKey, Result<(), String>),
     /// A peer's probe found it answering with another cluster id than the
     /// one its watches were started for.
     Identity(ClusterKey, peering::Identity),
     /// A peer Secret changed (local cluster).
-    Secrets(Result<WatcherEvent<k8s_openapi::api::core::v1::Secret>, watcher::Error>),
+    Secrets(Box<Result<WatcherEvent<k8s_openapi::api::core::v1::Secret>, watcher::Error>>),
     /// A peer's probe found its publication in another form than the one
     /// its watches read (the peer was upgraded, or rolled back).
     FormChanged(ClusterKey, Form),
@@ -167,7 +167,7 @@ where
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             if reports
-                .send(Report::Watch(key.clone(), wrap(event)))
+                .send(Report::Watch(key.clone(), Box::new(wrap(event))))
                 .await
                 .is_err()
             {
@@ -213,7 +213,7 @@ where
                 Ok(event) => viewer.event(event),
                 Err(error) => {
                     if reports
-                        .send(Report::Watch(key.clone(), wrap(Err(error))))
+                        .send(Report::Watch(key.clone(), Box::new(wrap(Err(error)))))
                         .await
                         .is_err()
                     {
@@ -237,7 +237,7 @@ where
             }
             for event in viewed.events {
                 if reports
-                    .send(Report::Watch(key.clone(), wrap(Ok(event))))
+                    .send(Report::Watch(key.clone(), Box::new(wrap(Ok(event)))))
                     .await
                     .is_err()
                 {
@@ -248,6 +248,13 @@ where
     })
 }
 
+/// Objects per list page. A page is decoded whole before its first object
+/// is handed on, and at most one page per watch waits behind a full
+/// reports channel: 500 (the Kubernetes default) keeps that transient
+/// memory a tenth of what 5,000 took, for one more round trip per 500
+/// objects listed.
+pub const LIST_PAGE: u32 = 500;
+
 /// Starts the watches of one cluster.
 pub fn connect(
     client: Client,
@@ -255,7 +262,7 @@ pub fn connect(
     scope: Scope,
     reports: mpsc::Sender<Report>,
 ) -> Connection {
-    let all = watcher::Config::default().page_size(5_000);
+    let all = watcher::Config::default().page_size(LIST_PAGE);
     let ours = format!("{LABEL_MANAGED_BY}={MANAGED_BY}");
     let mut tasks = vec![forward(
         key.clone(),

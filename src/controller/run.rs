@@ -45,6 +45,15 @@ mod peer_io;
 /// How often this cluster's ClusterProperties are read again.
 const IDENTITY_CHECK: Duration = Duration::from_secs(30);
 
+/// How many reports may wait for the loop. Each holds a decoded object
+/// (a 10-endpoint slice is about 5 KB before it is compacted), and while a
+/// cycle writes, the watches fill the queue: with 4,096, the heap profile
+/// at 1,000 exports per cluster found 6.3 MB in the queue's slots and
+/// 8.5 MB in objects the watch tasks held at the peak
+/// (docs/benchmarks-controller.md, "Where the peak went").
+/// A watch whose report does not fit waits; nothing is dropped.
+const REPORTS_QUEUED: usize = 512;
+
 /// How many writes run at once.
 const WRITE_CONCURRENCY: usize = 16;
 
@@ -218,7 +227,7 @@ impl Controller {
             grace: settings.grace,
             limits: settings.peer_limits,
         };
-        let (reports_tx, reports) = mpsc::channel(4096);
+        let (reports_tx, reports) = mpsc::channel(REPORTS_QUEUED);
         let (identities_tx, identities) = mpsc::channel(64);
         let local_connection = connect(
             client.clone(),
@@ -238,7 +247,11 @@ impl Controller {
         let secret_task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(secret_stream);
             while let Some(event) = stream.next().await {
-                if secret_tx.send(Report::Secrets(event)).await.is_err() {
+                if secret_tx
+                    .send(Report::Secrets(Box::new(event)))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -348,7 +361,7 @@ impl Controller {
         match report {
             Report::Watch(ClusterKey::Local, event) => {
                 let w = &mut self.local_watches;
-                let outcome = match event {
+                let outcome = match *event {
                     WatchEvent::Exports(e) => w.exports.handle(&mut self.local.exports, e, now),
                     WatchEvent::Services(e) => w.services.handle(&mut self.local.services, e, now),
                     WatchEvent::McsSlices(e) => {
@@ -391,7 +404,7 @@ impl Controller {
                 self.step(Input::Watch {
                     secret,
                     generation,
-                    event,
+                    event: *event,
                 });
             }
             Report::Probe(ClusterKey::Peer { secret, generation }, result) => {
@@ -421,7 +434,7 @@ impl Controller {
             Report::Probe(ClusterKey::Local, _)
             | Report::Identity(ClusterKey::Local, _)
             | Report::FormChanged(ClusterKey::Local, _) => {}
-            Report::Secrets(event) => self.secrets(event),
+            Report::Secrets(event) => self.secrets(*event),
         }
     }
 

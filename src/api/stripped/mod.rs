@@ -118,22 +118,65 @@ impl From<DnsMeta> for ObjectMeta {
     }
 }
 
-/// Metadata the controller reads: everything but `managedFields`,
-/// finalizers and the like; annotations as `A` says.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ControllerMeta<A> {
-    name: Option<String>,
-    namespace: Option<String>,
-    uid: Option<String>,
-    resource_version: Option<String>,
-    generation: Option<i64>,
-    creation_timestamp: Option<Time>,
-    deletion_timestamp: Option<Time>,
-    labels: Option<BTreeMap<String, String>>,
-    #[serde(default)]
-    annotations: A,
-    owner_references: Option<Vec<OwnerReference>>,
+/// Writes [`ControllerMeta`] and its conversions to and from `ObjectMeta`
+/// from one list of the metadata fields the controller keeps besides its
+/// annotations, so that the decoding here and the stores' at-rest form
+/// (`controller::compact`, which destructures a `ControllerMeta` whole)
+/// cannot keep different fields.
+macro_rules! controller_meta {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty,)*) => {
+        /// Metadata the controller reads: everything but `managedFields`,
+        /// finalizers and the like; annotations as `A` says.
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        pub struct ControllerMeta<A> {
+            $($(#[$doc])* pub $field: Option<$ty>,)*
+            /// Its annotations, kept or skipped.
+            #[serde(default)]
+            pub annotations: A,
+        }
+
+        impl<A: Into<KeptAnnotations>> From<ControllerMeta<A>> for ObjectMeta {
+            fn from(meta: ControllerMeta<A>) -> Self {
+                ObjectMeta {
+                    $($field: meta.$field,)*
+                    annotations: meta.annotations.into(),
+                    ..ObjectMeta::default()
+                }
+            }
+        }
+
+        impl From<ObjectMeta> for ControllerMeta<KeptAnnotations> {
+            /// What the controller keeps of `meta`.
+            fn from(meta: ObjectMeta) -> Self {
+                ControllerMeta {
+                    $($field: meta.$field,)*
+                    annotations: meta.annotations,
+                }
+            }
+        }
+    };
+}
+
+controller_meta! {
+    /// The name.
+    name: String,
+    /// The namespace.
+    namespace: String,
+    /// The UID.
+    uid: String,
+    /// The resource version.
+    resource_version: String,
+    /// The generation.
+    generation: i64,
+    /// When it was created.
+    creation_timestamp: Time,
+    /// When its deletion was asked for.
+    deletion_timestamp: Time,
+    /// Its labels.
+    labels: BTreeMap<String, String>,
+    /// Its owners.
+    owner_references: Vec<OwnerReference>,
 }
 
 /// Annotations kept.
@@ -153,36 +196,6 @@ impl<'de> Deserialize<'de> for SkippedAnnotations {
 impl From<SkippedAnnotations> for KeptAnnotations {
     fn from(_: SkippedAnnotations) -> Self {
         None
-    }
-}
-
-impl<A: Into<KeptAnnotations>> From<ControllerMeta<A>> for ObjectMeta {
-    fn from(meta: ControllerMeta<A>) -> Self {
-        let ControllerMeta {
-            name,
-            namespace,
-            uid,
-            resource_version,
-            generation,
-            creation_timestamp,
-            deletion_timestamp,
-            labels,
-            annotations,
-            owner_references,
-        } = meta;
-        ObjectMeta {
-            name,
-            namespace,
-            uid,
-            resource_version,
-            generation,
-            creation_timestamp,
-            deletion_timestamp,
-            labels,
-            annotations: annotations.into(),
-            owner_references,
-            ..ObjectMeta::default()
-        }
     }
 }
 

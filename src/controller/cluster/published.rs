@@ -6,40 +6,38 @@
 //! [`Objects::of`] finds them; a write or delete puts them back in the
 //! controller's namespace.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 
 use super::{Listed, Objects, Touched, mcs_slice_owner};
 use crate::api::PublishedService;
+use crate::controller::compact::Compact;
 use crate::controller::lean::Lean;
 use crate::controller::publication::{service_of_name, service_of_slice};
 use crate::model::ServiceRef;
 use crate::watch::IndexResource;
 
-/// This cluster's publication.
+/// This cluster's publication, held compacted as every other store is,
+/// each object under its service's namespace.
 #[derive(Debug)]
 pub struct Published {
-    services: BTreeMap<ServiceRef, PublishedService>,
+    services: Objects<PublishedService>,
     slices: Objects<EndpointSlice>,
-    touched: Touched,
 }
 
 impl Default for Published {
     fn default() -> Self {
         Self {
-            services: BTreeMap::new(),
+            services: Objects::new(|published| service_of_name(&published.name_any())),
             slices: Objects::new(mcs_slice_owner),
-            touched: Touched::default(),
         }
     }
 }
 
 impl Published {
     /// The PublishedService of `service`.
-    pub fn service(&self, service: &ServiceRef) -> Option<&PublishedService> {
-        self.services.get(service)
+    pub fn service(&self, service: &ServiceRef) -> Option<PublishedService> {
+        self.services.of(service).next()
     }
 
     /// The published slices of `service`, in its namespace.
@@ -49,35 +47,37 @@ impl Published {
 
     /// Every service something is published for.
     pub fn services(&self) -> impl Iterator<Item = &ServiceRef> {
-        self.services.keys().chain(self.slices.services())
+        self.services.services().chain(self.slices.services())
     }
 
     /// The services whose publication changed since the last call.
     pub fn take_touched(&mut self) -> Touched {
-        let mut touched = std::mem::take(&mut self.touched);
+        let mut touched = self.services.take_touched();
         touched.merge(self.slices.take_touched());
         touched
     }
 
     /// Forgets a PublishedService deleted by our own write.
     pub fn forget_service(&mut self, name: &str) {
-        if let Some(service) = service_of_name(name) {
-            self.services.remove(&service);
-        }
+        forget_named(&mut self.services, name);
     }
 
     /// Forgets a published slice deleted by our own write (named as in the
     /// controller's namespace; held here under its service's).
     pub fn forget_slice(&mut self, name: &str) {
-        let home = self
-            .slices
-            .by_name
-            .iter()
-            .find(|(_, objects)| objects.contains_key(name))
-            .map(|(namespace, _)| namespace.clone());
-        if let Some(namespace) = home {
-            self.slices.forget(&namespace, name);
-        }
+        forget_named(&mut self.slices, name);
+    }
+}
+
+/// Forgets the object named `name`, in whichever namespace it is held.
+fn forget_named<K: Compact + kube::Resource>(objects: &mut Objects<K>, name: &str) {
+    let home = objects
+        .by_name
+        .iter()
+        .find(|(_, objects)| objects.contains_key(name))
+        .map(|(namespace, _)| namespace.clone());
+    if let Some(namespace) = home {
+        objects.forget(&namespace, name);
     }
 }
 
@@ -90,35 +90,39 @@ fn at_home(slice: Lean<EndpointSlice>) -> Option<Lean<EndpointSlice>> {
     Some(Lean::new(slice))
 }
 
+/// A PublishedService moved to its service's namespace; `None` when its
+/// name names no valid service.
+fn service_at_home(published: Lean<PublishedService>) -> Option<Lean<PublishedService>> {
+    let mut published = published.0;
+    let service = service_of_name(&published.name_any())?;
+    published.metadata.namespace = Some(service.namespace.to_string());
+    Some(Lean::new(published))
+}
+
 impl IndexResource<Lean<PublishedService>> for Published {
-    type Listed = (ServiceRef, PublishedService);
+    type Listed = Listed<PublishedService>;
 
     fn apply(&mut self, object: Lean<PublishedService>) {
-        if let Some((service, object)) = self.listed(object) {
-            self.touched.services.insert(service.clone());
-            self.services.insert(service, object);
+        if let Some(object) = service_at_home(object) {
+            IndexResource::<Lean<PublishedService>>::apply(&mut self.services, object);
         }
     }
 
     fn delete(&mut self, object: Lean<PublishedService>) {
-        if let Some(service) = service_of_name(&object.0.name_any()) {
-            self.services.remove(&service);
-            self.touched.services.insert(service);
+        if let Some(object) = service_at_home(object) {
+            IndexResource::<Lean<PublishedService>>::delete(&mut self.services, object);
         }
     }
 
     fn listed(&mut self, object: Lean<PublishedService>) -> Option<Self::Listed> {
-        let service = service_of_name(&object.0.name_any())?;
-        Some((service, object.0))
+        IndexResource::<Lean<PublishedService>>::listed(
+            &mut self.services,
+            service_at_home(object)?,
+        )
     }
 
     fn reset(&mut self, listed: Vec<Self::Listed>) {
-        let before = std::mem::take(&mut self.services);
-        self.touched.services.extend(before.into_keys());
-        for (service, object) in listed {
-            self.touched.services.insert(service.clone());
-            self.services.insert(service, object);
-        }
+        IndexResource::<Lean<PublishedService>>::reset(&mut self.services, listed);
     }
 }
 

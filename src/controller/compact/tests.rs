@@ -220,6 +220,31 @@ fn services_exports_and_imports_expand_to_what_the_watch_decoded() {
 }
 
 #[test]
+fn a_published_service_expands_to_what_the_watch_decoded() {
+    let mut published = PublishedService::new(
+        "shop.web",
+        PublishedServiceSpec {
+            namespace: "shop".into(),
+            name: "web".into(),
+            headless: true,
+            ports: vec![crate::api::PublishedPort {
+                name: Some("http".into()),
+                protocol: Some("TCP".into()),
+                app_protocol: None,
+                port: 80,
+            }],
+            session_affinity_timeout_seconds: Some(30),
+            ip_families: vec!["IPv4".into()],
+            ..PublishedServiceSpec::default()
+        },
+    );
+    published.metadata = meta("shop.web");
+    let (lean, expanded) = round_trip(&published);
+    assert_eq!(expanded, lean);
+    assert_eq!(expanded.spec.ports[0].name.as_deref(), Some("http"));
+}
+
+#[test]
 fn the_interner_shares_and_sweeps() {
     let mut strings = Interner::default();
     let a = strings.intern("zone-a");

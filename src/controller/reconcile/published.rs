@@ -40,7 +40,7 @@ pub(super) fn writes(inputs: &Inputs<'_>, service: &ServiceRef) -> Vec<Write> {
             writes.push(Write::PublishedSlice(Box::new(slice)));
         }
     }
-    match (desired_service, live_service) {
+    match (desired_service, live_service.as_ref()) {
         (Some(mut object), live) if differs(&object, live) => {
             claim(&mut object, live);
             writes.push(Write::Published(Box::new(object)));

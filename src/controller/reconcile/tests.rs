@@ -317,10 +317,20 @@ fn a_local_export_is_published_for_peers_and_withdrawn_with_it() {
     use crate::controller::publication::{PUBLISHED_BY, service_view, slice_view};
     let mut world = World::new();
     local_export(&mut world);
-    world.converge("web", 5);
+    let writes = world.converge("web", 5);
+    // Written into the controller's namespace (held by the store under
+    // the service's, as published slices are).
+    let written = writes
+        .iter()
+        .find_map(|write| match write {
+            Write::Published(published) => Some(published),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(written.metadata.namespace.as_deref(), Some(PUBLISH_NS));
+    assert_eq!(written.metadata.name.as_deref(), Some("demo.web"));
     let web = ServiceRef::new(NS, "web");
-    let published = world.local_only.published.service(&web).cloned().unwrap();
-    assert_eq!(published.metadata.namespace.as_deref(), Some(PUBLISH_NS));
+    let published = world.local_only.published.service(&web).unwrap();
     assert_eq!(published.metadata.name.as_deref(), Some("demo.web"));
     // What a peer reads back is this cluster's Service as the merge reads
     // it: the same projection as the Service itself.
