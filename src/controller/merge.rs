@@ -609,3 +609,29 @@ fn clip(mut value: String) -> String {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+impl ExportedService {
+    /// A ClusterIP IPv4 export of one `tcp/TCP/42` port with every default,
+    /// created `secs` seconds after a fixed instant: the tests' base export.
+    pub(crate) fn example(cluster: &str, secs: i64) -> Self {
+        ExportedService {
+            cluster: cluster.into(),
+            created: Timestamp::from_second(1_700_000_000 + secs).unwrap(),
+            headless: false,
+            ports: vec![ServicePort {
+                name: Some("tcp".into()),
+                protocol: Some("TCP".into()),
+                app_protocol: None,
+                port: 42,
+            }],
+            session_affinity: "None".into(),
+            session_affinity_config: None,
+            internal_traffic_policy: "Cluster".into(),
+            traffic_distribution: None,
+            ip_families: vec!["IPv4".into()],
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+        }
+    }
+}

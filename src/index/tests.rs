@@ -9,7 +9,6 @@ use std::sync::Arc;
 use super::*;
 use crate::api::ServiceImportType;
 use crate::model::{Endpoint, Port, PortProtocol};
-use crate::zone::Lookup;
 
 fn index() -> Index {
     Index::new(ZoneSettings::new(
@@ -66,22 +65,7 @@ fn key(ns: &str, name: &str) -> SliceKey {
 }
 
 fn a_records(zone: &Zone, qname: &str) -> Option<Vec<String>> {
-    let name = Name::from_ascii(qname).unwrap();
-    let labels: Vec<&[u8]> = name.iter().collect();
-    match zone.lookup(&labels, RecordType::A) {
-        Lookup::Found(rrset) => {
-            let mut v: Vec<String> = rrset
-                .records(&name)
-                .unwrap()
-                .answers
-                .iter()
-                .map(|r| r.data.to_string())
-                .collect();
-            v.sort();
-            Some(v)
-        }
-        _ => None,
-    }
+    zone.answer_texts(qname, RecordType::A).ok()
 }
 
 const DB: &str = "db.prod.svc.clusterset.local.";

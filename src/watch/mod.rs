@@ -613,18 +613,16 @@ mod tests {
         outcomes
     }
 
+    fn listed(first: bool, recovered: bool) -> Outcome {
+        Outcome::Listed { first, recovered }
+    }
+
     #[test]
     fn a_list_replaces_the_state_in_one_step_when_complete() {
         let mut watch = Watch::new("things");
         let mut map = Map::default();
         let outcomes = list(&mut watch, &mut map, &[("a", 1), ("b", 2)]);
-        assert_eq!(
-            outcomes.last(),
-            Some(&Outcome::Listed {
-                first: true,
-                recovered: false
-            })
-        );
+        assert_eq!(outcomes.last(), Some(&listed(true, false)));
         assert!(watch.health().synced());
         let now = Instant::now();
         watch.handle(&mut map, Ok(Event::Apply(("c", 3))), now);
@@ -635,13 +633,7 @@ mod tests {
         assert_eq!(map.objects.len(), 3);
         assert_eq!(map.resets, 1);
         let done = watch.handle(&mut map, Ok(Event::InitDone), now);
-        assert_eq!(
-            done,
-            Outcome::Listed {
-                first: false,
-                recovered: false
-            }
-        );
+        assert_eq!(done, listed(false, false));
         assert_eq!(map.objects, BTreeMap::from([("a", 1)]));
     }
 
@@ -663,13 +655,7 @@ mod tests {
         let outcomes = list(&mut watch, &mut map, &[("b", 3)]);
         assert_eq!(map.resets, 1);
         assert_eq!(map.objects, BTreeMap::from([("b", 3)]));
-        assert_eq!(
-            outcomes.last(),
-            Some(&Outcome::Listed {
-                first: true,
-                recovered: true
-            })
-        );
+        assert_eq!(outcomes.last(), Some(&listed(true, true)));
         // Later relists are buffered too: nothing changes until InitDone.
         watch.handle(&mut map, Ok(Event::Init), now);
         watch.handle(&mut map, Ok(Event::InitApply(("c", 4))), now);
@@ -686,13 +672,7 @@ mod tests {
         let outcomes = list(&mut watch, &mut map, &[("a", 1), ("b", -1)]);
         assert_eq!(map.resets, 0);
         assert_eq!(map.objects, BTreeMap::from([("a", 1)]));
-        assert_eq!(
-            outcomes.last(),
-            Some(&Outcome::Listed {
-                first: true,
-                recovered: false
-            })
-        );
+        assert_eq!(outcomes.last(), Some(&listed(true, false)));
         assert!(watch.health().synced());
     }
 
@@ -719,13 +699,7 @@ mod tests {
         watch.handle(&mut map, Ok(Event::Init), Instant::now());
         assert!(watch.health().failing());
         let done = watch.handle(&mut map, Ok(Event::InitDone), Instant::now());
-        assert_eq!(
-            done,
-            Outcome::Listed {
-                first: false,
-                recovered: true
-            }
-        );
+        assert_eq!(done, listed(false, true));
         assert!(!watch.health().failing() && watch.health().last_error().is_none());
         // A resumed watch delivering a change is current too.
         watch.handle(&mut map, Err(unreachable()), Instant::now());

@@ -394,6 +394,36 @@ impl Apex {
 #[cfg(test)]
 mod tests;
 
+#[cfg(test)]
+impl Zone {
+    /// A dotted name's answer data as text, sorted, or why there is none
+    /// (`NODATA`, `NXDOMAIN`, `REFUSED`): what the crate's tests compare.
+    pub(crate) fn answer_texts(
+        &self,
+        qname: &str,
+        rtype: RecordType,
+    ) -> Result<Vec<String>, &'static str> {
+        let name = Name::from_ascii(qname).unwrap().to_lowercase();
+        let labels: Vec<&[u8]> = name.iter().collect();
+        match self.lookup(&labels, rtype) {
+            Lookup::Found(rrset) => {
+                let mut out: Vec<String> = rrset
+                    .records(&name)
+                    .unwrap()
+                    .answers
+                    .iter()
+                    .map(|r| r.data.to_string())
+                    .collect();
+                out.sort();
+                Ok(out)
+            }
+            Lookup::NoData => Err("NODATA"),
+            Lookup::NxDomain => Err("NXDOMAIN"),
+            Lookup::NotInZone => Err("REFUSED"),
+        }
+    }
+}
+
 /// Renders the zone as an RFC 1035 master file (for `dump-zone`, and for
 /// loading the same data into another server in benchmarks).
 pub fn master_file(zone: &Zone) -> String {

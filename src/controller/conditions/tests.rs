@@ -2,37 +2,18 @@
 //! invariant), the per-situation export and import conditions, and the
 //! `metav1.Condition` reason pattern for every reason we produce (D2).
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::jiff::Timestamp;
 
 use super::*;
-use crate::api::ServicePort;
 use crate::controller::merge::{ExportedService, merge};
 
 fn time(secs: i64) -> Time {
     Time(Timestamp::from_second(1_700_000_000 + secs).unwrap())
 }
 
+/// A ClusterIP IPv4 export of one `tcp/TCP/42` port with every default.
 fn export(cluster: &str, secs: i64) -> ExportedService {
-    ExportedService {
-        cluster: cluster.into(),
-        created: Timestamp::from_second(1_600_000_000 + secs).unwrap(),
-        headless: false,
-        ports: vec![ServicePort {
-            name: Some("tcp".into()),
-            protocol: Some("TCP".into()),
-            app_protocol: None,
-            port: 42,
-        }],
-        session_affinity: "None".into(),
-        session_affinity_config: None,
-        internal_traffic_policy: "Cluster".into(),
-        traffic_distribution: None,
-        ip_families: vec!["IPv4".into()],
-        labels: BTreeMap::new(),
-        annotations: BTreeMap::new(),
-    }
+    ExportedService::example(cluster, secs)
 }
 
 /// `(type, status, reason)` of each condition, in order.

@@ -23,19 +23,7 @@ fn port(name: &str, protocol: &str, number: i32) -> ServicePort {
 
 /// A ClusterIP IPv4 export of one `tcp/TCP/42` port with every default.
 fn export(cluster: &str, secs: i64) -> ExportedService {
-    ExportedService {
-        cluster: cluster.into(),
-        created: at(secs),
-        headless: false,
-        ports: vec![port("tcp", "TCP", 42)],
-        session_affinity: "None".into(),
-        session_affinity_config: None,
-        internal_traffic_policy: "Cluster".into(),
-        traffic_distribution: None,
-        ip_families: vec!["IPv4".into()],
-        labels: BTreeMap::new(),
-        annotations: BTreeMap::new(),
-    }
+    ExportedService::example(cluster, secs)
 }
 
 /// Every ordering of `0..n`.

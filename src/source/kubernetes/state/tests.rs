@@ -512,23 +512,13 @@ fn a_local_first_import_follows_the_cluster_id() {
         let [Effect::Publish(publication)] = &effects[..] else {
             panic!("{:?}", names(&effects));
         };
-        let name = hickory_proto::rr::Name::from_ascii("web.shop.svc.clusterset.local.").unwrap();
-        let labels: Vec<&[u8]> = name.iter().collect();
-        let crate::zone::Lookup::Found(rrset) = publication
+        publication
             .zone
-            .lookup(&labels, hickory_proto::rr::RecordType::A)
-        else {
-            panic!("no A answer");
-        };
-        let mut ips: Vec<String> = rrset
-            .records(&name)
-            .unwrap()
-            .answers
-            .iter()
-            .map(|r| r.data.to_string())
-            .collect();
-        ips.sort();
-        ips
+            .answer_texts(
+                "web.shop.svc.clusterset.local.",
+                hickory_proto::rr::RecordType::A,
+            )
+            .expect("an A answer")
     };
     assert_eq!(
         addresses(driver.state.handle(Input::Flush, Instant::now())),
