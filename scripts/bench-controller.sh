@@ -34,7 +34,13 @@
 #                              package heaptrack, installed if missing), traces
 #                              in DIR, and print each trace's peak and
 #                              remaining heap at the end; the VmHWM figures
-#                              then include heaptrack's own memory
+#                              then include heaptrack's own memory. The
+#                              bench does not end by itself then (each
+#                              controller is heaptrack's child, not the
+#                              bench's): after its summary, end them with
+#                              pkill -TERM -f 'clusterset-dns controller'
+#                              (which completes the traces), then stop
+#                              the script (Ctrl-C); the summary is written
 #   CLUSTERSET_DNS_TESTENV_BIN=DIR             testenv binaries
 #
 # Every process the bench starts is killed when it ends (guards, and

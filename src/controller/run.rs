@@ -45,14 +45,15 @@ mod peer_io;
 /// How often this cluster's ClusterProperties are read again.
 const IDENTITY_CHECK: Duration = Duration::from_secs(30);
 
-/// How many reports may wait for the loop. Each holds a decoded object
-/// (a 10-endpoint slice is about 5 KB before it is compacted), and while a
-/// cycle writes, the watches fill the queue: with 4,096, the heap profile
-/// at 1,000 exports per cluster found 6.3 MB in the queue's slots and
-/// 8.5 MB in objects the watch tasks held at the peak
-/// (docs/benchmarks-controller.md, "Where the peak went").
-/// A watch whose report does not fit waits; nothing is dropped.
-const REPORTS_QUEUED: usize = 512;
+/// How many reports may wait for the loop; a watch whose report does not
+/// fit waits, nothing is dropped. The loop plans once per batch of what is
+/// queued, so the queue is what lets a cold start's events arrive in few,
+/// large batches: with 512 instead, one run wrote 11 % more imports and
+/// import statuses at a cold start ("Runs H to J" in
+/// docs/benchmarks-controller.md). Queued reports hold decoded objects
+/// (a 10-endpoint slice is about 5 KB before it is compacted); the slots
+/// themselves are small ([`Report`] boxes its events).
+const REPORTS_QUEUED: usize = 4096;
 
 /// How many writes run at once.
 const WRITE_CONCURRENCY: usize = 16;

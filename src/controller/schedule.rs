@@ -25,6 +25,14 @@ pub const ROUNDS_PER_CYCLE: usize = 3;
 /// How long after a failed try the publication is tried again.
 pub const PUBLISH_RETRY: Duration = Duration::from_secs(5);
 
+/// How often, at most, the heap that cycles freed is handed back to the
+/// kernel while they write. The allocator keeps freed heap mapped, so
+/// without it the process stays as large as the most it ever held, plus
+/// whatever fragments the churn of decoded objects, plans and response
+/// buffers leaves (docs/benchmarks-controller.md, "Where the memory
+/// went").
+pub const MEMORY_RELEASE_INTERVAL: Duration = Duration::from_secs(1);
+
 /// What the start-up gate waits for: this cluster listed, the peer Secrets
 /// listed, and every peer synced, or the start-up timeout passed. Without
 /// the Secrets listed the peers are not known at all, so starting would
@@ -51,6 +59,7 @@ pub struct Schedule {
     retry: BTreeSet<ServiceRef>,
     published: bool,
     next_publish: Instant,
+    last_release: Option<Instant>,
 }
 
 impl Schedule {
@@ -65,6 +74,7 @@ impl Schedule {
             retry: BTreeSet::new(),
             published: false,
             next_publish: now,
+            last_release: None,
         }
     }
 
@@ -159,6 +169,20 @@ impl Schedule {
     pub fn cycle_done(&mut self, wrote: bool, now: Instant) -> Option<Duration> {
         let first = self.first_change.take()?;
         wrote.then(|| now.saturating_duration_since(first))
+    }
+
+    /// Whether freed heap is handed back now that a cycle ended at `now`,
+    /// having written or not: after one that wrote, at most once per
+    /// [`MEMORY_RELEASE_INTERVAL`]; an idle controller frees nothing.
+    pub fn release_due(&mut self, wrote: bool, now: Instant) -> bool {
+        let due = wrote
+            && self
+                .last_release
+                .is_none_or(|last| now.saturating_duration_since(last) >= MEMORY_RELEASE_INTERVAL);
+        if due {
+            self.last_release = Some(now);
+        }
+        due
     }
 
     /// Whether the publication should be tried at `now`: not written yet,
@@ -321,5 +345,18 @@ mod tests {
         assert!(schedule.publish_due(true, t0 + PUBLISH_RETRY));
         schedule.publish_tried(true, t0 + PUBLISH_RETRY);
         assert!(!schedule.publish_due(true, t0 + PUBLISH_RETRY * 10));
+    }
+
+    #[test]
+    fn freed_heap_is_released_after_writing_cycles_at_most_once_a_second() {
+        let start = Instant::now();
+        let mut schedule = Schedule::new(start, TIMEOUT);
+        assert!(!schedule.release_due(false, start), "nothing written");
+        assert!(schedule.release_due(true, start));
+        let soon = start + MEMORY_RELEASE_INTERVAL / 2;
+        assert!(!schedule.release_due(true, soon), "within the interval");
+        let later = start + MEMORY_RELEASE_INTERVAL;
+        assert!(!schedule.release_due(false, later), "nothing written");
+        assert!(schedule.release_due(true, later));
     }
 }

@@ -71,6 +71,9 @@ impl Controller {
         if let Some(latency) = self.schedule.cycle_done(wrote, now) {
             self.metrics.change_to_write.observe(latency.as_secs_f64());
         }
+        if self.schedule.release_due(wrote, now) {
+            crate::memory::release_freed_memory();
+        }
         self.metrics
             .imports
             .set(self.local_only.imports.services().count() as i64);
