@@ -80,8 +80,8 @@ pub enum WatchEvent {
 }
 
 /// What a cluster task reports. Small, so that the slots of a full
-/// reports channel cost little (docs/benchmarks-controller.md, "Where the
-/// peak went").
+/// reports channel cost little (docs/benchmarks-controller.md, "Runs H
+/// to J").
 #[derive(Debug)]
 pub enum Report {
     /// A watch event.

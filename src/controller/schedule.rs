@@ -29,8 +29,7 @@ pub const PUBLISH_RETRY: Duration = Duration::from_secs(5);
 /// kernel while they write. The allocator keeps freed heap mapped, so
 /// without it the process stays as large as the most it ever held, plus
 /// whatever fragments the churn of decoded objects, plans and response
-/// buffers leaves (docs/benchmarks-controller.md, "Where the memory
-/// went").
+/// buffers leaves (docs/benchmarks-controller.md, "Runs H to J").
 pub const MEMORY_RELEASE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What the start-up gate waits for: this cluster listed, the peer Secrets
