@@ -1,8 +1,8 @@
 //! Keeps `crds/*.yaml` in sync with the Rust types in `clusterset_dns::api`.
 //!
 //! The files are generated, never edited by hand. Run
-//! `UPDATE_CRDS=1 cargo test --test crd_sync` to rewrite them after changing
-//! a type. The comparison parses the YAML, so formatting or key order alone
+//! `UPDATE_CRDS=1 cargo test --test crd_sync` to rewrite them, and the Helm
+//! chart's copies, after changing a type. The comparison parses the YAML, so formatting or key order alone
 //! never fails it.
 
 use std::collections::BTreeSet;
@@ -16,6 +16,11 @@ const REGENERATE: &str = "UPDATE_CRDS=1 cargo test --test crd_sync";
 
 fn crd_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("crds")
+}
+
+/// The chart ships the same files; `tests/deploy.rs` checks them byte for byte.
+fn chart_crd_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/helm/clusterset-dns/crds")
 }
 
 fn file_name(crd: &CustomResourceDefinition) -> String {
@@ -38,7 +43,10 @@ fn crd_yaml_on_disk_matches_the_generated_crds() {
     for crd in crds::all() {
         let path = dir.join(file_name(&crd));
         if update {
-            fs::write(&path, crds::to_yaml(&crd)).expect("write CRD YAML");
+            let yaml = crds::to_yaml(&crd);
+            fs::write(&path, &yaml).expect("write CRD YAML");
+            fs::write(chart_crd_dir().join(file_name(&crd)), &yaml)
+                .expect("write the chart's CRD YAML");
         }
 
         let on_disk = fs::read_to_string(&path).unwrap_or_else(|err| {

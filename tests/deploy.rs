@@ -598,7 +598,7 @@ fn images_are_the_cargo_version_and_pulled_if_not_present() {
 }
 
 /// The chart's `crds/` holds exactly the generated CRDs, byte for byte
-/// (`cp crds/*.yaml deploy/helm/clusterset-dns/crds/` after regenerating).
+/// (`UPDATE_CRDS=1 cargo test --test crd_sync` writes both).
 #[test]
 fn the_helm_chart_crds_are_the_generated_crds() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -623,7 +623,7 @@ fn the_helm_chart_crds_are_the_generated_crds() {
         assert!(
             &chart[name] == text,
             "deploy/helm/clusterset-dns/crds/{name} differs from crds/{name}: \
-             cp crds/*.yaml deploy/helm/clusterset-dns/crds/"
+             UPDATE_CRDS=1 cargo test --test crd_sync"
         );
     }
 }
