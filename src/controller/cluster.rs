@@ -40,7 +40,10 @@ pub use published::Published;
 /// read.
 #[derive(Debug)]
 pub struct Objects<K: Compact> {
-    by_name: BTreeMap<Arc<str>, BTreeMap<Arc<str>, Stored<K>>>,
+    /// Boxed: lists arrive in name order, and a B-tree filled in order
+    /// leaves its nodes about half empty; inline, each empty slot cost a
+    /// whole object (~250 bytes), boxed it costs a pointer.
+    by_name: BTreeMap<Arc<str>, ByName<K>>,
     /// The names of each service's objects, in order (one or a few per
     /// service: a short vector, not a tree).
     by_service: BTreeMap<ServiceRef, Vec<Arc<str>>>,
@@ -50,6 +53,9 @@ pub struct Objects<K: Compact> {
     touched: Touched,
     cap: Option<Cap<K>>,
 }
+
+/// One namespace's objects by name, each boxed (see [`Objects`]).
+type ByName<K> = BTreeMap<Arc<str>, Box<Stored<K>>>;
 
 /// One object at rest and the service it belongs to (kept, so that a
 /// removal need not expand the object to find it).
@@ -67,7 +73,7 @@ struct Stored<K: Compact> {
 pub struct Listed<K: Compact> {
     namespace: String,
     name: String,
-    stored: Stored<K>,
+    stored: Box<Stored<K>>,
 }
 
 /// The most a peer may make this controller hold of one kind: a number of
@@ -194,11 +200,11 @@ impl<K: kube::Resource + Compact> Objects<K> {
         Listed {
             namespace,
             name,
-            stored: Stored {
+            stored: Box::new(Stored {
                 service,
                 ours: is_ours(&object),
                 rest: object.compact(&mut self.strings),
-            },
+            }),
         }
     }
 
