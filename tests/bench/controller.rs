@@ -413,6 +413,17 @@ fn spawn_serve(cluster: &Cluster, cpus: &str, dns: u16, admin: u16, log: &Path) 
 
 /// (VmRSS, VmHWM) in KiB.
 fn memory_kib(pid: u32) -> (u64, u64) {
+    status_kib(pid, "VmRSS:", "VmHWM:")
+}
+
+/// VmRSS split into (RssAnon, RssFile) in KiB: the heap and stacks, and
+/// the binary's pages read from its file.
+fn rss_parts_kib(pid: u32) -> (u64, u64) {
+    status_kib(pid, "RssAnon:", "RssFile:")
+}
+
+/// Two fields of `/proc/<pid>/status`, in KiB (0 when absent).
+fn status_kib(pid: u32, first: &str, second: &str) -> (u64, u64) {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |key: &str| {
         text.lines()
@@ -421,7 +432,7 @@ fn memory_kib(pid: u32) -> (u64, u64) {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
-    (field("VmRSS:"), field("VmHWM:"))
+    (field(first), field(second))
 }
 
 /// The CPU time of each controller so far.
@@ -1038,6 +1049,8 @@ fn main() {
     eprintln!(
         "[bench] controllers (VmRSS, VmHWM) KiB after convergence {rss_after_cold:?}, at end {rss_end:?}"
     );
+    let parts_end: Vec<(u64, u64)> = controllers.iter().map(|c| rss_parts_kib(c.pid())).collect();
+    eprintln!("[bench] controllers (RssAnon, RssFile) KiB at end {parts_end:?}");
 
     // 8. The apply floor, with the controllers still running (as during
     // convergence; they ignore objects they do not manage).
