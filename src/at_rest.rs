@@ -1,6 +1,7 @@
 //! How objects are held at rest, the same for the DNS index and the
 //! controller's stores: one interner for what repeats across objects, and
-//! one list type for what is nearly always one item.
+//! one list type for what is nearly always one item. (The DNS index packs
+//! each slice's endpoints whole instead: `crate::model::Endpoints`.)
 
 use std::collections::HashSet;
 use std::hash::Hash;
@@ -74,8 +75,8 @@ impl<T: ?Sized + Eq + Hash> Interner<T> {
     }
 }
 
-/// A list that is nearly always one item (an endpoint's addresses): the
-/// one held inline, several in a heap block of their own. Reads as a
+/// A list that is nearly always one item (the addresses of an endpoint in
+/// the controller's stores): the one held inline, several in a heap block of their own. Reads as a
 /// slice. For an endpoint's one address that is no allocation, where a
 /// boxed slice of one costs a heap block.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::api::ServiceImportType;
 use crate::api::locality::Locality;
 use crate::index::Index;
-use crate::model::{Endpoint, OwnCluster, Port, ServiceRef, dashed_address};
+use crate::model::{Endpoints, OwnCluster, Port, ServiceRef, dashed_address};
 
 /// A question for the source task: what it holds for one service.
 #[derive(Debug)]
@@ -197,17 +197,16 @@ impl SourceReport {
             ports: import.ports.iter().map(port_text).collect(),
             locality: import.locality,
         });
-        let reports = |endpoints: &[Endpoint]| -> Vec<EndpointReport> {
+        let reports = |endpoints: &Endpoints| -> Vec<EndpointReport> {
             endpoints
                 .iter()
                 .filter_map(|endpoint| {
-                    let first = endpoint.addresses.first()?;
+                    let first = endpoint.first()?;
                     Some(EndpointReport {
                         host: endpoint
-                            .hostname
-                            .as_deref()
-                            .map_or_else(|| dashed_address(first), String::from),
-                        addresses: endpoint.addresses.to_vec(),
+                            .hostname()
+                            .map_or_else(|| dashed_address(&first), String::from),
+                        addresses: endpoint.addresses().collect(),
                     })
                 })
                 .collect()
@@ -314,10 +313,11 @@ mod tests {
             ports: std::sync::Arc::from([]),
             endpoints: vec![Endpoint {
                 hostname: None,
-                addresses: vec![ip.parse().unwrap()].into(),
-            }],
+                addresses: vec![ip.parse().unwrap()],
+            }]
+            .into(),
             not_ready,
-            serving: vec![],
+            serving: Default::default(),
             serving_count: 0,
         };
         let key = |name: &str| SliceKey {

@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use crate::api::ServiceImportType;
 use crate::api::locality::Locality;
-pub use crate::at_rest::OneOrMany;
+
+mod endpoints;
+
+pub use endpoints::{EndpointView, Endpoints, Packer};
 
 /// Identifies one imported service: `<name>.<namespace>`. Both parts are
 /// shared strings: the index interns them, so the import, its slices, the
@@ -135,22 +138,16 @@ pub enum AddressFamily {
 
 /// One endpoint of an imported slice that can answer: ready
 /// (`conditions.ready` true or unset), or, for the opt-in serving fallback,
-/// terminating but still serving (see [`SliceEndpoints::serving`]). Boxed
-/// slices rather than `String` and `Vec`: an index holds ~10^5 of these and
-/// they never grow.
+/// terminating but still serving (see [`SliceEndpoints::serving`]). The
+/// owned form, for building and reading one endpoint; a slice holds its
+/// endpoints packed ([`Endpoints`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
     /// The endpoint's `hostname`, lower-case, when set and a valid DNS label.
     pub hostname: Option<Box<str>>,
-    /// Parsed addresses.
-    pub addresses: Addresses,
+    /// Parsed addresses, one family, 1 to 100.
+    pub addresses: Vec<IpAddr>,
 }
-
-/// The addresses of one endpoint: one, in nearly every slice (kube-proxy
-/// and most consumers read only the first), held inline; several in a heap
-/// block of their own ([`OneOrMany`]). Inline, an endpoint costs 40 bytes
-/// and no allocation instead of 32 bytes and a 32-byte heap block.
-pub type Addresses = OneOrMany<IpAddr>;
 
 /// What DNS needs from one imported EndpointSlice.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -165,14 +162,14 @@ pub struct SliceEndpoints {
     /// service nearly always list the same ports.
     pub ports: Arc<[Port]>,
     /// The ready endpoints.
-    pub endpoints: Vec<Endpoint>,
+    pub endpoints: Endpoints,
     /// The endpoints that are not ready but terminating and still serving
     /// (`conditions.serving` true or unset, `conditions.terminating` true:
     /// those kube-proxy falls back to when a Service has no ready endpoint,
     /// KEP-1669). They answer only with `serve_terminating` on, and the
     /// index keeps them only then (see [`SliceEndpoints::drop_serving`]);
     /// other not-ready endpoints are never kept.
-    pub serving: Vec<Endpoint>,
+    pub serving: Endpoints,
     /// How many not-ready endpoints the slice had, the serving ones
     /// included (for `/explain`).
     pub not_ready: u32,
@@ -186,7 +183,7 @@ impl SliceEndpoints {
     /// answer nothing), keeping their count.
     pub fn drop_serving(&mut self) {
         if !self.serving.is_empty() {
-            self.serving = Vec::new();
+            self.serving = Endpoints::default();
         }
     }
 }
@@ -494,8 +491,9 @@ impl SliceEndpoints {
                     .map_err(at(format!("ports[{i}]")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let mut endpoints = Vec::with_capacity(slice.endpoints.len());
-        let mut serving = Vec::new();
+        let mut endpoints = Packer::with_capacity(slice.endpoints.len());
+        let mut serving = Packer::default();
+        let mut serving_count = 0;
         let mut not_ready = 0;
         for (i, e) in slice.endpoints.iter().enumerate() {
             let mut addresses = Vec::with_capacity(e.addresses.len());
@@ -519,7 +517,7 @@ impl SliceEndpoints {
             }
             let hostname = match e.hostname.as_deref() {
                 None | Some("") => None,
-                Some(h) if is_dns_label(h) => Some(h.to_ascii_lowercase().into_boxed_str()),
+                Some(h) if is_dns_label(h) => Some(h.to_ascii_lowercase()),
                 Some(h) => {
                     return Err(at(format!("endpoints[{i}].hostname"))(ModelError::Name {
                         what: "hostname",
@@ -533,24 +531,19 @@ impl SliceEndpoints {
             // terminating unset means false.
             let terminating_but_serving = conditions
                 .is_some_and(|c| c.serving.unwrap_or(true) && c.terminating.unwrap_or(false));
-            let endpoint = || Endpoint {
-                hostname,
-                addresses: addresses.into(),
-            };
             // A not-ready endpoint is in no answer (spec §2.4) unless the
             // serving fallback takes it: keep nothing of the others.
             if ready {
-                endpoints.push(endpoint());
+                endpoints.push(hostname.as_deref(), &addresses);
             } else {
                 not_ready += 1;
                 if terminating_but_serving {
-                    serving.push(endpoint());
+                    serving.push(hostname.as_deref(), &addresses);
+                    serving_count += 1;
                 }
             }
         }
-        endpoints.shrink_to_fit();
-        serving.shrink_to_fit();
-        let serving_count = serving.len() as u32;
+        let (endpoints, serving) = (endpoints.finish(), serving.finish());
         Ok(Some(Self {
             service: ServiceRef::new(namespace, service),
             cluster: cluster.to_ascii_lowercase().into(),

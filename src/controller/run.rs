@@ -450,10 +450,14 @@ impl Controller {
     }
 
     /// Once a second: the peers' timers (Secrets gone, Leases, gauges,
-    /// grace periods), and failed writes retried.
+    /// grace periods), failed writes retried, and heap freed by the last
+    /// writes released.
     fn tick(&mut self) {
         self.step(Input::Tick);
         self.schedule.tick();
+        if self.schedule.release_due(false, Instant::now()) {
+            crate::memory::release_freed_memory();
+        }
     }
 
     /// Starts reconciling once this cluster is listed and every peer has

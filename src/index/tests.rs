@@ -48,11 +48,11 @@ fn slice(ns: &str, service: &str, cluster: &str, ips: &[&str]) -> SliceEndpoints
             .iter()
             .map(|ip| Endpoint {
                 hostname: None,
-                addresses: vec![ip.parse().unwrap()].into(),
+                addresses: vec![ip.parse().unwrap()],
             })
             .collect(),
         not_ready: 0,
-        serving: vec![],
+        serving: Default::default(),
         serving_count: 0,
     }
 }
@@ -368,7 +368,7 @@ fn mixed_slice(cluster: &str, ready: &[&str], serving: &[&str]) -> SliceEndpoint
         .iter()
         .map(|ip| Endpoint {
             hostname: None,
-            addresses: vec![ip.parse().unwrap()].into(),
+            addresses: vec![ip.parse().unwrap()],
         })
         .collect();
     slice.not_ready = serving.len() as u32;

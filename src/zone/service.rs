@@ -14,7 +14,7 @@ use super::tier::{Census, Tier, choose};
 use super::wire::WireAnswer;
 use super::{FastHash, ZoneSettings, owner_name};
 use crate::api::ServiceImportType;
-use crate::model::{Endpoint, ImportedService, Port, ServiceRef, SliceEndpoints, dashed_address};
+use crate::model::{Endpoints, ImportedService, Port, ServiceRef, SliceEndpoints, dashed_address};
 
 /// One RRset at one owner name, kept in its precompiled wire form (answer
 /// records, then the address records of SRV targets for the additional
@@ -555,7 +555,7 @@ struct HostRecords<'h> {
 fn group_hosts(
     service: &ImportedService,
     slices: &[&SliceEndpoints],
-    pick: impl Fn(&SliceEndpoints) -> &[Endpoint],
+    pick: impl Fn(&SliceEndpoints) -> &Endpoints,
 ) -> BTreeMap<(String, String), Host> {
     let mut hosts: BTreeMap<(String, String), Host> = BTreeMap::new();
     for slice in slices {
@@ -565,17 +565,16 @@ fn group_hosts(
             &slice.ports
         };
         for endpoint in pick(slice) {
-            let Some(first) = endpoint.addresses.first() else {
+            let Some(first) = endpoint.first() else {
                 continue;
             };
             let label = endpoint
-                .hostname
-                .as_deref()
-                .map_or_else(|| dashed_address(first), String::from);
+                .hostname()
+                .map_or_else(|| dashed_address(&first), String::from);
             let host = hosts.entry((slice.cluster.to_string(), label)).or_default();
-            for ip in endpoint.addresses.iter() {
-                if !host.addresses.contains(ip) {
-                    host.addresses.push(*ip);
+            for ip in endpoint.addresses() {
+                if !host.addresses.contains(&ip) {
+                    host.addresses.push(ip);
                 }
             }
             for port in ports {

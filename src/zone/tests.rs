@@ -53,9 +53,9 @@ fn slice(ns: &str, service: &str, cluster: &str, endpoints: Vec<Endpoint>) -> Sl
         service: ServiceRef::new(ns, service),
         cluster: cluster.into(),
         ports: Arc::from([]),
-        endpoints,
+        endpoints: endpoints.into(),
         not_ready: 0,
-        serving: vec![],
+        serving: Default::default(),
         serving_count: 0,
     }
 }

@@ -212,7 +212,7 @@ fn yaml_1_1_booleans_and_numbers_in_string_fields_stay_strings() {
     let (key, slice) = &m.slices[0];
     assert_eq!(&*key.namespace, "no");
     assert_eq!(&*slice.cluster, "on");
-    assert_eq!(slice.endpoints[0].hostname.as_deref(), Some("7"));
+    assert_eq!(slice.endpoints.iter().next().unwrap().hostname(), Some("7"));
 }
 
 #[test]
