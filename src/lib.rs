@@ -41,8 +41,8 @@
 //!   operations; [`inquiry`]: what `/explain` asks a source and what it
 //!   answers.
 //! - [`memory`]: freed heap handed back to the kernel after a large load;
-//!   [`at_rest`]: the one interner and one-or-many list both the index and
-//!   the controller's stores hold objects with.
+//!   [`at_rest`]: the one interner both the index and the controller's
+//!   stores hold objects with, and the controller's one-or-many list.
 //! - [`build_info`]: version, commit and toolchain the binary was built from.
 //! - `fuzzing` (hidden): the invariant checks the fuzz targets in
 //!   `tests/fuzz/` and the corpus replay in `tests/fuzz_corpus.rs` share.

@@ -184,16 +184,8 @@ impl Served {
     /// Peak resident memory so far (`VmHWM`), bytes.
     fn peak_rss(&self) -> u64 {
         let pid = self.child.id().expect("serve is running");
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-        let line = status
-            .lines()
-            .find(|l| l.starts_with("VmHWM:"))
-            .expect("VmHWM");
-        let kib: u64 = line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|n| n.parse().ok())
-            .expect("VmHWM in kB");
+        let kib = support::process_status_kib(pid, "VmHWM:");
+        assert!(kib > 0, "VmHWM of serve ({pid})");
         kib * 1024
     }
 

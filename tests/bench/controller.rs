@@ -413,26 +413,19 @@ fn spawn_serve(cluster: &Cluster, cpus: &str, dns: u16, admin: u16, log: &Path) 
 
 /// (VmRSS, VmHWM) in KiB.
 fn memory_kib(pid: u32) -> (u64, u64) {
-    status_kib(pid, "VmRSS:", "VmHWM:")
+    (
+        support::process_status_kib(pid, "VmRSS:"),
+        support::process_status_kib(pid, "VmHWM:"),
+    )
 }
 
 /// VmRSS split into (RssAnon, RssFile) in KiB: the heap and stacks, and
 /// the binary's pages read from its file.
 fn rss_parts_kib(pid: u32) -> (u64, u64) {
-    status_kib(pid, "RssAnon:", "RssFile:")
-}
-
-/// Two fields of `/proc/<pid>/status`, in KiB (0 when absent).
-fn status_kib(pid: u32, first: &str, second: &str) -> (u64, u64) {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |key: &str| {
-        text.lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field(first), field(second))
+    (
+        support::process_status_kib(pid, "RssAnon:"),
+        support::process_status_kib(pid, "RssFile:"),
+    )
 }
 
 /// The CPU time of each controller so far.

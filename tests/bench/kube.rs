@@ -619,15 +619,19 @@ fn spawn_pinned(
 
 /// (VmRSS, VmHWM) in KiB.
 fn memory_kib(pid: u32) -> (u64, u64) {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |key: &str| {
-        text.lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
+    (
+        support::process_status_kib(pid, "VmRSS:"),
+        support::process_status_kib(pid, "VmHWM:"),
+    )
+}
+
+/// VmRSS split into (RssAnon, RssFile) in KiB: the heap and stacks, and
+/// the binary's pages read from its file.
+fn rss_parts_kib(pid: u32) -> (u64, u64) {
+    (
+        support::process_status_kib(pid, "RssAnon:"),
+        support::process_status_kib(pid, "RssFile:"),
+    )
 }
 
 /// Ticks of one line of /proc/stat.
@@ -1782,6 +1786,10 @@ fn main() {
         mib(ours.memory_ready.0)
     );
     eprintln!(
+        "[bench] clusterset-dns (RssAnon, RssFile) KiB once ready {:?}",
+        rss_parts_kib(ours.proc.pid())
+    );
+    eprintln!(
         "[bench] clusterset-dns log so far:\n{}",
         tail(&ours.proc.log, 20)
     );
@@ -1830,6 +1838,10 @@ fn main() {
     }
     ours_perf.memory_after = memory_kib(ours.proc.pid());
     coredns_perf.memory_after = memory_kib(coredns.proc.pid());
+    eprintln!(
+        "[bench] clusterset-dns (RssAnon, RssFile) KiB after dnsperf {:?}",
+        rss_parts_kib(ours.proc.pid())
+    );
 
     // 4. Propagation.
     let headless: Vec<&Svc> = data

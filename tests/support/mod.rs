@@ -201,6 +201,17 @@ pub fn process_cpu_ticks(pid: u32) -> u64 {
     fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0)
 }
 
+/// A `kB` field of `/proc/<pid>/status` (`"VmRSS:"`, `"VmHWM:"`,
+/// `"RssAnon:"`, `"RssFile:"`) in KiB; 0 for a process that is gone.
+pub fn process_status_kib(pid: u32, field: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    text.lines()
+        .find(|line| line.starts_with(field))
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Behaviours that share an expensive environment, as named trials of a
 /// `harness = false` test (libtest-mimic).
 pub mod trials {
