@@ -46,7 +46,7 @@ impl Endpoints {
         Iter { rest: &self.bytes }
     }
 
-    /// Bytes held on the heap (for the heap census).
+    /// Bytes of its heap block.
     pub fn heap_bytes(&self) -> usize {
         self.bytes.len()
     }
@@ -141,9 +141,10 @@ impl<'a> EndpointView<'a> {
     /// Its hostname, when set.
     pub fn hostname(&self) -> Option<&'a str> {
         // Written from a `&str` by `Packer::push`: always UTF-8.
-        (!self.hostname.is_empty())
-            .then(|| std::str::from_utf8(self.hostname).ok())
-            .flatten()
+        match self.hostname {
+            [] => None,
+            bytes => std::str::from_utf8(bytes).ok(),
+        }
     }
 
     /// Its addresses, in order.
