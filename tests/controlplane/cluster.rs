@@ -159,6 +159,11 @@ pub struct ClusterSpec {
     /// `kwok-node-<n>` in `topology.kubernetes.io/zone` `zone-a` for even
     /// `n`, `zone-b` for odd.
     pub nodes: usize,
+    /// Install `crds/` at start (all but `tests/crds_install.rs`, which
+    /// installs them itself: deleting freshly installed CRDs waits on the
+    /// apiserver's finalizer, whose back-off outgrew 90 s on a loaded CI
+    /// machine).
+    pub crds: bool,
 }
 
 impl ClusterSpec {
@@ -169,6 +174,15 @@ impl ClusterSpec {
             pod_cidrs: Vec::new(),
             member: false,
             nodes: 0,
+            crds: true,
+        }
+    }
+
+    /// [`ClusterSpec::api_only`] without `crds/`.
+    pub fn api_only_bare() -> Self {
+        Self {
+            crds: false,
+            ..Self::api_only()
         }
     }
 
@@ -181,6 +195,7 @@ impl ClusterSpec {
             pod_cidrs: vec![format!("10.{}.0.0/16", 200 + i)],
             member: true,
             nodes: 2,
+            crds: true,
         }
     }
 
@@ -524,7 +539,7 @@ impl ControlPlane {
     }
 
     /// Starts etcd and one cluster per spec (apiservers started in parallel),
-    /// installs `crds/` in each, then for member clusters starts
+    /// installs `crds/` in each (unless its spec says not), then for member clusters starts
     /// kube-controller-manager, kube-scheduler and kwok, creates the fake
     /// Nodes and waits until they are schedulable.
     pub async fn start_with(specs: &[ClusterSpec]) -> Self {
@@ -673,9 +688,11 @@ impl ControlPlane {
         for api in &mut plane.apiservers {
             api.wait_ready(Duration::from_secs(90));
         }
-        for api in &plane.apiservers {
+        for (api, spec) in plane.apiservers.iter().zip(specs) {
             let client = api.admin_client().await;
-            install_crds(&client).await;
+            if spec.crds {
+                install_crds(&client).await;
+            }
             if network.exec_path.is_some() {
                 install_crd_file(&client, &bin.join(KWOK_CRDS)).await;
             }
