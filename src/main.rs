@@ -76,6 +76,7 @@ const EXIT_NEWER_CRD_KEPT: u8 = 3;
 struct NewerCrdsKept(usize);
 
 fn main() -> ExitCode {
+    clusterset_dns::memory::limit_arenas();
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) if error.is::<NewerCrdsKept>() => {

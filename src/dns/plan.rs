@@ -122,7 +122,7 @@ pub struct Plan<'z> {
     /// The AA flag: set on every answer from the zone.
     pub authoritative: bool,
     /// The answer RRset, with its additional records.
-    pub answer: Option<&'z RrSet>,
+    pub answer: Option<RrSet<'z>>,
     /// The zone whose SOA goes into the authority section (negative answers).
     pub soa: Option<&'z Zone>,
     /// The OPT record of the response; present when the query had one.

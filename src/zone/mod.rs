@@ -7,6 +7,7 @@
 
 pub mod compress;
 pub mod name;
+mod names;
 mod service;
 pub mod tier;
 pub mod wire;
@@ -17,8 +18,10 @@ use std::sync::Arc;
 use hickory_proto::rr::rdata::{A, AAAA, NS, SOA, TXT};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
-pub use name::{Below, LabelKey, QueryName};
-pub use service::{Node, RrSet, ServiceZone};
+pub use name::{Below, LabelKey, Labels, QueryName};
+pub use names::{Node, Records, RrSet};
+use names::{BuiltNode, BuiltRrSet, Names};
+pub use service::ServiceZone;
 pub use tier::Tier;
 pub use wire::SoaWire;
 
@@ -103,7 +106,7 @@ impl ZoneSettings {
 #[derive(Debug, Clone, Copy)]
 pub enum Lookup<'z> {
     /// The name has records of the asked type.
-    Found(&'z RrSet),
+    Found(RrSet<'z>),
     /// The name exists, without records of the asked type.
     NoData,
     /// The name does not exist in the zone.
@@ -132,9 +135,9 @@ pub struct Zone {
 struct Apex {
     soa: Record,
     soa_wire: SoaWire,
-    apex: Node,
-    version: Node,
-    nameserver: Node,
+    apex: Names,
+    version: Names,
+    nameserver: Names,
 }
 
 impl Zone {
@@ -252,15 +255,15 @@ impl Zone {
         if matches!(rtype, RecordType::AXFR | RecordType::IXFR) {
             return Lookup::NotInZone;
         }
-        let has_nameserver = !self.apex.nameserver.rrsets().is_empty();
+        let has_nameserver = !self.apex.nameserver.first().is_empty();
         let node = match QueryName::parse(labels, &self.origin_labels) {
             QueryName::OutsideZone => return Lookup::NotInZone,
-            QueryName::Apex => &self.apex.apex,
-            QueryName::SchemaVersion => &self.apex.version,
+            QueryName::Apex => self.apex.apex.first(),
+            QueryName::SchemaVersion => self.apex.version.first(),
             // `ns.dns.<zone>` exists only with addresses (nameserver_addresses);
             // without them it and `dns.<zone>` have no records and do not exist.
             QueryName::NameserverParent if has_nameserver => return Lookup::NoData,
-            QueryName::Nameserver if has_nameserver => &self.apex.nameserver,
+            QueryName::Nameserver if has_nameserver => self.apex.nameserver.first(),
             QueryName::Svc if !self.services.is_empty() => return Lookup::NoData,
             QueryName::Namespace { namespace } => {
                 return match std::str::from_utf8(namespace) {
@@ -286,7 +289,7 @@ impl Zone {
             Some(rrset) => Lookup::Found(rrset),
             // RFC 8482: answer ANY with one RRset of the name.
             None if rtype == RecordType::ANY => {
-                node.rrsets().first().map_or(Lookup::NoData, Lookup::Found)
+                node.rrsets().next().map_or(Lookup::NoData, Lookup::Found)
             }
             None => Lookup::NoData,
         }
@@ -294,7 +297,7 @@ impl Zone {
 
     /// The node `front` labels below the service `<service>.<namespace>`.
     /// Keys are built in stack buffers: a lookup never allocates.
-    fn service_node(&self, front: &[&[u8]], service: &[u8], namespace: &[u8]) -> Option<&Node> {
+    fn service_node(&self, front: &[&[u8]], service: &[u8], namespace: &[u8]) -> Option<Node<'_>> {
         let mut key = [0u8; 255];
         let len = name::encode_labels(&mut key, &[service, namespace])?;
         let service = self.services.get(&key[..len])?;
@@ -333,8 +336,8 @@ impl Apex {
             settings.ttl,
             RData::NS(NS(nameserver.clone())),
         );
-        let mut apex = Node::default();
-        apex.push_rrset(RrSet::new(
+        let mut apex = BuiltNode::default();
+        apex.push_rrset(BuiltRrSet::new(
             origin,
             RecordType::SOA,
             vec![soa.clone()],
@@ -347,15 +350,15 @@ impl Apex {
             DNS_VERSION_TTL_SECS,
             RData::TXT(TXT::new(vec![DNS_SCHEMA_VERSION.to_string()])),
         );
-        let mut version = Node::default();
-        version.push_rrset(RrSet::new(
+        let mut version = BuiltNode::default();
+        version.push_rrset(BuiltRrSet::new(
             &version_name,
             RecordType::TXT,
             vec![txt],
             vec![],
         ));
 
-        let mut ns_node = Node::default();
+        let mut ns_node = BuiltNode::default();
         let (mut a, mut aaaa) = (Vec::new(), Vec::new());
         for ip in &settings.nameserver_addresses {
             match ip {
@@ -374,19 +377,19 @@ impl Apex {
         // The NS answer carries the nameserver's addresses as additional
         // data, as any authoritative server does for in-zone NS targets.
         let glue: Vec<Record> = a.iter().chain(&aaaa).cloned().collect();
-        apex.push_rrset(RrSet::new(origin, RecordType::NS, vec![ns], glue));
+        apex.push_rrset(BuiltRrSet::new(origin, RecordType::NS, vec![ns], glue));
         if !a.is_empty() {
-            ns_node.push_rrset(RrSet::new(&nameserver, RecordType::A, a, vec![]));
+            ns_node.push_rrset(BuiltRrSet::new(&nameserver, RecordType::A, a, vec![]));
         }
         if !aaaa.is_empty() {
-            ns_node.push_rrset(RrSet::new(&nameserver, RecordType::AAAA, aaaa, vec![]));
+            ns_node.push_rrset(BuiltRrSet::new(&nameserver, RecordType::AAAA, aaaa, vec![]));
         }
         Self {
             soa_wire: SoaWire::encode(&soa),
             soa,
-            apex,
-            version,
-            nameserver: ns_node,
+            apex: Names::single(apex),
+            version: Names::single(version),
+            nameserver: Names::single(ns_node),
         }
     }
 }
@@ -429,7 +432,7 @@ impl Zone {
 pub fn master_file(zone: &Zone) -> String {
     use std::fmt::Write;
     let mut out = format!("$ORIGIN {}\n", zone.settings.origin);
-    let mut write = |owner: &Name, node: &Node| {
+    let mut write = |owner: &Name, node: Node<'_>| {
         for rrset in node.rrsets() {
             let Some(records) = rrset.records(owner) else {
                 continue;
@@ -460,9 +463,9 @@ pub fn master_file(zone: &Zone) -> String {
         }
     };
     let settings = &zone.settings;
-    write(&settings.origin, &zone.apex.apex);
-    write(&apex_name(settings, "ns.dns"), &zone.apex.nameserver);
-    write(&apex_name(settings, "dns-version"), &zone.apex.version);
+    write(&settings.origin, zone.apex.apex.first());
+    write(&apex_name(settings, "ns.dns"), zone.apex.nameserver.first());
+    write(&apex_name(settings, "dns-version"), zone.apex.version.first());
     let mut services: Vec<&ServiceZone> = zone.services().collect();
     services.sort_by(|a, b| a.service().cmp(b.service()));
     for service in services {
@@ -470,7 +473,7 @@ pub fn master_file(zone: &Zone) -> String {
             continue;
         };
         let mut nodes: Vec<_> = service.nodes().collect();
-        nodes.sort_by(|a, b| a.0.cmp(b.0));
+        nodes.sort_by(|a, b| a.0.cmp(&b.0));
         for (relative, node) in nodes {
             // Only names that fit were built.
             if let Some(owner) = owner_name(relative.labels(), &base) {

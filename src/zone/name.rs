@@ -194,23 +194,24 @@ impl LabelKey {
         Self::new(&[service.name.as_bytes(), service.namespace.as_bytes()])
     }
 
+    /// The empty sequence: the service name itself, relative to itself.
+    pub fn root() -> Self {
+        Self(Box::default())
+    }
+
+    /// The labels, borrowed.
+    pub fn as_labels(&self) -> Labels<'_> {
+        Labels(&self.0)
+    }
+
     /// The labels, leftmost first.
     pub fn labels(&self) -> impl Iterator<Item = &[u8]> {
-        let mut rest = &self.0[..];
-        std::iter::from_fn(move || {
-            let (&len, tail) = rest.split_first()?;
-            let (label, tail) = tail.split_at(usize::from(len));
-            rest = tail;
-            Some(label)
-        })
+        self.as_labels().labels()
     }
 
     /// The labels joined with dots (for logs, master files and reports).
     pub fn dotted(&self) -> String {
-        self.labels()
-            .map(String::from_utf8_lossy)
-            .collect::<Vec<_>>()
-            .join(".")
+        self.as_labels().dotted()
     }
 
     /// The service of a service key.
@@ -221,6 +222,42 @@ impl LabelKey {
             &String::from_utf8_lossy(namespace),
             &String::from_utf8_lossy(name),
         ))
+    }
+}
+
+/// A [`LabelKey`]'s labels where they are stored (in a service's packed
+/// names, [`super::names`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Labels<'a>(&'a [u8]);
+
+impl<'a> Labels<'a> {
+    /// Labels in wire form, as [`encode_labels`] writes them.
+    pub fn from_wire(wire: &'a [u8]) -> Self {
+        Self(wire)
+    }
+
+    /// The wire form: each label preceded by its length, no root label.
+    pub fn wire(self) -> &'a [u8] {
+        self.0
+    }
+
+    /// The labels, leftmost first.
+    pub fn labels(self) -> impl Iterator<Item = &'a [u8]> {
+        let mut rest = self.0;
+        std::iter::from_fn(move || {
+            let (&len, tail) = rest.split_first()?;
+            let (label, tail) = tail.split_at(usize::from(len));
+            rest = tail;
+            Some(label)
+        })
+    }
+
+    /// The labels joined with dots (for logs, master files and reports).
+    pub fn dotted(self) -> String {
+        self.labels()
+            .map(String::from_utf8_lossy)
+            .collect::<Vec<_>>()
+            .join(".")
     }
 }
 

@@ -9,145 +9,32 @@ use std::net::IpAddr;
 use hickory_proto::rr::rdata::{A, AAAA, SRV};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
-use super::name::LabelKey;
-use super::tier::{Census, Tier, choose};
-use super::wire::WireAnswer;
+use super::name::{LabelKey, Labels};
+use super::names::{BuiltNode, BuiltRrSet, Names, Node};
+use super::tier::{Census, choose};
 use super::{FastHash, ZoneSettings, owner_name};
 use crate::api::ServiceImportType;
 use crate::model::{Endpoints, ImportedService, Port, ServiceRef, SliceEndpoints, dashed_address};
-
-/// One RRset at one owner name, kept in its precompiled wire form (answer
-/// records, then the address records of SRV targets for the additional
-/// section): compressed wire data is several times smaller than hickory
-/// `Record`s, and neither DNS path needs anything else. Writers that need
-/// records (`/explain`, master files) decode them with [`RrSet::records`]
-/// each time: both are rare, and a cache of decoded records cost 16 bytes
-/// in every RRset of the zone.
-#[derive(Debug, Clone)]
-pub struct RrSet {
-    /// The record type of the answers.
-    pub rtype: RecordType,
-    /// The precompiled answer and additional sections.
-    pub wire: WireAnswer,
-    /// The endpoints the answer was taken from, when a local-first import
-    /// or the serving fallback chose them ([`super::tier`]); `None` for
-    /// every other answer. Answers with a tier are counted by it.
-    pub tier: Option<Tier>,
-}
-
-/// An RRset as hickory records.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Records {
-    /// The answer section.
-    pub answers: Vec<Record>,
-    /// The additional section: addresses of SRV targets.
-    pub additionals: Vec<Record>,
-}
-
-impl RrSet {
-    /// Builds an RRset and precompiles it.
-    pub fn new(
-        owner: &Name,
-        rtype: RecordType,
-        records: Vec<Record>,
-        additionals: Vec<Record>,
-    ) -> Self {
-        Self {
-            rtype,
-            wire: WireAnswer::encode(owner, rtype, &records, &additionals),
-            tier: None,
-        }
-    }
-
-    /// The same RRset, counted as answering from `tier`.
-    pub fn with_tier(mut self, tier: Option<Tier>) -> Self {
-        self.tier = tier;
-        self
-    }
-
-    /// The answer and additional records, decoded from the wire form.
-    /// `owner` is the owner name (any letter case). `None` only if the
-    /// precompiled bytes do not decode, which would be a bug; it is logged.
-    pub fn records(&self, owner: &Name) -> Option<Records> {
-        match self.wire.decode(&owner.to_lowercase(), self.rtype) {
-            Ok((answers, additionals)) => Some(Records {
-                answers,
-                additionals,
-            }),
-            Err(error) => {
-                tracing::error!(name = %owner, rtype = %self.rtype, %error, "precompiled answer does not decode");
-                None
-            }
-        }
-    }
-}
-
-/// The RRsets at one owner name. No RRsets means an empty non-terminal: the
-/// name exists (NODATA), but only because names below it do.
-#[derive(Debug, Clone, Default)]
-pub struct Node {
-    rrsets: Vec<RrSet>,
-}
-
-impl Node {
-    /// The RRset of `rtype`, if the node has one.
-    pub fn get(&self, rtype: RecordType) -> Option<&RrSet> {
-        self.rrsets.iter().find(|r| r.rtype == rtype)
-    }
-
-    /// All RRsets of this node.
-    pub fn rrsets(&self) -> &[RrSet] {
-        &self.rrsets
-    }
-
-    pub(crate) fn push_rrset(&mut self, rrset: RrSet) {
-        self.rrsets.push(rrset);
-    }
-
-    fn push(
-        &mut self,
-        owner: &Name,
-        rtype: RecordType,
-        records: Vec<Record>,
-        additionals: Vec<Record>,
-    ) {
-        if records.is_empty() {
-            return;
-        }
-        let count = records.len();
-        let rrset = RrSet::new(owner, rtype, records, additionals);
-        if usize::from(rrset.wire.answer_count) < count {
-            tracing::warn!(
-                name = %owner,
-                %rtype,
-                kept = rrset.wire.answer_count,
-                records = count,
-                "answer cut to fit one DNS message (64 KiB); lower max_records to choose the subset size yourself"
-            );
-        }
-        self.rrsets.push(rrset);
-    }
-}
 
 /// All names of one service, keyed by the labels in front of
 /// `<svc>.<ns>.svc.<zone>` (none for the service name itself, `_http._tcp`,
 /// `web-0.cluster-a`, `cluster-a`).
 ///
-/// The names sit in one array sorted by [`node_order`] and are found by
+/// The names sit packed ([`Names`]) in [`node_order`] and are found by
 /// binary search: a service has a handful of names (a headless one, one per
 /// endpoint more), and a hash table per service cost twice its entries in
 /// mostly empty buckets (`cargo bench --bench heap`).
 #[derive(Debug, Clone)]
 pub struct ServiceZone {
     service: ServiceRef,
-    nodes: Box<[(LabelKey, Node)]>,
+    names: Names,
     record_count: usize,
 }
 
 /// The names of a service while they are built.
 #[derive(Default)]
 struct Builder {
-    nodes: HashMap<LabelKey, Node, FastHash>,
+    nodes: HashMap<LabelKey, BuiltNode, FastHash>,
 }
 
 impl ServiceZone {
@@ -158,18 +45,15 @@ impl ServiceZone {
 
     /// The node for the labels in front of the service name, in wire form
     /// (see [`LabelKey`]).
-    pub fn node(&self, relative: &[u8]) -> Option<&Node> {
-        let at = self
-            .nodes
-            .binary_search_by(|(key, _)| node_order(key.borrow(), relative))
-            .ok()?;
-        Some(&self.nodes[at].1)
+    #[inline]
+    pub fn node(&self, relative: &[u8]) -> Option<Node<'_>> {
+        self.names.find(relative, node_order)
     }
 
     /// True when the service has no names at all: a headless service without
     /// ready endpoints, which must answer NXDOMAIN.
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.names.is_empty()
     }
 
     /// Number of answer records across all names (for metrics).
@@ -178,8 +62,8 @@ impl ServiceZone {
     }
 
     /// Iterates over `(relative labels, node)` pairs, shorter keys first.
-    pub fn nodes(&self) -> impl Iterator<Item = (&LabelKey, &Node)> {
-        self.nodes.iter().map(|(key, node)| (key, node))
+    pub fn nodes(&self) -> impl Iterator<Item = (Labels<'_>, Node<'_>)> {
+        self.names.iter()
     }
 
     /// Builds the names of `service` from its slices. `own_cluster` is this
@@ -206,14 +90,7 @@ impl ServiceZone {
                 tracing::error!(service = %service.service, "service has no DNS name; left out")
             }
         }
-        let mut nodes: Vec<(LabelKey, Node)> = builder
-            .nodes
-            .into_iter()
-            .map(|(key, mut node)| {
-                node.rrsets.shrink_to_fit();
-                (key, node)
-            })
-            .collect();
+        let mut nodes: Vec<(LabelKey, BuiltNode)> = builder.nodes.into_iter().collect();
         nodes.sort_unstable_by(|a, b| node_order(a.0.borrow(), b.0.borrow()));
         let record_count = nodes
             .iter()
@@ -222,7 +99,7 @@ impl ServiceZone {
             .sum();
         Self {
             service: service.service.clone(),
-            nodes: nodes.into_boxed_slice(),
+            names: Names::pack(nodes),
             record_count,
         }
     }
@@ -240,7 +117,7 @@ impl Builder {
         let (a, aaaa) = address_records(base, ips.iter(), ttl);
         let glue: Vec<Record> = a.iter().chain(aaaa.iter()).cloned().collect();
 
-        let mut apex = Node::default();
+        let mut apex = BuiltNode::default();
         apex.push(base, RecordType::A, a, vec![]);
         apex.push(base, RecordType::AAAA, aaaa, vec![]);
         if ips.is_empty() {
@@ -271,7 +148,7 @@ impl Builder {
                 continue;
             };
             let srv = srv_records(&owner, &[(port.port, base.clone())], ttl);
-            let mut node = Node::default();
+            let mut node = BuiltNode::default();
             node.push(&owner, RecordType::SRV, srv, glue.clone());
             self.insert_with_parents(relative, node);
         }
@@ -325,7 +202,7 @@ impl Builder {
             let (a, aaaa) = match &owner {
                 Some(owner) => {
                     let (a, aaaa) = address_records(owner, host.addresses.iter(), ttl);
-                    let mut node = Node::default();
+                    let mut node = BuiltNode::default();
                     node.push(owner, RecordType::A, a.clone(), vec![]);
                     node.push(owner, RecordType::AAAA, aaaa.clone(), vec![]);
                     self.insert_with_parents(relative, node);
@@ -353,12 +230,12 @@ impl Builder {
             .filter(|record| record.local || !choice.local)
             .collect();
         let mut take = candidates.len().min(settings.max_records);
-        let mut apex = Node::default();
+        let mut apex = BuiltNode::default();
         loop {
             let hosts = candidates[..take].iter().map(|r| r.host);
             let (a, aaaa) = address_records(base, hosts.flat_map(|h| h.addresses.iter()), ttl);
-            let a = (!a.is_empty()).then(|| RrSet::new(base, RecordType::A, a, vec![]));
-            let aaaa = (!aaaa.is_empty()).then(|| RrSet::new(base, RecordType::AAAA, aaaa, vec![]));
+            let a = (!a.is_empty()).then(|| BuiltRrSet::new(base, RecordType::A, a, vec![]));
+            let aaaa = (!aaaa.is_empty()).then(|| BuiltRrSet::new(base, RecordType::AAAA, aaaa, vec![]));
             // Endpoints whose addresses all made it into both answers: the
             // subset shrinks to them if either answer was cut to fit one
             // DNS message, so that A and AAAA still hold the same subset.
@@ -430,7 +307,7 @@ impl Builder {
                 warn_name_too_long(&relative, base);
                 continue;
             };
-            let mut node = Node::default();
+            let mut node = BuiltNode::default();
             node.push(
                 &owner,
                 RecordType::SRV,
@@ -461,7 +338,7 @@ impl Builder {
     /// for `_http._tcp`, `cluster-a` for `web-0.cluster-a`), so that those
     /// names answer NODATA, not NXDOMAIN. Labels come from validated names
     /// and [`relative_owner`] checked that they make a name.
-    fn insert_with_parents(&mut self, relative: Vec<String>, node: Node) {
+    fn insert_with_parents(&mut self, relative: Vec<String>, node: BuiltNode) {
         let Some(key) = LabelKey::new(&relative) else {
             return;
         };
@@ -508,10 +385,10 @@ fn warn_name_too_long(relative: &[String], base: &Name) {
 /// distinct address once, as [`address_records`] makes them).
 fn whole_hosts<'h>(
     hosts: impl Iterator<Item = &'h Host> + 'h,
-    a: Option<&RrSet>,
-    aaaa: Option<&RrSet>,
+    a: Option<&BuiltRrSet>,
+    aaaa: Option<&BuiltRrSet>,
 ) -> impl Iterator<Item = bool> + 'h {
-    let kept = |rrset: Option<&RrSet>| rrset.map_or(0, |r| usize::from(r.wire.answer_count));
+    let kept = |rrset: Option<&BuiltRrSet>| rrset.map_or(0, |r| usize::from(r.wire.answer_count));
     let (kept_a, kept_aaaa) = (kept(a), kept(aaaa));
     let mut seen: HashSet<IpAddr, FastHash> = HashSet::default();
     let (mut count_a, mut count_aaaa) = (0, 0);

@@ -612,7 +612,7 @@ fn answers_larger_than_one_dns_message_are_cut_to_fit() {
     );
     let base = "database.production.svc.clusterset.local.";
     let node = built.node(b"").unwrap();
-    let wire = |rtype| &node.get(rtype).unwrap().wire;
+    let wire = |rtype| node.get(rtype).unwrap().wire;
     assert_eq!(usize::from(wire(RecordType::A).answer_count), count);
     assert_eq!(usize::from(wire(RecordType::AAAA).answer_count), count);
     let srv = wire(RecordType::SRV);

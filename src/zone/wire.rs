@@ -86,6 +86,42 @@ impl WireAnswer {
         }
     }
 
+    /// The same bytes, borrowed.
+    pub fn as_wire(&self) -> Wire<'_> {
+        Wire {
+            tail: &self.tail,
+            answers_end: self.answers_end,
+            answer_count: self.answer_count,
+            additional_count: self.additional_count,
+        }
+    }
+
+    /// Decodes the records back (see [`Wire::decode`]).
+    pub fn decode(
+        &self,
+        qname: &Name,
+        qtype: RecordType,
+    ) -> Result<(Vec<Record>, Vec<Record>), ProtoError> {
+        self.as_wire().decode(qname, qtype)
+    }
+}
+
+/// The precompiled sections of one positive answer where they are stored
+/// (a service's packed names, [`super::names`]): what the writers copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wire<'z> {
+    /// Answer records followed by additional records, encoded as they follow
+    /// the question of a response to the owner name.
+    pub tail: &'z [u8],
+    /// Where the additional records start in `tail`.
+    pub answers_end: usize,
+    /// Number of answer records.
+    pub answer_count: u16,
+    /// Number of additional records (before any OPT).
+    pub additional_count: u16,
+}
+
+impl Wire<'_> {
     /// Decodes the records back, given the owner name and type the answer
     /// was encoded for (any letter case: only the layout matters).
     pub fn decode(
@@ -96,7 +132,7 @@ impl WireAnswer {
         let mut bytes = encode(qname, qtype, &[], &[]);
         bytes[6..8].copy_from_slice(&self.answer_count.to_be_bytes());
         bytes[10..12].copy_from_slice(&self.additional_count.to_be_bytes());
-        bytes.extend_from_slice(&self.tail);
+        bytes.extend_from_slice(self.tail);
         let message = Message::from_vec(&bytes).map_err(|e| ProtoError::from(e.to_string()))?;
         Ok((message.answers, message.additionals))
     }
