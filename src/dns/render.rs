@@ -30,7 +30,7 @@ pub fn render(
     let truncated = fit == Fit::Truncated && plan.answer.is_some();
     let (body, answers, additionals) = match (plan.answer, fit) {
         (Some(rrset), Fit::Whole) => (
-            &rrset.wire.tail[..],
+            rrset.wire.tail,
             rrset.wire.answer_count,
             rrset.wire.additional_count,
         ),

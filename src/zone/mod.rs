@@ -19,8 +19,8 @@ use hickory_proto::rr::rdata::{A, AAAA, NS, SOA, TXT};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
 pub use name::{Below, LabelKey, Labels, QueryName};
-pub use names::{Node, Records, RrSet};
 use names::{BuiltNode, BuiltRrSet, Names};
+pub use names::{Node, Records, RrSet};
 pub use service::ServiceZone;
 pub use tier::Tier;
 pub use wire::SoaWire;
@@ -465,7 +465,10 @@ pub fn master_file(zone: &Zone) -> String {
     let settings = &zone.settings;
     write(&settings.origin, zone.apex.apex.first());
     write(&apex_name(settings, "ns.dns"), zone.apex.nameserver.first());
-    write(&apex_name(settings, "dns-version"), zone.apex.version.first());
+    write(
+        &apex_name(settings, "dns-version"),
+        zone.apex.version.first(),
+    );
     let mut services: Vec<&ServiceZone> = zone.services().collect();
     services.sort_by(|a, b| a.service().cmp(b.service()));
     for service in services {

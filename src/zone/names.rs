@@ -353,6 +353,9 @@ mod tests {
         node
     }
 
+    /// Per name, its wire labels and its RRsets' types and bytes.
+    type Layout = Vec<(Vec<u8>, Vec<(RecordType, Vec<u8>)>)>;
+
     #[test]
     fn packed_names_read_back_as_built() {
         let base = Name::from_ascii("db.ns.svc.clusterset.local.").unwrap();
@@ -362,7 +365,7 @@ mod tests {
             (LabelKey::new(&["c1"]).unwrap(), BuiltNode::default()),
             (LabelKey::new(&["web-0", "c1"]).unwrap(), a_node(&web, 2)),
         ];
-        let expected: Vec<(Vec<u8>, Vec<(RecordType, Vec<u8>)>)> = built
+        let expected: Layout = built
             .iter()
             .map(|(key, node)| {
                 let rrsets = node
@@ -375,7 +378,7 @@ mod tests {
             .collect();
         let names = Names::pack(built);
         assert_eq!(names.iter().len(), 3);
-        let read: Vec<(Vec<u8>, Vec<(RecordType, Vec<u8>)>)> = names
+        let read: Layout = names
             .iter()
             .map(|(key, node)| {
                 let rrsets = node
@@ -394,7 +397,10 @@ mod tests {
         assert!(found.get(RecordType::AAAA).is_none());
         assert!(names.find(b"\x02c1", order).unwrap().is_empty());
         assert!(names.find(b"\x02c2", order).is_none());
-        assert_eq!(names.first().get(RecordType::A).unwrap().wire.answer_count, 1);
+        assert_eq!(
+            names.first().get(RecordType::A).unwrap().wire.answer_count,
+            1
+        );
     }
 
     #[test]

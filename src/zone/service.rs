@@ -235,7 +235,8 @@ impl Builder {
             let hosts = candidates[..take].iter().map(|r| r.host);
             let (a, aaaa) = address_records(base, hosts.flat_map(|h| h.addresses.iter()), ttl);
             let a = (!a.is_empty()).then(|| BuiltRrSet::new(base, RecordType::A, a, vec![]));
-            let aaaa = (!aaaa.is_empty()).then(|| BuiltRrSet::new(base, RecordType::AAAA, aaaa, vec![]));
+            let aaaa =
+                (!aaaa.is_empty()).then(|| BuiltRrSet::new(base, RecordType::AAAA, aaaa, vec![]));
             // Endpoints whose addresses all made it into both answers: the
             // subset shrinks to them if either answer was cut to fit one
             // DNS message, so that A and AAAA still hold the same subset.
