@@ -4,9 +4,9 @@
 /// Malloc arenas the process uses. glibc gives each thread that meets
 /// contention an arena of its own (up to 8 per core); the load thread and
 /// each runtime worker then keep long-lived index and zone blocks, and free
-/// pages between them, in heaps of their own. One arena held the same
-/// 10,000-service zone in 41.6 MiB of anonymous memory instead of 54.9 MiB,
-/// at the same CPU per query (docs/benchmarks.md, "Memory (issue 35)").
+/// pages between them, in heaps of their own. With one arena the server
+/// holds the 10,000-service zone in 49.8 MiB instead of 54.4 MiB, at the
+/// same CPU per query (docs/benchmarks.md, "One malloc arena").
 pub const MALLOC_ARENAS: i32 = 1;
 
 /// Caps glibc's malloc arenas at [`MALLOC_ARENAS`], unless the operator has

@@ -403,6 +403,14 @@ mod tests {
         );
     }
 
+    /// The tables' entries stay as small as docs/benchmarks.md says: one
+    /// of each per name and per RRset of the zone.
+    #[test]
+    fn entries_are_12_and_20_bytes() {
+        assert_eq!(std::mem::size_of::<NodeEntry>(), 12);
+        assert_eq!(std::mem::size_of::<RrSetEntry>(), 20);
+    }
+
     #[test]
     fn no_names_is_an_empty_first_node() {
         let names = Names::default();
