@@ -423,14 +423,22 @@ impl ImportedService {
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         };
+        // Collected through `Result`, the vectors grew from a capacity of
+        // four: the index keeps them for as long as the import lives.
         Ok(Self {
             service: ServiceRef::new(namespace, name),
             import_type: spec.type_,
-            ips,
-            ports,
+            ips: tight(ips),
+            ports: tight(ports),
             locality: Locality::of(spec.traffic_distribution.as_deref()),
         })
     }
+}
+
+/// `items` without spare capacity.
+fn tight<T>(mut items: Vec<T>) -> Vec<T> {
+    items.shrink_to_fit();
+    items
 }
 
 /// Labels and fields of an EndpointSlice that make it an imported MCS slice.

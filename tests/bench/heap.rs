@@ -99,11 +99,12 @@ fn main() {
     let text = std::fs::read_to_string(&path).expect("reading BENCH_MANIFEST");
     let mut parser = Parser::default();
     let update = parser.parse_update(&text).expect("the manifest parses");
+    // As the file source does: the text goes before the index is built.
+    drop(text);
     let mut index = Index::new(settings);
     update.apply_to(&mut index);
     let (zone, _) = index.publish();
     let peak = PEAK.load(Ordering::Relaxed) - before;
-    drop(text);
 
     let services = zone.service_count();
     let endpoints = index.endpoint_count();

@@ -21,8 +21,6 @@
 //! - `object`: one document's objects decoded, checked (unknown fields,
 //!   strings) and projected.
 
-use std::sync::Arc;
-
 use serde_json::Value;
 
 use crate::api::well_known::CLUSTER_ID_PROPERTY;
@@ -212,13 +210,15 @@ pub fn check(text: &str) -> Report {
             }
         }
     }
-    let (manifest, duplicates) = collect(&documents);
+    let (manifest, duplicates) = collect(documents);
     rejected.extend(duplicates);
     Report { manifest, rejected }
 }
 
-/// What one document holds: `(item in a kind: List, object)`.
-type DocumentObjects = Arc<[(Option<usize>, Object)]>;
+/// What one document holds: `(item in a kind: List, object)`, without
+/// spare capacity (most documents hold one object). The objects move into
+/// the manifest or the delta instead of being copied there.
+type DocumentObjects = Box<[(Option<usize>, Object)]>;
 
 /// One object of a document, projected.
 #[derive(Debug)]

@@ -17,7 +17,7 @@ pub(super) fn project_document(
 ) -> Result<DocumentObjects, ManifestError> {
     let mut objects = Vec::new();
     if document.is_null() {
-        return Ok(objects.into());
+        return Ok(objects.into_boxed_slice());
     }
     let at = |item| Position {
         document: number,
@@ -25,7 +25,7 @@ pub(super) fn project_document(
     };
     if document.get("kind").and_then(Value::as_str) != Some("List") {
         objects.push((None, project_object(document, at(None))?));
-        return Ok(objects.into());
+        return Ok(objects.into_boxed_slice());
     }
     let items = match document {
         Value::Object(mut map) => map.remove("items"),
@@ -36,7 +36,7 @@ pub(super) fn project_document(
             objects.push((Some(j), project_object(item, at(Some(j)))?));
         }
     }
-    Ok(objects.into())
+    Ok(objects.into_boxed_slice())
 }
 
 #[derive(Clone, Copy)]

@@ -103,7 +103,7 @@ impl Parser {
             for (i, document) in documents.into_iter().enumerate() {
                 parsed.push((i + 1, project_document(document, i + 1)?));
             }
-            return assemble(&parsed);
+            return assemble(parsed);
         };
         let mut parsed = Vec::with_capacity(pieces.len());
         let mut cache = HashMap::with_capacity(pieces.len());
@@ -112,7 +112,7 @@ impl Parser {
             cache.insert(DocumentKey::of(piece.text), ids_of(&objects));
             parsed.push((piece.number, objects));
         }
-        let manifest = assemble(&parsed)?;
+        let manifest = assemble(parsed)?;
         self.cache = cache;
         self.primed = true;
         Ok(manifest)
@@ -152,16 +152,16 @@ impl Parser {
         let mut delta = Delta::default();
         let mut applied_imports = HashSet::new();
         let mut applied_slices = HashSet::new();
-        for (number, objects) in &new {
-            for (_, object) in objects.iter() {
+        for (number, objects) in new {
+            for (_, object) in objects.into_vec() {
                 match object {
                     Object::Import(import) => {
-                        applied_imports.insert(&import.service);
-                        delta.imports.push(import.clone());
+                        applied_imports.insert(import.service.clone());
+                        delta.imports.push(import);
                     }
                     Object::Slice(key, slice) => {
-                        applied_slices.insert(key);
-                        delta.slices.push((key.clone(), slice.clone()));
+                        applied_slices.insert(key.clone());
+                        delta.slices.push((key, slice));
                     }
                     Object::Skipped(what) => {
                         delta.skipped.push(format!("document {number}: {what}"));
@@ -249,7 +249,7 @@ fn first_duplicate(documents: &[(usize, DocumentIds)]) -> Option<ManifestError> 
 }
 
 /// Collects the documents' objects in order, rejecting duplicates.
-fn assemble(documents: &[(usize, DocumentObjects)]) -> Result<Manifest, ManifestError> {
+fn assemble(documents: Vec<(usize, DocumentObjects)>) -> Result<Manifest, ManifestError> {
     let (manifest, mut duplicates) = collect(documents);
     match duplicates.is_empty() {
         true => Ok(manifest),
@@ -257,18 +257,18 @@ fn assemble(documents: &[(usize, DocumentObjects)]) -> Result<Manifest, Manifest
     }
 }
 
-/// Collects the documents' objects in order; a duplicate is left out and
-/// reported.
-pub(super) fn collect(documents: &[(usize, DocumentObjects)]) -> (Manifest, Vec<ManifestError>) {
+/// Moves the documents' objects into one manifest, in order; a duplicate
+/// is left out and reported.
+pub(super) fn collect(documents: Vec<(usize, DocumentObjects)>) -> (Manifest, Vec<ManifestError>) {
     let mut duplicates = Vec::new();
     let mut manifest = Manifest::default();
     let mut seen_imports = HashSet::new();
     let mut seen_slices = HashSet::new();
     for (number, objects) in documents {
-        for (item, object) in objects.iter() {
+        for (item, object) in objects.into_vec() {
             let duplicate = |kind: &str, namespace: &str, name: &str| ManifestError::Object {
-                document: *number,
-                item: *item,
+                document: number,
+                item,
                 kind: kind.into(),
                 name: format!("{namespace}/{name}"),
                 message: format!("duplicate {kind}"),
@@ -284,14 +284,14 @@ pub(super) fn collect(documents: &[(usize, DocumentObjects)]) -> (Manifest, Vec<
                         ));
                         continue;
                     }
-                    manifest.imports.push(import.clone());
+                    manifest.imports.push(import);
                 }
                 Object::Slice(key, slice) => {
                     if !seen_slices.insert(key.clone()) {
                         duplicates.push(duplicate("EndpointSlice", &key.namespace, &key.name));
                         continue;
                     }
-                    manifest.slices.push((key.clone(), slice.clone()));
+                    manifest.slices.push((key, slice));
                 }
                 Object::ClusterProperty(Some(id)) => {
                     if manifest.cluster_id.is_some() {
@@ -299,7 +299,7 @@ pub(super) fn collect(documents: &[(usize, DocumentObjects)]) -> (Manifest, Vec<
                         duplicates.push(duplicate("ClusterProperty", namespace, name));
                         continue;
                     }
-                    manifest.cluster_id = Some(id.clone());
+                    manifest.cluster_id = Some(id);
                 }
                 Object::Skipped(what) => {
                     manifest.skipped.push(format!("document {number}: {what}"))
