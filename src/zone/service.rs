@@ -2,7 +2,6 @@
 //! slices. A change to a service rebuilds only its `ServiceZone`, so the cost
 //! of an update is proportional to that service, never to the clusterset.
 
-use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 
@@ -20,7 +19,7 @@ use crate::model::{Endpoints, ImportedService, Port, ServiceRef, SliceEndpoints,
 /// `<svc>.<ns>.svc.<zone>` (none for the service name itself, `_http._tcp`,
 /// `web-0.cluster-a`, `cluster-a`).
 ///
-/// The names sit packed ([`Names`]) in [`node_order`] and are found by
+/// The names sit packed ([`Names`], in its lookup order) and are found by
 /// binary search: a service has a handful of names (a headless one, one per
 /// endpoint more), and a hash table per service cost twice its entries in
 /// mostly empty buckets (`cargo bench --bench heap`).
@@ -47,7 +46,7 @@ impl ServiceZone {
     /// (see [`LabelKey`]).
     #[inline]
     pub fn node(&self, relative: &[u8]) -> Option<Node<'_>> {
-        self.names.find(relative, node_order)
+        self.names.find(relative)
     }
 
     /// True when the service has no names at all: a headless service without
@@ -90,8 +89,7 @@ impl ServiceZone {
                 tracing::error!(service = %service.service, "service has no DNS name; left out")
             }
         }
-        let mut nodes: Vec<(LabelKey, BuiltNode)> = builder.nodes.into_iter().collect();
-        nodes.sort_unstable_by(|a, b| node_order(a.0.borrow(), b.0.borrow()));
+        let nodes: Vec<(LabelKey, BuiltNode)> = builder.nodes.into_iter().collect();
         let record_count = nodes
             .iter()
             .flat_map(|(_, n)| n.rrsets.iter())
@@ -354,15 +352,6 @@ impl Builder {
             .rrsets
             .extend(node.rrsets);
     }
-}
-
-/// The order of a service's names: by length, then by bytes. Most keys of
-/// a service differ in length, so the binary search of a lookup compares
-/// bytes only at the end, and the service name itself (the empty key, the
-/// most asked) comes first; a plain byte order called `memcmp` at every
-/// step and cost the fast path 9 % more CPU per query.
-fn node_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
-    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
 }
 
 /// `<relative>.<base>`, or `None` when that cannot be a name.
