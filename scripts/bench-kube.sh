@@ -31,6 +31,8 @@
 #   BENCH_CHANGES=200 BENCH_COREDNS_PROPAGATION=1
 #   BENCH_FLOOR_RUNS=3         list-floor runs, each followed by a start of
 #                              clusterset-dns (medians compared)
+#   BENCH_OUTAGE=5             seconds the apiserver stays down before the
+#                              relist whose peak memory is measured
 #   BENCH_OURS_PERF=FILE       profile the kept clusterset-dns (perf record -g)
 #   CLUSTERSET_DNS_BASELINE_BIN=PATH           another build started after each
 #                              list-floor run too (start-up A/B in one run)

@@ -41,6 +41,29 @@ impl SliceKey {
     }
 }
 
+/// One object of a relist as the index keeps it until the list is
+/// complete: only the key of an object it holds unchanged (shared strings,
+/// no copy of the object), or the version that replaces what it holds. A
+/// relist after an outage then holds beside the index what changed, not a
+/// second copy of everything.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Relisted<K, V> {
+    /// The object is held as listed.
+    Held(K),
+    /// A new or changed object.
+    Changed(V),
+}
+
+impl<K, V> Relisted<K, Box<V>> {
+    /// The changed object out of its box.
+    pub fn unboxed(self) -> Relisted<K, V> {
+        match self {
+            Relisted::Held(key) => Relisted::Held(key),
+            Relisted::Changed(object) => Relisted::Changed(*object),
+        }
+    }
+}
+
 /// What one [`Index::publish`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PublishStats {
@@ -242,13 +265,7 @@ impl Index {
     /// when its service-name label changes; both are rebuilt. Its serving
     /// endpoints are kept only with the serving fallback on.
     pub fn apply_slice(&mut self, mut key: SliceKey, mut slice: SliceEndpoints) {
-        if !self.zone.settings().serve_terminating {
-            slice.drop_serving();
-        }
-        key.namespace = self.strings.share(&key.namespace);
-        slice.service = shared_service(&mut self.strings, &slice.service);
-        slice.cluster = self.strings.share(&slice.cluster);
-        slice.ports = self.ports.share(&slice.ports);
+        self.as_held(&mut key, &mut slice);
         match self.slices.get(&key) {
             Some(old) if **old == slice => return,
             Some(old) if old.service != slice.service => {
@@ -271,6 +288,18 @@ impl Index {
         }
     }
 
+    /// A slice as the index would hold it: serving endpoints dropped
+    /// unless the serving fallback is on, strings and ports shared.
+    fn as_held(&mut self, key: &mut SliceKey, slice: &mut SliceEndpoints) {
+        if !self.zone.settings().serve_terminating {
+            slice.drop_serving();
+        }
+        key.namespace = self.strings.share(&key.namespace);
+        slice.service = shared_service(&mut self.strings, &slice.service);
+        slice.cluster = self.strings.share(&slice.cluster);
+        slice.ports = self.ports.share(&slice.ports);
+    }
+
     /// Removes an EndpointSlice.
     pub fn delete_slice(&mut self, key: &SliceKey) {
         if let Some(old) = self.slices.remove(key) {
@@ -282,10 +311,40 @@ impl Index {
     /// Replaces every ServiceImport (a relist); only services whose import
     /// differs from before are rebuilt.
     pub fn reset_imports(&mut self, imports: impl IntoIterator<Item = ImportedService>) {
+        self.relist_imports(imports.into_iter().map(Relisted::Changed));
+    }
+
+    /// What a relist keeps of `import` until it completes
+    /// ([`Index::relist_imports`]): its key if the index holds it
+    /// unchanged, else the import.
+    pub fn relisted_import(
+        &mut self,
+        mut import: ImportedService,
+    ) -> Relisted<ServiceRef, Box<ImportedService>> {
+        import.service = shared_service(&mut self.strings, &import.service);
+        match self.imports.get_key_value(&import.service) {
+            Some((key, held)) if *held == import => Relisted::Held(key.clone()),
+            _ => Relisted::Changed(Box::new(import)),
+        }
+    }
+
+    /// A complete relist of the ServiceImports: every one it does not name
+    /// is deleted, every changed one applied.
+    pub fn relist_imports(
+        &mut self,
+        listed: impl IntoIterator<Item = Relisted<ServiceRef, ImportedService>>,
+    ) {
         let mut seen = HashSet::new();
-        for import in imports {
-            seen.insert(import.service.clone());
-            self.apply_import(import);
+        for item in listed {
+            match item {
+                Relisted::Held(service) => {
+                    seen.insert(service);
+                }
+                Relisted::Changed(import) => {
+                    seen.insert(import.service.clone());
+                    self.apply_import(import);
+                }
+            }
         }
         let gone: Vec<ServiceRef> = self
             .imports
@@ -300,10 +359,41 @@ impl Index {
 
     /// Replaces every EndpointSlice (a relist).
     pub fn reset_slices(&mut self, slices: impl IntoIterator<Item = (SliceKey, SliceEndpoints)>) {
+        self.relist_slices(slices.into_iter().map(Relisted::Changed));
+    }
+
+    /// What a relist keeps of a slice until it completes
+    /// ([`Index::relist_slices`]): its key if the index holds it
+    /// unchanged, else the slice.
+    pub fn relisted_slice(
+        &mut self,
+        mut key: SliceKey,
+        mut slice: SliceEndpoints,
+    ) -> Relisted<SliceKey, Box<(SliceKey, SliceEndpoints)>> {
+        self.as_held(&mut key, &mut slice);
+        match self.slices.get_key_value(&key) {
+            Some((held_key, held)) if **held == slice => Relisted::Held(held_key.clone()),
+            _ => Relisted::Changed(Box::new((key, slice))),
+        }
+    }
+
+    /// A complete relist of the EndpointSlices: every one it does not name
+    /// is deleted, every changed one applied.
+    pub fn relist_slices(
+        &mut self,
+        listed: impl IntoIterator<Item = Relisted<SliceKey, (SliceKey, SliceEndpoints)>>,
+    ) {
         let mut seen = HashSet::new();
-        for (key, slice) in slices {
-            seen.insert(key.clone());
-            self.apply_slice(key, slice);
+        for item in listed {
+            match item {
+                Relisted::Held(key) => {
+                    seen.insert(key);
+                }
+                Relisted::Changed((key, slice)) => {
+                    seen.insert(key.clone());
+                    self.apply_slice(key, slice);
+                }
+            }
         }
         let gone: Vec<SliceKey> = self
             .slices

@@ -242,6 +242,75 @@ fn a_relist_drops_what_is_gone_and_keeps_what_is_unchanged() {
 }
 
 #[test]
+fn a_relist_keeps_only_the_keys_of_what_it_holds_unchanged() {
+    let mut index = index();
+    index.apply_import(import("prod", "db", headless()));
+    index.apply_import(import("prod", "web", vip("10.0.0.1")));
+    index.apply_slice(
+        key("prod", "db-a"),
+        mixed_slice("a", &["10.0.0.1"], &["10.0.9.1"]),
+    );
+    index.apply_slice(key("prod", "db-b"), slice("prod", "db", "b", &["10.0.1.1"]));
+    index.publish();
+
+    // Held as listed (the serving endpoint is dropped before comparing, as
+    // the index drops it): the key alone, sharing the index's strings.
+    let held = index.relisted_slice(
+        key("prod", "db-a"),
+        mixed_slice("a", &["10.0.0.1"], &["10.0.9.1"]),
+    );
+    let Relisted::Held(held_key) = &held else {
+        panic!("an unchanged slice is kept as its key: {held:?}");
+    };
+    assert!(Arc::ptr_eq(
+        &held_key.namespace,
+        &index
+            .slices_of(&ServiceRef::new("prod", "db"))
+            .next()
+            .unwrap()
+            .0
+            .namespace
+    ));
+    assert_eq!(
+        index.relisted_import(import("prod", "db", headless())),
+        Relisted::Held(ServiceRef::new("prod", "db"))
+    );
+    // Changed: the new version, nothing applied yet.
+    let changed = index.relisted_import(import("prod", "web", vip("10.0.0.2")));
+    assert!(matches!(changed, Relisted::Changed(_)), "{changed:?}");
+    let moved = index.relisted_slice(key("prod", "db-a"), slice("prod", "db", "a", &["10.0.0.7"]));
+    assert!(matches!(moved, Relisted::Changed(_)), "{moved:?}");
+    assert_eq!(
+        a_records(&index.publish().0, "web.prod.svc.clusterset.local."),
+        Some(vec!["10.0.0.1".into()])
+    );
+
+    // The relist completes without db-b: it goes, web changes, the held
+    // slice's service is rebuilt for db-a's new address and db-b's loss.
+    index.relist_imports([
+        Relisted::Held(ServiceRef::new("prod", "db")),
+        changed.unboxed(),
+    ]);
+    index.relist_slices([moved.unboxed()]);
+    let (zone, stats) = index.publish();
+    assert_eq!(stats.rebuilt, 2, "web and db");
+    assert_eq!(
+        a_records(&zone, "web.prod.svc.clusterset.local."),
+        Some(vec!["10.0.0.2".into()])
+    );
+    assert_eq!(a_records(&zone, DB), Some(vec!["10.0.0.7".into()]));
+    assert_eq!((index.slice_count(), index.endpoint_count()), (1, 1));
+
+    // A relist naming everything as held changes nothing.
+    index.relist_imports([
+        Relisted::Held(ServiceRef::new("prod", "db")),
+        Relisted::Held(ServiceRef::new("prod", "web")),
+    ]);
+    index.relist_slices([Relisted::Held(key("prod", "db-a"))]);
+    assert!(!index.has_changes());
+}
+
+#[test]
 fn an_empty_relist_empties_the_index() {
     let mut index = index();
     index.apply_import(import("prod", "db", headless()));

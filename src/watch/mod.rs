@@ -38,7 +38,9 @@ use serde::de::DeserializeOwned;
 pub trait IndexResource<K> {
     /// What a list keeps of each object until the list is complete: a
     /// projection, so that a list of thousands of objects is not held as
-    /// whole API objects beside the current state.
+    /// whole API objects beside the current state, or no more than its key
+    /// when the store holds it unchanged (the DNS index: a relist after an
+    /// outage then costs the changes, not a second copy of the state).
     type Listed;
 
     /// An object was created or changed on a running watch.

@@ -18,7 +18,11 @@
 //!    clusterset-dns also its own share per change (from its publish
 //!    latency histogram), and `clusterset_dns_zone_services_rebuilt`
 //!    before and after;
-//! 5. a summary table (stdout, and markdown into `BENCH_KUBE_RESULTS`).
+//! 5. a relist after an apiserver outage: the apiserver stops for
+//!    `BENCH_OUTAGE` s and starts again with an empty watch cache; each
+//!    server's peak memory from just before the stop until its state is
+//!    current again (VmHWM reset through `/proc/PID/clear_refs`);
+//! 6. a summary table (stdout, and markdown into `BENCH_KUBE_RESULTS`).
 //!
 //! Run it with `scripts/bench-kube.sh` (builds first, waits for a quiet
 //! machine, bounds the run in time); it needs the Go-built binaries, so it
@@ -69,6 +73,7 @@ struct Settings {
     changes: usize,
     coredns_propagation: bool,
     floor_runs: usize,
+    outage: u64,
     ours_perf: Option<PathBuf>,
     baseline: Option<PathBuf>,
     server_cpu: String,
@@ -123,6 +128,8 @@ impl Settings {
             // clusterset-dns (the last one is kept for the rest of the
             // bench); the summary compares the medians.
             floor_runs: env_or("BENCH_FLOOR_RUNS", 3),
+            // Seconds the apiserver stays down before the relist.
+            outage: env_or("BENCH_OUTAGE", 5),
             // Profile the kept clusterset-dns with `perf record -g` into
             // this file (its start-up, mostly).
             ours_perf: std::env::var_os("BENCH_OURS_PERF").map(PathBuf::from),
@@ -963,6 +970,119 @@ fn start_ours(
     }
 }
 
+/// What a relist after an apiserver outage costs one server.
+struct Relist {
+    label: String,
+    /// VmRSS just before the apiserver stopped, KiB.
+    rss_before: u64,
+    /// The peak from then until the relist was done (VmHWM reset by
+    /// `clear_refs` before the outage), KiB.
+    hwm: u64,
+    /// VmRSS once the relist was done, KiB.
+    rss_after: u64,
+    /// Of it, (RssAnon, RssFile) KiB.
+    parts_after: (u64, u64),
+}
+
+/// Resets the VmHWM of `pid` to its VmRSS (`echo 5 > /proc/PID/clear_refs`),
+/// so that the next read of VmHWM is the peak from now on.
+fn reset_peak(pid: u32) {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset VmHWM (clear_refs)");
+}
+
+/// Polls `server`'s `/metrics` every 50 ms until `name` reads `value`, for
+/// at most `timeout`; returns how long it took.
+fn wait_metric(server: &Server, name: &str, value: f64, timeout: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let now = http_get(server.http, "/metrics").and_then(|(_, body)| metric(&body, name));
+        if now == Some(value) {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "{} did not report {name} {value} within {timeout:?} (last: {now:?})",
+            server.label
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Polls VmHWM of `pid` until it has not grown for `still`, for at most
+/// `timeout` (a server whose relist has no metric of its own).
+fn wait_peak_settled(pid: u32, still: Duration, timeout: Duration) {
+    let started = Instant::now();
+    let (mut last, mut since) = (memory_kib(pid).1, Instant::now());
+    while since.elapsed() < still && started.elapsed() < timeout {
+        std::thread::sleep(Duration::from_millis(100));
+        let hwm = memory_kib(pid).1;
+        if hwm != last {
+            (last, since) = (hwm, Instant::now());
+        }
+    }
+}
+
+/// Stops the apiserver for `outage`, starts it again and waits until every
+/// clusterset-dns server in `ours` has relisted (its source no longer
+/// stale) and `others` have stopped growing; returns each server's memory
+/// before, at its peak through the relist, and after.
+fn outage_relist(
+    plane: &mut ControlPlane,
+    ours: &[&Server],
+    others: &[&Server],
+    outage: Duration,
+) -> (Vec<Relist>, Duration) {
+    let all: Vec<&Server> = ours.iter().chain(others).copied().collect();
+    let before: Vec<u64> = all.iter().map(|s| memory_kib(s.proc.pid()).0).collect();
+    for server in &all {
+        reset_peak(server.proc.pid());
+    }
+    plane.apiservers[0].stop();
+    let stopped = Instant::now();
+    for server in ours {
+        wait_metric(
+            server,
+            "clusterset_dns_source_stale",
+            1.0,
+            Duration::from_secs(60),
+        );
+    }
+    std::thread::sleep(outage.saturating_sub(stopped.elapsed()));
+    plane.apiservers[0].start();
+    let restarted = Instant::now();
+    for server in ours {
+        wait_metric(
+            server,
+            "clusterset_dns_source_stale",
+            0.0,
+            Duration::from_secs(300),
+        );
+    }
+    let relisted = restarted.elapsed();
+    for server in others {
+        wait_peak_settled(
+            server.proc.pid(),
+            Duration::from_secs(5),
+            Duration::from_secs(120),
+        );
+    }
+    let relists = all
+        .iter()
+        .zip(before)
+        .map(|(server, rss_before)| {
+            let (rss_after, hwm) = memory_kib(server.proc.pid());
+            Relist {
+                label: server.label.to_string(),
+                rss_before,
+                hwm,
+                rss_after,
+                parts_after: rss_parts_kib(server.proc.pid()),
+            }
+        })
+        .collect();
+    (relists, relisted)
+}
+
 fn start_coredns(
     settings: &Settings,
     kubeconfig: &Path,
@@ -1678,7 +1798,7 @@ fn main() {
 
     // 1. Control plane and data.
     let t = Instant::now();
-    let plane = rt.block_on(ControlPlane::start(1));
+    let mut plane = rt.block_on(ControlPlane::start(1));
     let plane_seconds = t.elapsed().as_secs_f64();
     let api = &plane.apiservers[0];
     eprintln!(
@@ -1864,7 +1984,45 @@ fn main() {
     let ours_memory_end = memory_kib(ours.proc.pid());
     let coredns_memory_end = memory_kib(coredns.proc.pid());
 
-    // 5. Report.
+    // 5. A relist after an apiserver outage: every server's peak from just
+    // before the apiserver stops until its state is current again (the
+    // baseline build, if any, started now and relisting beside ours).
+    let mut baseline_kept = settings.baseline.as_ref().map(|baseline| {
+        let _ = wait_quiet(&settings, "starting the baseline clusterset-dns");
+        start_ours(
+            &settings,
+            baseline,
+            "clusterset-dns-baseline-relist",
+            &plane.apiservers[0].admin_kubeconfig,
+            plane.dir(),
+            &probe,
+            None,
+        )
+    });
+    if let Some(baseline) = &mut baseline_kept {
+        baseline.label = "clusterset-dns (baseline build)";
+    }
+    let ours_relisting: Vec<&Server> = std::iter::once(&ours).chain(&baseline_kept).collect();
+    let (relists, relisted_after) = outage_relist(
+        &mut plane,
+        &ours_relisting,
+        &[&coredns],
+        Duration::from_secs(settings.outage),
+    );
+    for relist in &relists {
+        eprintln!(
+            "[bench] relist after an outage of {} s: {} VmRSS {} MiB before, VmHWM {} MiB through it ({:.2}×), VmRSS {} MiB after",
+            settings.outage,
+            relist.label,
+            mib(relist.rss_before),
+            mib(relist.hwm),
+            relist.hwm as f64 / relist.rss_before.max(1) as f64,
+            mib(relist.rss_after)
+        );
+    }
+    drop(baseline_kept);
+
+    // 6. Report.
     let mut r = String::new();
     let _ = writeln!(r, "### Environment\n");
     let _ = writeln!(r, "| | |\n|---|---|");
@@ -2142,6 +2300,31 @@ fn main() {
             / (latency_after.1 - latency_before.1).max(1.0)
     );
 
+    let _ = writeln!(r, "\n### Relist after an apiserver outage\n");
+    let _ = writeln!(
+        r,
+        "The apiserver stopped for {} s and started again (its watch cache empty, so every watch relists); each server's VmHWM was reset (`/proc/PID/clear_refs`) just before the stop and read once its state was current again ({} ms after the restart for clusterset-dns: `clusterset_dns_source_stale` back to 0; CoreDNS once its VmHWM had not grown for 5 s).\n",
+        settings.outage,
+        ms(relisted_after)
+    );
+    let _ = writeln!(
+        r,
+        "| server | VmRSS before MiB | VmHWM through the relist MiB | × VmRSS before | VmRSS after MiB | of it RssAnon / RssFile MiB |\n|---|---:|---:|---:|---:|---:|"
+    );
+    for relist in &relists {
+        let _ = writeln!(
+            r,
+            "| {} | {} | {} | {:.2}× | {} | {} / {} |",
+            relist.label,
+            mib(relist.rss_before),
+            mib(relist.hwm),
+            relist.hwm as f64 / relist.rss_before.max(1) as f64,
+            mib(relist.rss_after),
+            mib(relist.parts_after.0),
+            mib(relist.parts_after.1)
+        );
+    }
+
     let (_, _, ours_p99, _) = dist(&ours_prop.after_ack);
     let qps_met = ratio >= 4.0;
     let p99_met = ours_p99 < Duration::from_millis(100) && ours_prop.timeouts == 0;
@@ -2187,6 +2370,23 @@ fn main() {
         ms(floor_median),
         coredns.ready_after.as_secs_f64() / floor_median.as_secs_f64(),
         verdict(floor_ratio <= 1.1)
+    );
+
+    let relist_ratio = relists[0].hwm as f64 / relists[0].rss_before.max(1) as f64;
+    let _ = writeln!(
+        r,
+        "| VmHWM ≤ 1.3× VmRSS through a relist after an apiserver outage | {} MiB over {} MiB: {relist_ratio:.2}× | {} |",
+        mib(relists[0].hwm),
+        mib(relists[0].rss_before),
+        verdict(relist_ratio <= 1.3)
+    );
+    let hwm_ratio = ours_memory_end.1 as f64 / ours_memory_end.0.max(1) as f64;
+    let _ = writeln!(
+        r,
+        "| VmHWM ≤ 1.3× VmRSS from spawn to the end (before the outage) | {} MiB over {} MiB: {hwm_ratio:.2}× | {} |",
+        mib(ours_memory_end.1),
+        mib(ours_memory_end.0),
+        verdict(hwm_ratio <= 1.3)
     );
 
     println!("\n{r}");

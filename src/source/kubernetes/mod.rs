@@ -16,7 +16,7 @@
 //!
 //! Objects are projected at ingest; nothing but the projections is kept.
 //! EndpointSlices and ServiceImports are even decoded stripped
-//! ([`super::stripped`]): the parser skips the fields the index does not
+//! ([`crate::api::stripped`]): the parser skips the fields the index does not
 //! read.
 //!
 //! Each watch receives the current objects as a stream from the
@@ -27,7 +27,10 @@
 //!
 //! A relist (watch restart, 410 Gone, apiserver restart) is buffered until it
 //! is complete and then replaces the old state in one step, so there is no
-//! window in which a half-listed index is served. Nothing is published until
+//! window in which a half-listed index is served. What it buffers is the
+//! changes: an object the index holds unchanged is kept as its key alone
+//! ([`crate::index::Relisted`]), so a relist after an outage does not hold
+//! a second copy of the state. Nothing is published until
 //! every kind has been listed once: until then the DNS server answers
 //! SERVFAIL and `/ready` says not ready.
 //!

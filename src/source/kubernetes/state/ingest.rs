@@ -11,7 +11,7 @@ use kube::api::PartialObjectMeta;
 use super::WatchedImport;
 use crate::api::well_known::{CLUSTER_ID_PROPERTY, LABEL_SERVICE_NAME};
 use crate::api::{ClusterProperty, ServiceImport};
-use crate::index::{Index, SliceKey};
+use crate::index::{Index, Relisted, SliceKey};
 use crate::model::{ImportedService, OwnCluster, ServiceRef, SliceEndpoints};
 use crate::watch::IndexResource;
 
@@ -112,7 +112,7 @@ impl Ingest {
 }
 
 impl IndexResource<WatchedImport> for Ingest {
-    type Listed = ImportedService;
+    type Listed = Relisted<ServiceRef, Box<ImportedService>>;
 
     fn apply(&mut self, object: WatchedImport) {
         if let Some(import) = self.project_import(&object) {
@@ -130,21 +130,29 @@ impl IndexResource<WatchedImport> for Ingest {
         self.rejected.retain(|(kind, ..), _| *kind != IMPORT_KIND);
     }
 
-    fn listed(&mut self, object: WatchedImport) -> Option<ImportedService> {
-        // An object that is still there but invalid keeps its last valid
-        // version through the relist, as it does through an update: the
-        // relist replaces the index with what it holds.
-        self.project_import(&object)
-            .or_else(|| self.index.import(&import_ref(&object)).cloned())
+    fn listed(&mut self, object: WatchedImport) -> Option<Self::Listed> {
+        match self.project_import(&object) {
+            Some(import) => Some(self.index.relisted_import(import)),
+            // An object that is still there but invalid keeps its last
+            // valid version through the relist, as it does through an
+            // update.
+            None => {
+                let service = import_ref(&object);
+                self.index
+                    .import(&service)
+                    .map(|held| Relisted::Held(held.service.clone()))
+            }
+        }
     }
 
-    fn reset(&mut self, listed: Vec<ImportedService>) {
-        self.index.reset_imports(listed);
+    fn reset(&mut self, listed: Vec<Self::Listed>) {
+        self.index
+            .relist_imports(listed.into_iter().map(Relisted::unboxed));
     }
 }
 
 impl IndexResource<EndpointSlice> for Ingest {
-    type Listed = (SliceKey, SliceEndpoints);
+    type Listed = Relisted<SliceKey, Box<(SliceKey, SliceEndpoints)>>;
 
     fn apply(&mut self, slice: EndpointSlice) {
         match self.project_slice(&slice) {
@@ -165,19 +173,20 @@ impl IndexResource<EndpointSlice> for Ingest {
         self.rejected.retain(|(kind, ..), _| *kind != SLICE_KIND);
     }
 
-    fn listed(&mut self, slice: EndpointSlice) -> Option<(SliceKey, SliceEndpoints)> {
+    fn listed(&mut self, slice: EndpointSlice) -> Option<Self::Listed> {
         match self.project_slice(&slice) {
-            Some(projected) => projected,
+            Some(projected) => projected.map(|(key, slice)| self.index.relisted_slice(key, slice)),
             // Invalid: keep its last valid version (see the imports).
             None => {
                 let key = slice_key(&slice);
-                self.index.slice(&key).cloned().map(|kept| (key, kept))
+                self.index.slice(&key).map(|_| Relisted::Held(key))
             }
         }
     }
 
-    fn reset(&mut self, listed: Vec<(SliceKey, SliceEndpoints)>) {
-        self.index.reset_slices(listed);
+    fn reset(&mut self, listed: Vec<Self::Listed>) {
+        self.index
+            .relist_slices(listed.into_iter().map(Relisted::unboxed));
     }
 }
 

@@ -199,15 +199,18 @@ fn a_relist_replaces_the_kind_in_one_step_and_drops_what_it_lacks() {
     let mut driver = Driver::synced();
     driver.handle(Input::Import(Ok(Event::Apply(import("db", "10.0.0.2")))));
     assert_eq!(driver.flush(), ["publish"]);
-    // The relist no longer holds db; until it is complete, db stays.
+    // The relist no longer holds db and changes web; until it is
+    // complete, both stay as they were.
+    assert_eq!(driver.ip_of("web").as_deref(), Some("10.0.0.1"));
     driver.handle(Input::Import(Ok(Event::Init)));
     driver.handle(Input::Import(Ok(Event::InitApply(import(
-        "web", "10.0.0.1",
+        "web", "10.0.0.5",
     )))));
     assert_eq!(driver.ip_of("db").as_deref(), Some("10.0.0.2"));
+    assert_eq!(driver.ip_of("web").as_deref(), Some("10.0.0.1"));
     driver.handle(Input::Import(Ok(Event::InitDone)));
     assert_eq!(driver.ip_of("db"), None);
-    assert_eq!(driver.ip_of("web").as_deref(), Some("10.0.0.1"));
+    assert_eq!(driver.ip_of("web").as_deref(), Some("10.0.0.5"));
     assert_eq!(driver.flush(), ["publish after list"]);
     // Slices too: a relist without web-a leaves web without endpoints.
     assert_eq!(driver.report().slices.len(), 1);
