@@ -98,8 +98,8 @@ pub struct Index {
     /// costs ~0.5 KB per service at 10^4 services).
     slices_by_service: HashMap<ServiceRef, Vec<SliceKey>>,
     dirty: HashSet<ServiceRef>,
-    /// Changed headless services that [`Index::prebuild`] left for the
-    /// publish.
+    /// Changed headless services that [`Index::prebuild`] left for a
+    /// later batch or the publish.
     held: HashSet<ServiceRef>,
     /// Services were rebuilt since the last publish (by
     /// [`Index::prebuild`]): the next zone gets a new serial.
@@ -486,16 +486,28 @@ impl Index {
         (self.zone.clone(), stats)
     }
 
-    /// Rebuilds the changed services whose names no slice can change (the
-    /// ClusterSetIP imports') without handing out a zone, so that the next
+    /// Rebuilds, without handing out a zone, the changed services that
+    /// slices still to come are unlikely to change, so that the next
     /// [`Index::publish`] rebuilds only the rest: a source calls it between
     /// the batches of a long first sync, to build while the rest of its
-    /// lists is on its way. Headless imports wait for the publish, as
-    /// slices still to come would change them again. Returns how many
-    /// services it rebuilt.
+    /// lists is on its way. Those are the ClusterSetIP imports (no slice
+    /// changes their names) and the headless imports that a whole batch
+    /// left alone since they last changed: a list arrives in key order, so
+    /// a service's slices come together, and one that came back would only
+    /// be rebuilt again. A headless import changed in this batch waits.
+    /// Returns how many services it rebuilt.
     pub fn prebuild(&mut self) -> usize {
-        let mut now = Vec::new();
-        for service in std::mem::take(&mut self.dirty) {
+        let fresh = std::mem::take(&mut self.dirty);
+        let mut now: Vec<ServiceRef> = self
+            .held
+            .iter()
+            .filter(|service| !fresh.contains(*service))
+            .cloned()
+            .collect();
+        for service in &now {
+            self.held.remove(service);
+        }
+        for service in fresh {
             if self.answers_with_endpoints(&service) {
                 self.held.insert(service);
             } else {

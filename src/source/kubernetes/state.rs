@@ -370,8 +370,8 @@ impl State {
             && (cluster_id.synced() || cluster_id.failing());
         if !synced {
             if !self.published {
-                // The first sync: build what no slice still to come can
-                // change while the rest is on its way.
+                // The first sync: build what slices still to come are
+                // unlikely to change while the rest is on its way.
                 self.prebuilt += self.ingest.index.prebuild();
             }
             return None;
