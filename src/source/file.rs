@@ -153,6 +153,42 @@ fn irregular(file_type: std::fs::FileType) -> Option<&'static str> {
 /// (`fstat`), opened with `O_NONBLOCK`, so a FIFO swapped in between cannot
 /// block the read either. Returns the text and the stamp of what was read.
 pub fn read_manifest(path: &Path, max: u64) -> Result<(String, Stamp), FileSourceError> {
+    let read_error = |source| FileSourceError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let (file, meta) = open_manifest(path, max)?;
+    // The file may grow while it is read: never read more than the limit.
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > max {
+        return Err(FileSourceError::TooLarge {
+            path: path.to_path_buf(),
+            len: bytes.len() as u64,
+            max,
+        });
+    }
+    if bytes.is_empty() {
+        return Err(FileSourceError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let message = format!("not UTF-8: {}", e.utf8_error());
+        read_error(io::Error::new(io::ErrorKind::InvalidData, message))
+    })?;
+    Ok((text, Stamp::of(&meta)))
+}
+
+/// Opens the manifest at `path` for reading, with its metadata: a regular
+/// file (after symlinks) of at most `max` bytes, opened without blocking
+/// and without becoming a controlling terminal, checked again once open.
+fn open_manifest(
+    path: &Path,
+    max: u64,
+) -> Result<(std::fs::File, std::fs::Metadata), FileSourceError> {
     use std::os::unix::fs::OpenOptionsExt;
     let read_error = |source| FileSourceError::Read {
         path: path.to_path_buf(),
@@ -182,28 +218,7 @@ pub fn read_manifest(path: &Path, max: u64) -> Result<(String, Stamp), FileSourc
         .map_err(read_error)?;
     let meta = file.metadata().map_err(read_error)?;
     check(&meta)?;
-    // The file may grow while it is read: never read more than the limit.
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(max + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_error)?;
-    if bytes.len() as u64 > max {
-        return Err(FileSourceError::TooLarge {
-            path: path.to_path_buf(),
-            len: bytes.len() as u64,
-            max,
-        });
-    }
-    if bytes.is_empty() {
-        return Err(FileSourceError::Empty {
-            path: path.to_path_buf(),
-        });
-    }
-    let text = String::from_utf8(bytes).map_err(|e| {
-        let message = format!("not UTF-8: {}", e.utf8_error());
-        read_error(io::Error::new(io::ErrorKind::InvalidData, message))
-    })?;
-    Ok((text, Stamp::of(&meta)))
+    Ok((file, meta))
 }
 
 /// Runs `job` on a thread of its own and waits for it without blocking the
@@ -286,17 +301,45 @@ impl FileSource {
     }
 
     fn read_and_load(&mut self) -> Result<PublishStats, FileSourceError> {
-        let (text, stamp) = read_manifest(&self.path, self.max_bytes)?;
-        let update = self.parse_text(&text);
-        // The text (20 MB at 10,000 services) goes before the index and the
-        // zone are built: the load's peak is one or the other, not both.
-        drop(text);
-        let result = update.map(|update| self.apply_update(update));
+        let (update, stamp) = match self.read_streamed()? {
+            Some(read) => read,
+            // Read whole where the stream cannot be parsed a document at a
+            // time, or fails: the whole text places an error in the file.
+            None => {
+                let (text, stamp) = read_manifest(&self.path, self.max_bytes)?;
+                let update = self.parse_text(&text);
+                // The text goes before the index and the zone are built.
+                drop(text);
+                (update?, stamp)
+            }
+        };
+        let stats = self.apply_update(update);
         crate::memory::release_freed_memory();
-        if result.is_ok() {
-            self.loaded = Some(stamp);
+        self.loaded = Some(stamp);
+        Ok(stats)
+    }
+
+    /// The update read from the file a document at a time, so that its
+    /// text (20 MB at 10,000 services) is never in memory whole beside the
+    /// objects parsed from it. `None` where it has to be read whole: a
+    /// stream with directives, a read error (text that is not UTF-8), an
+    /// invalid manifest (whose error the whole text places), a file that is
+    /// empty or grew past the limit while it was read.
+    fn read_streamed(&mut self) -> Result<Option<(manifest::Update, Stamp)>, FileSourceError> {
+        let (file, meta) = open_manifest(&self.path, self.max_bytes)?;
+        // The file may grow while it is read: never read more than the limit.
+        let mut reader = io::BufReader::new(file.take(self.max_bytes + 1));
+        let Ok(update) = self.parser.parse_update_from(&mut reader) else {
+            return Ok(None);
+        };
+        let read = self.max_bytes + 1 - reader.get_ref().limit();
+        if read == 0 || read > self.max_bytes {
+            // The parser took what it read as the manifest; the whole read
+            // reports the error, and the next load starts from nothing.
+            self.parser.forget();
+            return Ok(None);
         }
-        result
+        Ok(Some((update, Stamp::of(&meta))))
     }
 
     /// Parses and publishes `text` as the new content of the source. After

@@ -1,5 +1,5 @@
 //! Where the DNS server's heap goes (issue 23): loads a manifest the way
-//! the file source does (`Parser::parse_update`, `Index`, `Index::publish`)
+//! the file source does (`Parser::parse_update_from`, `Index`, `Index::publish`)
 //! under a counting allocator, and prints the live heap each part holds,
 //! per service and per ready endpoint:
 //!
@@ -10,7 +10,8 @@
 //!
 //! each measured by dropping it and counting what was freed; the zone is
 //! dropped last, once nothing else shares its services. The transient peak
-//! of the load (the text, the YAML values) is printed too.
+//! of the load (one document's text and YAML values at a time, the objects
+//! parsed) is printed too.
 //!
 //! ```sh
 //! python3 scripts/gen-bench-data.py --services 10000 --out /tmp/data
@@ -96,11 +97,13 @@ fn main() {
         .expect("BENCH_MANIFEST=<a manifest of scripts/gen-bench-data.py>");
     let settings = ZoneSettings::new("clusterset.local.".parse().expect("a name"));
     let (before, before_blocks) = live();
-    let text = std::fs::read_to_string(&path).expect("reading BENCH_MANIFEST");
+    // As the file source reads it: a document at a time, the text never
+    // whole in memory.
+    let file = std::fs::File::open(&path).expect("opening BENCH_MANIFEST");
     let mut parser = Parser::default();
-    let update = parser.parse_update(&text).expect("the manifest parses");
-    // As the file source does: the text goes before the index is built.
-    drop(text);
+    let update = parser
+        .parse_update_from(std::io::BufReader::new(file))
+        .expect("the manifest parses");
     let mut index = Index::new(settings);
     update.apply_to(&mut index);
     let (zone, _) = index.publish();

@@ -27,6 +27,7 @@ use crate::api::well_known::CLUSTER_ID_PROPERTY;
 use crate::index::{Index, SliceKey};
 use crate::model::{ImportedService, OwnCluster, ServiceRef, SliceEndpoints};
 
+pub use self::document::StreamStop;
 use self::document::{split_documents, yaml_error, yaml_options};
 use self::object::project_document;
 pub use self::parser::Parser;
@@ -152,6 +153,15 @@ pub enum ManifestError {
     },
 }
 
+/// Why [`Parser::parse_update_from`] returned no update.
+#[derive(Debug)]
+pub enum StreamError {
+    /// The stream could not be read a document at a time.
+    Stopped(StreamStop),
+    /// The manifest is invalid (a syntax error placed in its document).
+    Manifest(ManifestError),
+}
+
 /// Parses `text` (one or more `---`-separated YAML documents).
 pub fn parse(text: &str) -> Result<Manifest, ManifestError> {
     Parser::default().parse(text)
@@ -182,7 +192,7 @@ pub fn check(text: &str) -> Report {
         Some(pieces) => {
             for piece in pieces {
                 match serde_saphyr::from_str_with_options(
-                    piece.text,
+                    &piece.text,
                     yaml_options(piece.text.len()),
                 ) {
                     Ok(document) => project(document, piece.number, &mut rejected),

@@ -1,13 +1,15 @@
 //! The cached [`Parser`] and the assembly of documents into a manifest.
 
 use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
+use std::io::BufRead;
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::document::{Piece, split_documents, yaml_error, yaml_options};
+use super::document::{DocumentReader, Piece, split_documents, yaml_error, yaml_options};
 use super::object::project_document;
-use super::{Delta, DocumentObjects, Manifest, ManifestError, Object, Update};
+use super::{Delta, DocumentObjects, Manifest, ManifestError, Object, StreamError, Update};
 use crate::index::SliceKey;
 use crate::model::ServiceRef;
 
@@ -90,6 +92,13 @@ impl Parser {
         self.cache.len()
     }
 
+    /// Forgets the last manifest: the next parse is whole, as the first.
+    /// For a caller that does not use what the parser last returned.
+    pub fn forget(&mut self) {
+        self.cache = HashMap::new();
+        self.primed = false;
+    }
+
     /// Parses `text` whole (every document projected) and remembers its
     /// documents for the next [`Parser::parse_update`].
     pub fn parse(&mut self, text: &str) -> Result<Manifest, ManifestError> {
@@ -105,17 +114,11 @@ impl Parser {
             }
             return assemble(parsed);
         };
-        let mut parsed = Vec::with_capacity(pieces.len());
-        let mut cache = HashMap::with_capacity(pieces.len());
-        for piece in pieces {
-            let objects = parse_piece(text, &piece)?;
-            cache.insert(DocumentKey::of(piece.text), ids_of(&objects));
-            parsed.push((piece.number, objects));
+        match self.update_from(pieces.into_iter().map(Ok), Some(text), true) {
+            Ok(Update::Whole(manifest)) => Ok(manifest),
+            Ok(Update::Delta(_)) => unreachable!("a whole parse returns the whole manifest"),
+            Err(failure) => Err(failure.into_manifest_error()),
         }
-        let manifest = assemble(parsed)?;
-        self.cache = cache;
-        self.primed = true;
-        Ok(manifest)
     }
 
     /// Parses `text` like [`Parser::parse`], and returns only what changed
@@ -124,16 +127,62 @@ impl Parser {
     /// no new document holds. Assembling the whole manifest would cost time
     /// in proportion to its size for every change.
     pub fn parse_update(&mut self, text: &str) -> Result<Update, ManifestError> {
-        let pieces = match split_documents(text) {
-            Some(pieces) if self.primed => pieces,
-            _ => return self.parse(text).map(Update::Whole),
-        };
+        match split_documents(text) {
+            Some(pieces) => {
+                let whole = !self.primed;
+                self.update_from(pieces.into_iter().map(Ok), Some(text), whole)
+                    .map_err(Failure::into_manifest_error)
+            }
+            None => self.parse(text).map(Update::Whole),
+        }
+    }
+
+    /// [`Parser::parse_update`] of a stream read from `reader` a document
+    /// at a time, so that the text is never in memory whole (20 MB at
+    /// 10,000 services, 224 MB at 100,000). It stops at directives, which
+    /// need the stream parsed whole, and a syntax error is placed in its
+    /// document only: the caller reads the stream whole and parses it
+    /// with [`Parser::parse_update`] then. A failure changes nothing.
+    pub fn parse_update_from(&mut self, reader: impl BufRead) -> Result<Update, StreamError> {
+        let whole = !self.primed;
+        self.update_from(DocumentReader::new(reader), None, whole)
+            .map_err(|failure| match failure {
+                Failure::Stopped(stop) => StreamError::Stopped(stop),
+                Failure::Manifest(error) => StreamError::Manifest(error),
+            })
+    }
+
+    /// The documents `pieces` yields, parsed one at a time: the whole
+    /// manifest if `whole` (and the cache primed with its documents), else
+    /// what changed since the last successful parse. `text` is the whole
+    /// stream where it is held, to place a syntax error in it.
+    fn update_from<'t, E>(
+        &mut self,
+        pieces: impl Iterator<Item = Result<Piece<'t>, E>>,
+        text: Option<&str>,
+        whole: bool,
+    ) -> Result<Update, Failure<E>> {
+        if whole {
+            let mut parsed = Vec::new();
+            let mut cache = HashMap::new();
+            for piece in pieces {
+                let piece = piece.map_err(Failure::Stopped)?;
+                let objects = parse_piece(text, &piece)?;
+                cache.insert(DocumentKey::of(&piece.text), ids_of(&objects));
+                parsed.push((piece.number, objects));
+            }
+            let manifest = assemble(parsed)?;
+            self.cache = cache;
+            self.primed = true;
+            return Ok(Update::Whole(manifest));
+        }
         // Every document's ids in order; the objects of the new ones.
-        let mut documents = Vec::with_capacity(pieces.len());
+        let mut documents = Vec::new();
         let mut new = Vec::new();
-        let mut cache = HashMap::with_capacity(pieces.len());
+        let mut cache = HashMap::new();
         for piece in pieces {
-            let key = DocumentKey::of(piece.text);
+            let piece = piece.map_err(Failure::Stopped)?;
+            let key = DocumentKey::of(&piece.text);
             let ids = match self.cache.get(&key) {
                 Some(ids) => ids.clone(),
                 None => {
@@ -147,7 +196,7 @@ impl Parser {
             documents.push((piece.number, ids));
         }
         if let Some(duplicate) = first_duplicate(&documents) {
-            return Err(duplicate);
+            return Err(duplicate.into());
         }
         let mut delta = Delta::default();
         let mut applied_imports = HashSet::new();
@@ -192,14 +241,43 @@ impl Parser {
     }
 }
 
-/// One document parsed and projected.
-fn parse_piece(text: &str, piece: &Piece<'_>) -> Result<DocumentObjects, ManifestError> {
-    let document: Value =
-        serde_saphyr::from_str_with_options(piece.text, yaml_options(piece.text.len()))
-            .map_err(|e| yaml_error(text, piece, e))?;
-    project_document(document, piece.number)
+/// Why [`Parser::update_from`] failed: its pieces stopped, or the
+/// manifest is invalid.
+enum Failure<E> {
+    Stopped(E),
+    Manifest(ManifestError),
 }
 
+impl<E> From<ManifestError> for Failure<E> {
+    fn from(error: ManifestError) -> Self {
+        Self::Manifest(error)
+    }
+}
+
+impl Failure<Infallible> {
+    fn into_manifest_error(self) -> ManifestError {
+        match self {
+            Failure::Manifest(error) => error,
+            Failure::Stopped(never) => match never {},
+        }
+    }
+}
+
+/// One document parsed and projected. A syntax error is placed in the
+/// whole stream `text` where it is held, else in the document.
+fn parse_piece(text: Option<&str>, piece: &Piece<'_>) -> Result<DocumentObjects, ManifestError> {
+    let document: Value =
+        serde_saphyr::from_str_with_options(&piece.text, yaml_options(piece.text.len())).map_err(
+            |e| match text {
+                Some(text) => yaml_error(text, piece, e),
+                None => ManifestError::Yaml(format!(
+                    "document {}: line {} and after: {e}",
+                    piece.number, piece.first_line
+                )),
+            },
+        )?;
+    project_document(document, piece.number)
+}
 /// The cluster id the documents hold (at most one does: a second is a
 /// duplicate).
 fn cluster_id(documents: &[(usize, DocumentIds)]) -> Option<String> {

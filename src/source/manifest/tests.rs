@@ -1,4 +1,4 @@
-use super::document::split_documents;
+use super::document::{DocumentReader, StreamStop, split_documents};
 use super::*;
 
 const GOOD: &str = r#"
@@ -231,7 +231,10 @@ fn texts(text: &str) -> Vec<(usize, usize, &str)> {
     split_documents(text)
         .expect("no directives")
         .into_iter()
-        .map(|p| (p.number, p.first_line, p.text))
+        .map(|p| match p.text {
+            std::borrow::Cow::Borrowed(text) => (p.number, p.first_line, text),
+            std::borrow::Cow::Owned(_) => unreachable!("a stream held whole is borrowed"),
+        })
         .collect()
 }
 
@@ -257,6 +260,106 @@ fn documents_split_at_markers_only() {
     assert!(split_documents("%YAML 1.2\n---\na: 1\n").is_none());
     // Also behind a byte order mark.
     assert!(split_documents("\u{feff}%YAML 1.2\n---\na: 1\n").is_none());
+}
+
+/// The documents of `text` read a line at a time, with their numbers and
+/// first lines; `None` at directives.
+fn read_texts(text: &str) -> Option<Vec<(usize, usize, String)>> {
+    // One byte at a time: a document never arrives in one read.
+    let reader = std::io::BufReader::with_capacity(1, text.as_bytes());
+    let mut pieces = Vec::new();
+    for piece in DocumentReader::new(reader) {
+        match piece {
+            Ok(p) => pieces.push((p.number, p.first_line, p.text.into_owned())),
+            Err(StreamStop::Directives) => return None,
+            Err(StreamStop::Read(error)) => panic!("{error}"),
+        }
+    }
+    Some(pieces)
+}
+
+#[test]
+fn a_stream_read_a_line_at_a_time_splits_as_one_held_whole() {
+    let streams = [
+        "a: 1\n",
+        "a: 1",
+        "",
+        "# only a comment\n",
+        "# c\n---\na: 1\n",
+        "a: 1\n---\nb: 2\n--- {c: 3}\n",
+        "a: |\n  ---\nb: \"---\"\n----: x\n",
+        "a: 1\n...\n# c\n---\nb: 2\n",
+        "a: 1\n...\n",
+        "---\n---\n---\n",
+        "a: 1\r\n---\r\nb: 2\r\n",
+        "\u{feff}---\na: 1\n",
+        "%YAML 1.2\n---\na: 1\n",
+        "a: 1\n---\n%TAG ! x\n---\nb: 2\n",
+        "\u{feff}%YAML 1.2\n---\na: 1\n",
+        GOOD,
+    ];
+    for text in streams {
+        let whole = split_documents(text).map(|pieces| {
+            pieces
+                .into_iter()
+                .map(|p| (p.number, p.first_line, p.text.into_owned()))
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(read_texts(text), whole, "{text:?}");
+    }
+}
+
+#[test]
+fn a_stream_parsed_a_document_at_a_time_updates_as_one_held_whole() {
+    let other = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: prod}\n";
+    let variants = [
+        GOOD.to_string(),
+        format!("{other}---{GOOD}"),
+        GOOD.replace("10.1.0.1", "10.1.0.2"),
+        GOOD.replace("port: 80", "port: 8080"),
+        format!("{other}---\n{}", other.replace("name: c", "name: d")),
+        GOOD.to_string(),
+    ];
+    let (mut streamed, mut held) = (Parser::default(), Parser::default());
+    for text in &variants {
+        let from_stream = streamed.parse_update_from(text.as_bytes()).unwrap();
+        let from_text = held.parse_update(text).unwrap();
+        assert_eq!(
+            format!("{from_stream:?}"),
+            format!("{from_text:?}"),
+            "{text}"
+        );
+    }
+    // Errors: a syntax error is placed in its document; an invalid object
+    // and directives are reported as a whole parse reports them.
+    let broken = format!("{GOOD}---\nkind: [unclosed\n");
+    let Err(StreamError::Manifest(ManifestError::Yaml(message))) =
+        streamed.parse_update_from(broken.as_bytes())
+    else {
+        panic!("a syntax error");
+    };
+    assert!(
+        message.starts_with("document 3: line 26 and after: "),
+        "{message}"
+    );
+    let invalid = GOOD.replace("port: 80", "port: x");
+    let (Err(StreamError::Manifest(from_stream)), Err(from_text)) = (
+        streamed.parse_update_from(invalid.as_bytes()),
+        held.parse_update(&invalid),
+    ) else {
+        panic!("an invalid object");
+    };
+    assert_eq!(from_stream.to_string(), from_text.to_string());
+    assert!(matches!(
+        streamed.parse_update_from(format!("%YAML 1.2\n---{GOOD}").as_bytes()),
+        Err(StreamError::Stopped(StreamStop::Directives))
+    ));
+    // A failure changed nothing: the next update is the same delta.
+    let next = GOOD.replace("10.1.0.1", "10.1.0.3");
+    assert_eq!(
+        format!("{:?}", streamed.parse_update_from(next.as_bytes()).unwrap()),
+        format!("{:?}", held.parse_update(&next).unwrap())
+    );
 }
 
 #[test]
