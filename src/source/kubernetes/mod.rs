@@ -21,9 +21,9 @@
 //!
 //! Each watch receives the current objects as a stream from the
 //! apiserver's watch cache (`sendInitialEvents`) where the apiserver
-//! serves that ([`InitialList::for_version`]), else in pages of
-//! `LIST_PAGE_SIZE`; a refused stream falls back to pages
-//! ([`crate::watch::stream_with`]).
+//! serves that ([`InitialList::for_version`]), else as a list from the
+//! same cache (one response: the cache does not page); a refused stream
+//! falls back to the list ([`crate::watch::stream_with`]).
 //!
 //! A relist (watch restart, 410 Gone, apiserver restart) is buffered until it
 //! is complete and then replaces the old state in one step, so there is no
@@ -201,10 +201,12 @@ impl std::fmt::Debug for KubeSource {
     }
 }
 
-/// Objects per page of a list, where lists are paged (an apiserver
-/// without streamed initial lists). client-go's 500 costs 50 round trips for
-/// 25,000 slices; lists are served from the apiserver's watch cache
-/// (`resourceVersion=0`), where a larger page costs no etcd range read.
+/// Objects per page asked of a list, where lists are not streamed (an
+/// apiserver without streamed initial lists). The lists ask for
+/// `resourceVersion=0`, served from the apiserver's watch cache, which
+/// ignores the limit and answers in one response (`computeListLimit` in the
+/// apiserver's cacher); the limit holds only where a list falls through to
+/// etcd, and there 5000 costs a tenth of client-go's 500 round trips.
 const LIST_PAGE_SIZE: u32 = 5000;
 
 /// How often resources whose watch failed are probed for recovery.
