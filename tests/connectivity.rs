@@ -1294,6 +1294,27 @@ async fn leftovers_of_a_killed_run_are_removed(cs: &Clusterset) {
         .args(["netns", "exec", &netns, "sleep", "600"])
         .spawn()
         .unwrap();
+    // Only once it has entered the namespace does the namespace hold it:
+    // `ip netns exec` joins it before it runs `sleep`, under load later
+    // than the next line.
+    let orphan_pid = orphan.id().to_string();
+    let entered = (0..100).any(|_| {
+        let pids = std::process::Command::new("ip")
+            .args(["netns", "pids", &netns])
+            .output()
+            .unwrap();
+        let entered = String::from_utf8_lossy(&pids.stdout)
+            .split_whitespace()
+            .any(|pid| pid == orphan_pid);
+        if !entered {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        entered
+    });
+    if !entered {
+        let _ = orphan.kill();
+        panic!("the leftover process did not enter {netns} within 10 s");
+    }
     dataplane::cleanup_leftovers();
     let status = orphan.try_wait().unwrap();
     let status = match status {
