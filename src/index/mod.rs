@@ -20,6 +20,10 @@ use crate::zone::{ServiceZone, Zone, ZoneSettings};
 
 use crate::at_rest::Interner;
 
+mod slices;
+
+use slices::{SliceId, Slices};
+
 /// Identifies one EndpointSlice: namespace and object name, shared strings
 /// (the index interns the namespace; the key is held twice, by the slice
 /// and by its service's list).
@@ -82,21 +86,34 @@ pub struct PublishStats {
 /// Rebuilds of at least this many services are spread over the CPUs.
 const PARALLEL_REBUILD: usize = 512;
 
+/// One service as the index joins it: its import, if any, and the slots
+/// of the slices that name it. One table for both, so a service costs one
+/// bucket.
+#[derive(Debug, Default)]
+struct Joined {
+    import: Option<ImportedService>,
+    /// A few each, so a small vector (a B-tree node costs ~0.5 KB per
+    /// service at 10^4 services).
+    slices: Vec<SliceId>,
+}
+
+impl Joined {
+    /// Whether the service is neither imported nor named by a slice.
+    fn is_unused(&self) -> bool {
+        self.import.is_none() && self.slices.is_empty()
+    }
+}
+
 /// The watch-fed index of imports and slices.
 #[derive(Debug)]
 pub struct Index {
-    imports: HashMap<ServiceRef, ImportedService>,
-    /// Boxed: the table's buckets come in powers of two and many sit
-    /// empty, so they hold a pointer, not the whole projection (28,788
-    /// slices take 65,536 buckets; boxing took the index from 20.0 to
-    /// 16.3 MiB at that size, `cargo bench --bench heap`).
-    slices: HashMap<SliceKey, Box<SliceEndpoints>>,
+    services: HashMap<ServiceRef, Joined>,
+    /// Services in `services` with an import.
+    imports: usize,
+    slices: Slices,
     /// Endpoints across `slices`, kept as they change so that reading it
     /// costs nothing at 10^5 endpoints.
     endpoints: usize,
-    /// Slices per service: a few each, so a small vector (a B-tree node
-    /// costs ~0.5 KB per service at 10^4 services).
-    slices_by_service: HashMap<ServiceRef, Vec<SliceKey>>,
     dirty: HashSet<ServiceRef>,
     /// Changed headless services that [`Index::prebuild`] left for a
     /// later batch or the publish.
@@ -126,10 +143,10 @@ impl Index {
     /// An empty index whose zones use `settings`.
     pub fn new(settings: ZoneSettings) -> Self {
         Self {
-            imports: HashMap::new(),
-            slices: HashMap::new(),
+            services: HashMap::new(),
+            imports: 0,
+            slices: Slices::default(),
             endpoints: 0,
-            slices_by_service: HashMap::new(),
             dirty: HashSet::new(),
             held: HashSet::new(),
             unpublished: false,
@@ -161,8 +178,7 @@ impl Index {
             return;
         }
         let local_first = self
-            .imports
-            .values()
+            .imports()
             .filter(|import| import.locality.local_first())
             .count();
         match &own {
@@ -183,8 +199,7 @@ impl Index {
         // before or after.
         if known_before || self.own_cluster.id().is_some() {
             let affected: Vec<ServiceRef> = self
-                .imports
-                .values()
+                .imports()
                 .filter(|import| {
                     import.locality.local_first()
                         && import.import_type == crate::api::ServiceImportType::Headless
@@ -197,7 +212,14 @@ impl Index {
 
     /// Number of ServiceImports held.
     pub fn import_count(&self) -> usize {
-        self.imports.len()
+        self.imports
+    }
+
+    /// Every ServiceImport held.
+    fn imports(&self) -> impl Iterator<Item = &ImportedService> {
+        self.services
+            .values()
+            .filter_map(|joined| joined.import.as_ref())
     }
 
     /// Number of EndpointSlices held.
@@ -212,12 +234,12 @@ impl Index {
 
     /// The indexed version of a ServiceImport, if any.
     pub fn import(&self, service: &ServiceRef) -> Option<&ImportedService> {
-        self.imports.get(service)
+        self.services.get(service)?.import.as_ref()
     }
 
     /// The indexed version of an EndpointSlice, if any.
     pub fn slice(&self, key: &SliceKey) -> Option<&SliceEndpoints> {
-        self.slices.get(key).map(|slice| &**slice)
+        self.slices.get(key).map(|held| &held.slice)
     }
 
     /// The slices joined to `service`, with their keys.
@@ -225,12 +247,14 @@ impl Index {
         &'a self,
         service: &ServiceRef,
     ) -> impl Iterator<Item = (&'a SliceKey, &'a SliceEndpoints)> + 'a {
-        self.slices_by_service
+        self.services
             .get(service)
             .into_iter()
-            .flatten()
-            .filter_map(|key| self.slices.get_key_value(key))
-            .map(|(key, slice)| (key, &**slice))
+            .flat_map(|joined| &joined.slices)
+            .map(|id| {
+                let held = self.slices.at(*id);
+                (&held.key, &held.slice)
+            })
     }
 
     /// Whether the lower-case `namespace` exists locally; `None` when
@@ -248,15 +272,26 @@ impl Index {
     /// Adds or replaces a ServiceImport.
     pub fn apply_import(&mut self, mut import: ImportedService) {
         import.service = shared_service(&mut self.strings, &import.service);
-        if self.imports.get(&import.service) != Some(&import) {
-            self.dirty.insert(import.service.clone());
-            self.imports.insert(import.service.clone(), import);
+        if self.import(&import.service) == Some(&import) {
+            return;
+        }
+        self.dirty.insert(import.service.clone());
+        let joined = self.services.entry(import.service.clone()).or_default();
+        if joined.import.replace(import).is_none() {
+            self.imports += 1;
         }
     }
 
     /// Removes a ServiceImport.
     pub fn delete_import(&mut self, service: &ServiceRef) {
-        if self.imports.remove(service).is_some() {
+        let Some(joined) = self.services.get_mut(service) else {
+            return;
+        };
+        if joined.import.take().is_some() {
+            self.imports -= 1;
+            if joined.is_unused() {
+                self.services.remove(service);
+            }
             self.dirty.insert(service.clone());
         }
     }
@@ -266,26 +301,23 @@ impl Index {
     /// endpoints are kept only with the serving fallback on.
     pub fn apply_slice(&mut self, mut key: SliceKey, mut slice: SliceEndpoints) {
         self.as_held(&mut key, &mut slice);
-        match self.slices.get(&key) {
-            Some(old) if **old == slice => return,
-            Some(old) if old.service != slice.service => {
-                let old_service = old.service.clone();
-                self.unlink_slice(&old_service, &key);
-            }
-            _ => {}
+        if let Some(old) = self.slices.get(&key)
+            && old.slice == slice
+        {
+            return;
         }
-        self.slices_changed(&slice.service);
-        let keys = self
-            .slices_by_service
-            .entry(slice.service.clone())
-            .or_default();
-        if !keys.contains(&key) {
-            keys.push(key.clone());
-        }
+        let service = slice.service.clone();
+        self.slices_changed(&service);
         self.endpoints += slice.endpoints.len();
-        if let Some(old) = self.slices.insert(key, Box::new(slice)) {
-            self.endpoints -= old.endpoints.len();
+        let (id, old) = self.slices.insert(key, slice);
+        if let Some(old) = old {
+            self.endpoints -= old.slice.endpoints.len();
+            if old.slice.service == service {
+                return;
+            }
+            self.unlink_slice(&old.slice.service, id);
         }
+        self.services.entry(service).or_default().slices.push(id);
     }
 
     /// A slice as the index would hold it: serving endpoints dropped
@@ -302,9 +334,9 @@ impl Index {
 
     /// Removes an EndpointSlice.
     pub fn delete_slice(&mut self, key: &SliceKey) {
-        if let Some(old) = self.slices.remove(key) {
-            self.endpoints -= old.endpoints.len();
-            self.unlink_slice(&old.service, key);
+        if let Some((id, old)) = self.slices.remove(key) {
+            self.endpoints -= old.slice.endpoints.len();
+            self.unlink_slice(&old.slice.service, id);
         }
     }
 
@@ -322,8 +354,8 @@ impl Index {
         mut import: ImportedService,
     ) -> Relisted<ServiceRef, Box<ImportedService>> {
         import.service = shared_service(&mut self.strings, &import.service);
-        match self.imports.get_key_value(&import.service) {
-            Some((key, held)) if *held == import => Relisted::Held(key.clone()),
+        match self.import(&import.service) {
+            Some(held) if *held == import => Relisted::Held(held.service.clone()),
             _ => Relisted::Changed(Box::new(import)),
         }
     }
@@ -347,8 +379,8 @@ impl Index {
             }
         }
         let gone: Vec<ServiceRef> = self
-            .imports
-            .keys()
+            .imports()
+            .map(|import| &import.service)
             .filter(|k| !seen.contains(*k))
             .cloned()
             .collect();
@@ -371,8 +403,8 @@ impl Index {
         mut slice: SliceEndpoints,
     ) -> Relisted<SliceKey, Box<(SliceKey, SliceEndpoints)>> {
         self.as_held(&mut key, &mut slice);
-        match self.slices.get_key_value(&key) {
-            Some((held_key, held)) if **held == slice => Relisted::Held(held_key.clone()),
+        match self.slices.get(&key) {
+            Some(held) if held.slice == slice => Relisted::Held(held.key.clone()),
             _ => Relisted::Changed(Box::new((key, slice))),
         }
     }
@@ -411,7 +443,11 @@ impl Index {
     pub fn require_namespaces(&mut self) {
         if self.namespaces.is_none() {
             self.namespaces = Some(HashSet::new());
-            self.dirty.extend(self.imports.keys().cloned());
+            let imported: Vec<ServiceRef> = self
+                .imports()
+                .map(|import| import.service.clone())
+                .collect();
+            self.dirty.extend(imported);
         }
     }
 
@@ -452,8 +488,8 @@ impl Index {
     fn touch_namespace(&mut self, namespace: &str) {
         let namespace = namespace.to_ascii_lowercase();
         let affected: Vec<ServiceRef> = self
-            .imports
-            .keys()
+            .imports()
+            .map(|import| &import.service)
             .filter(|s| *s.namespace == *namespace)
             .cloned()
             .collect();
@@ -471,8 +507,10 @@ impl Index {
     /// on the calling thread.
     pub fn publish(&mut self) -> (Zone, PublishStats) {
         let started = Instant::now();
+        // Taken, not drained: a set that held every service through a
+        // first sync keeps none of its room.
         let mut changed = std::mem::take(&mut self.dirty);
-        changed.extend(self.held.drain());
+        changed.extend(std::mem::take(&mut self.held));
         let rebuilt = self.rebuild(changed.into_iter().collect());
         self.counts_changed = false;
         if std::mem::take(&mut self.unpublished) {
@@ -564,16 +602,15 @@ impl Index {
     /// The names of one service, or `None` when it has none (no import, or
     /// its namespace is missing).
     fn build(&self, service: &ServiceRef) -> Option<Arc<ServiceZone>> {
-        let import = self
-            .imports
-            .get(service)
+        let joined = self.services.get(service)?;
+        let import = joined
+            .import
+            .as_ref()
             .filter(|_| self.namespace_exists(&service.namespace))?;
-        let slices: Vec<&SliceEndpoints> = self
-            .slices_by_service
-            .get(service)
-            .into_iter()
-            .flatten()
-            .filter_map(|k| self.slices.get(k).map(|slice| &**slice))
+        let slices: Vec<&SliceEndpoints> = joined
+            .slices
+            .iter()
+            .map(|id| &self.slices.at(*id).slice)
             .collect();
         Some(Arc::new(ServiceZone::build(
             import,
@@ -583,11 +620,12 @@ impl Index {
         )))
     }
 
-    fn unlink_slice(&mut self, service: &ServiceRef, key: &SliceKey) {
-        if let Some(keys) = self.slices_by_service.get_mut(service) {
-            keys.retain(|k| k != key);
-            if keys.is_empty() {
-                self.slices_by_service.remove(service);
+    /// Forgets that the slice in slot `id` names `service`.
+    fn unlink_slice(&mut self, service: &ServiceRef, id: SliceId) {
+        if let Some(joined) = self.services.get_mut(service) {
+            joined.slices.retain(|slot| *slot != id);
+            if joined.is_unused() {
+                self.services.remove(service);
             }
         }
         self.slices_changed(service);
@@ -607,8 +645,7 @@ impl Index {
     /// Whether the names of `service` are built from its slices: a
     /// headless import's are, a ClusterSetIP import's are not.
     fn answers_with_endpoints(&self, service: &ServiceRef) -> bool {
-        self.imports
-            .get(service)
+        self.import(service)
             .is_some_and(|import| import.import_type == crate::api::ServiceImportType::Headless)
     }
 }
