@@ -91,7 +91,9 @@ const PARALLEL_REBUILD: usize = 512;
 /// bucket.
 #[derive(Debug, Default)]
 struct Joined {
-    import: Option<ImportedService>,
+    /// Boxed: the table's buckets come in powers of two and many sit
+    /// empty, so they hold a pointer, not the whole projection.
+    import: Option<Box<ImportedService>>,
     /// A few each, so a small vector (a B-tree node costs ~0.5 KB per
     /// service at 10^4 services).
     slices: Vec<SliceId>,
@@ -219,7 +221,7 @@ impl Index {
     fn imports(&self) -> impl Iterator<Item = &ImportedService> {
         self.services
             .values()
-            .filter_map(|joined| joined.import.as_ref())
+            .filter_map(|joined| joined.import.as_deref())
     }
 
     /// Number of EndpointSlices held.
@@ -234,7 +236,7 @@ impl Index {
 
     /// The indexed version of a ServiceImport, if any.
     pub fn import(&self, service: &ServiceRef) -> Option<&ImportedService> {
-        self.services.get(service)?.import.as_ref()
+        self.services.get(service)?.import.as_deref()
     }
 
     /// The indexed version of an EndpointSlice, if any.
@@ -277,7 +279,7 @@ impl Index {
         }
         self.dirty.insert(import.service.clone());
         let joined = self.services.entry(import.service.clone()).or_default();
-        if joined.import.replace(import).is_none() {
+        if joined.import.replace(Box::new(import)).is_none() {
             self.imports += 1;
         }
     }
@@ -605,7 +607,7 @@ impl Index {
         let joined = self.services.get(service)?;
         let import = joined
             .import
-            .as_ref()
+            .as_deref()
             .filter(|_| self.namespace_exists(&service.namespace))?;
         let slices: Vec<&SliceEndpoints> = joined
             .slices
