@@ -188,6 +188,17 @@ mod tests {
     }
 
     #[test]
+    fn a_held_slice_takes_at_most_152_bytes() {
+        // Each of 10^5 slices pays it (docs/benchmarks.md, "The index's
+        // slices in slots").
+        assert!(
+            std::mem::size_of::<HeldSlice>() <= 152,
+            "{}",
+            std::mem::size_of::<HeldSlice>()
+        );
+    }
+
+    #[test]
     fn thousands_of_slices_stay_found_as_the_table_grows_and_shrinks() {
         let mut slices = Slices::default();
         let key = |n: u32| SliceKey::new("prod", &format!("s-{n}"));
