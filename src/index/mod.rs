@@ -25,8 +25,8 @@ mod slices;
 use slices::{SliceId, Slices};
 
 /// Identifies one EndpointSlice: namespace and object name, shared strings
-/// (the index interns the namespace; the key is held twice, by the slice
-/// and by its service's list).
+/// (the index interns the namespace and holds the key once, with the
+/// slice).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SliceKey {
     /// Namespace.

@@ -60,9 +60,7 @@ impl Slices {
 
     /// The slice in slot `id`, which must be held.
     pub fn at(&self, id: SliceId) -> &HeldSlice {
-        self.slots[id as usize]
-            .as_deref()
-            .expect("a slot in the table holds a slice")
+        slot(&self.slots, id)
     }
 
     /// Holds `slice` under `key`: in the slot it had, or a new one.
