@@ -309,17 +309,28 @@ fn a_stream_read_a_line_at_a_time_splits_as_one_held_whole() {
     }
 }
 
-#[test]
-fn a_stream_parsed_a_document_at_a_time_updates_as_one_held_whole() {
-    let other = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: prod}\n";
-    let variants = [
+/// A document that is not an MCS object.
+const OTHER: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: prod}\n";
+
+/// `GOOD` and the edits a reload meets: a document inserted in front
+/// (every number shifts), then one object changed, then another.
+fn edited_manifests() -> Vec<String> {
+    vec![
         GOOD.to_string(),
-        format!("{other}---{GOOD}"),
+        format!("{OTHER}---{GOOD}"),
         GOOD.replace("10.1.0.1", "10.1.0.2"),
         GOOD.replace("port: 80", "port: 8080"),
-        format!("{other}---\n{}", other.replace("name: c", "name: d")),
-        GOOD.to_string(),
-    ];
+    ]
+}
+
+#[test]
+fn a_stream_parsed_a_document_at_a_time_updates_as_one_held_whole() {
+    let mut variants = edited_manifests();
+    variants.push(format!(
+        "{OTHER}---\n{}",
+        OTHER.replace("name: c", "name: d")
+    ));
+    variants.push(GOOD.to_string());
     let (mut streamed, mut held) = (Parser::default(), Parser::default());
     for text in &variants {
         let from_stream = streamed.parse_update_from(text.as_bytes()).unwrap();
@@ -393,16 +404,8 @@ fn a_syntax_error_names_its_document_and_line() {
 
 #[test]
 fn a_warm_parser_gives_what_a_cold_parse_gives() {
-    let other = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: prod}\n";
-    let variants = [
-        GOOD.to_string(),
-        // A document inserted in front: every number shifts.
-        format!("{other}---{GOOD}"),
-        // One object changed.
-        GOOD.replace("10.1.0.1", "10.1.0.2"),
-        GOOD.replace("port: 80", "port: 8080"),
-        GOOD.to_string(),
-    ];
+    let mut variants = edited_manifests();
+    variants.push(GOOD.to_string());
     let mut parser = Parser::default();
     for text in &variants {
         let warm = parser.parse(text).unwrap();
