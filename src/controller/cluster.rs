@@ -7,8 +7,9 @@
 //! local Services (mirrored for export), the ServiceImports, the Namespaces,
 //! the ServiceCIDRs, the zones and addresses of the Nodes, and what this
 //! cluster publishes for its peers ([`Published`]). Each kind is fed by a
-//! [`crate::watch::Watch`], so a
-//! relist replaces a kind's state in one step, and each store remembers the
+//! [`crate::watch::Watch`] (the three kinds every cluster has by one
+//! [`ClusterWatches`], for this cluster as for a peer), so a relist
+//! replaces a kind's state in one step, and each store remembers the
 //! services its changes touched ([`Objects::take_touched`]), so the
 //! reconciler recomputes only those. Objects rest compacted
 //! ([`super::compact`]) and are expanded when a decision reads them.
@@ -33,7 +34,9 @@ use crate::model::ServiceRef;
 use crate::watch::IndexResource;
 
 mod published;
+mod watched;
 pub use published::Published;
+pub use watched::ClusterWatches;
 
 /// Objects of one kind, keyed by namespace and name, with the services
 /// they belong to: held compacted ([`super::compact`]) and expanded when
@@ -425,6 +428,14 @@ impl ClusterData {
                 RestSlice::endpoint_count,
             ),
         }
+    }
+
+    /// The services its changes touched since the last call.
+    pub fn take_touched(&mut self) -> Touched {
+        let mut touched = self.exports.take_touched();
+        touched.merge(self.services.take_touched());
+        touched.merge(self.mcs_slices.take_touched());
+        touched
     }
 
     /// Objects refused by the limits since the last call, by kind.

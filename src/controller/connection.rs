@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event as WatcherEvent};
+use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -56,12 +57,8 @@ pub enum ClusterKey {
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)]
 pub enum WatchEvent {
-    /// ServiceExports.
-    Exports(Result<WatcherEvent<Lean<ServiceExport>>, watcher::Error>),
-    /// Services.
-    Services(Result<WatcherEvent<Lean<Service>>, watcher::Error>),
-    /// MCS EndpointSlices managed by clusterset-dns.
-    McsSlices(Result<WatcherEvent<Lean<EndpointSlice>>, watcher::Error>),
+    /// Of a kind every cluster is watched for, this one and each peer.
+    Cluster(ClusterEvent),
     /// Kubernetes EndpointSlices of local Services (local only).
     KubernetesSlices(Result<WatcherEvent<Lean<EndpointSlice>>, watcher::Error>),
     /// ServiceImports (local only).
@@ -77,6 +74,41 @@ pub enum WatchEvent {
     Published(Result<WatcherEvent<Lean<PublishedService>>, watcher::Error>),
     /// This cluster's published slices (local only).
     PublishedSlices(Result<WatcherEvent<Lean<EndpointSlice>>, watcher::Error>),
+}
+
+/// A watch event of a kind every cluster is watched for, this one and
+/// each peer ([`crate::controller::cluster::ClusterWatches`]).
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum ClusterEvent {
+    /// ServiceExports.
+    Exports(Result<WatcherEvent<Lean<ServiceExport>>, watcher::Error>),
+    /// Services (for a peer that publishes, its PublishedServices read as
+    /// Services).
+    Services(Result<WatcherEvent<Lean<Service>>, watcher::Error>),
+    /// MCS EndpointSlices managed by clusterset-dns (for a peer that
+    /// publishes, its published slices read as mirrored ones).
+    McsSlices(Result<WatcherEvent<Lean<EndpointSlice>>, watcher::Error>),
+}
+
+impl ClusterEvent {
+    fn exports(event: Result<WatcherEvent<Lean<ServiceExport>>, watcher::Error>) -> WatchEvent {
+        WatchEvent::Cluster(Self::Exports(event))
+    }
+
+    fn services(event: Result<WatcherEvent<Lean<Service>>, watcher::Error>) -> WatchEvent {
+        WatchEvent::Cluster(Self::Services(event))
+    }
+
+    fn mcs_slices(event: Result<WatcherEvent<Lean<EndpointSlice>>, watcher::Error>) -> WatchEvent {
+        WatchEvent::Cluster(Self::McsSlices(event))
+    }
+}
+
+impl From<ClusterEvent> for WatchEvent {
+    fn from(event: ClusterEvent) -> Self {
+        Self::Cluster(event)
+    }
 }
 
 /// What a cluster task reports. Small, so that the slots of a full
@@ -264,83 +296,66 @@ pub fn connect(
 ) -> Connection {
     let all = watcher::Config::default().page_size(LIST_PAGE);
     let ours = format!("{LABEL_MANAGED_BY}={MANAGED_BY}");
-    let mut tasks = vec![forward(
-        key.clone(),
-        watch::stream(Api::<Lean<ServiceExport>>::all(client.clone()), all.clone()),
-        WatchEvent::Exports,
-        reports.clone(),
-    )];
+    let mut tasks = Tasks {
+        key: key.clone(),
+        reports: reports.clone(),
+        started: Vec::new(),
+    };
+    tasks.watch(
+        Api::<Lean<ServiceExport>>::all(client.clone()),
+        all.clone(),
+        ClusterEvent::exports,
+    );
     match scope {
         Scope::Local { namespace } => {
-            tasks.push(forward(
-                key.clone(),
-                watch::stream(Api::<Lean<Service>>::all(client.clone()), all.clone()),
-                WatchEvent::Services,
-                reports.clone(),
-            ));
-            tasks.push(forward(
-                key.clone(),
-                watch::stream(
-                    Api::<Lean<EndpointSlice>>::all(client.clone()),
-                    all.clone().labels(&ours),
-                ),
-                WatchEvent::McsSlices,
-                reports.clone(),
-            ));
-            tasks.push(forward(
-                key.clone(),
-                watch::stream(
-                    Api::<Lean<EndpointSlice>>::all(client.clone()),
-                    all.clone().labels(&format!(
-                        "{LABEL_KUBERNETES_SERVICE_NAME},{LABEL_MANAGED_BY}!={MANAGED_BY}"
-                    )),
-                ),
+            tasks.watch(
+                Api::<Lean<Service>>::all(client.clone()),
+                all.clone(),
+                ClusterEvent::services,
+            );
+            tasks.watch(
+                Api::<Lean<EndpointSlice>>::all(client.clone()),
+                all.clone().labels(&ours),
+                ClusterEvent::mcs_slices,
+            );
+            tasks.watch(
+                Api::<Lean<EndpointSlice>>::all(client.clone()),
+                all.clone().labels(&format!(
+                    "{LABEL_KUBERNETES_SERVICE_NAME},{LABEL_MANAGED_BY}!={MANAGED_BY}"
+                )),
                 WatchEvent::KubernetesSlices,
-                reports.clone(),
-            ));
-            tasks.push(forward(
-                key.clone(),
-                watch::stream(Api::<Lean<ServiceImport>>::all(client.clone()), all.clone()),
+            );
+            tasks.watch(
+                Api::<Lean<ServiceImport>>::all(client.clone()),
+                all.clone(),
                 WatchEvent::Imports,
-                reports.clone(),
-            ));
-            tasks.push(forward(
-                key.clone(),
-                watch::stream(Api::<Namespace>::all(client.clone()), all.clone()),
+            );
+            tasks.watch(
+                Api::<Namespace>::all(client.clone()),
+                all.clone(),
                 WatchEvent::Namespaces,
-                reports.clone(),
-            ));
-            tasks.push(forward(
-                key.clone(),
-                watch::stream(Api::<ServiceCIDR>::all(client.clone()), all.clone()),
+            );
+            tasks.watch(
+                Api::<ServiceCIDR>::all(client.clone()),
+                all.clone(),
                 WatchEvent::ServiceCidrs,
-                reports.clone(),
-            ));
-            tasks.push(forward(
-                key.clone(),
-                watch::stream(Api::<Lean<Node>>::all(client.clone()), all.clone()),
+            );
+            tasks.watch(
+                Api::<Lean<Node>>::all(client.clone()),
+                all.clone(),
                 WatchEvent::Nodes,
-                reports.clone(),
-            ));
-            tasks.push(forward(
-                key.clone(),
-                watch::stream(
-                    Api::<Lean<PublishedService>>::namespaced(client.clone(), &namespace),
-                    all.clone()
-                        .labels(&format!("{LABEL_APP_MANAGED_BY}={MANAGED_BY}")),
-                ),
+            );
+            tasks.watch(
+                Api::<Lean<PublishedService>>::namespaced(client.clone(), &namespace),
+                all.clone()
+                    .labels(&format!("{LABEL_APP_MANAGED_BY}={MANAGED_BY}")),
                 WatchEvent::Published,
-                reports.clone(),
-            ));
-            tasks.push(forward(
-                key,
-                watch::stream(
-                    Api::<Lean<EndpointSlice>>::namespaced(client, &namespace),
-                    all.labels(&format!("{LABEL_MANAGED_BY}={PUBLISHED_BY}")),
-                ),
+            );
+            tasks.watch(
+                Api::<Lean<EndpointSlice>>::namespaced(client, &namespace),
+                all.labels(&format!("{LABEL_MANAGED_BY}={PUBLISHED_BY}")),
                 WatchEvent::PublishedSlices,
-                reports,
-            ));
+            );
         }
         Scope::Peer {
             id,
@@ -351,67 +366,51 @@ pub fn connect(
         } => {
             match form {
                 Form::Published => {
-                    tasks.push(forward_viewed(
-                        key.clone(),
-                        id.clone(),
-                        watch::stream(
-                            Api::<Lean<PublishedService>>::namespaced(client.clone(), &namespace),
-                            all.clone(),
-                        ),
+                    tasks.watch_viewed(
+                        &id,
+                        Api::<Lean<PublishedService>>::namespaced(client.clone(), &namespace),
+                        all.clone(),
                         Viewer::new(
                             |published: Lean<PublishedService>| {
                                 publication::service_view(&published.0).map(Lean::new)
                             },
                             tombstone::<Service>,
                         ),
-                        WatchEvent::Services,
-                        reports.clone(),
-                    ));
-                    tasks.push(forward_viewed(
-                        key.clone(),
-                        id.clone(),
-                        watch::stream(
-                            Api::<Lean<EndpointSlice>>::namespaced(client.clone(), &namespace),
-                            all.labels(&format!(
-                                "{LABEL_SOURCE_CLUSTER}={id},{LABEL_MANAGED_BY}={PUBLISHED_BY}"
-                            )),
-                        ),
+                        ClusterEvent::services,
+                    );
+                    tasks.watch_viewed(
+                        &id,
+                        Api::<Lean<EndpointSlice>>::namespaced(client.clone(), &namespace),
+                        all.labels(&format!(
+                            "{LABEL_SOURCE_CLUSTER}={id},{LABEL_MANAGED_BY}={PUBLISHED_BY}"
+                        )),
                         Viewer::new(
                             |slice: Lean<EndpointSlice>| {
                                 publication::slice_view(slice.0).map(Lean::new)
                             },
                             tombstone::<EndpointSlice>,
                         ),
-                        WatchEvent::McsSlices,
-                        reports.clone(),
-                    ));
+                        ClusterEvent::mcs_slices,
+                    );
                 }
                 Form::Legacy => {
                     // A previous release's peer: its Services but the
                     // derived ones (never exported; at scale most of a
                     // peer's Services), and the slices it mirrored itself.
-                    tasks.push(forward(
-                        key.clone(),
-                        watch::stream(
-                            Api::<Lean<Service>>::all(client.clone()),
-                            all.clone()
-                                .labels(&format!("{LABEL_APP_MANAGED_BY}!={MANAGED_BY}")),
-                        ),
-                        WatchEvent::Services,
-                        reports.clone(),
-                    ));
-                    tasks.push(forward(
-                        key.clone(),
-                        watch::stream(
-                            Api::<Lean<EndpointSlice>>::all(client.clone()),
-                            all.labels(&format!("{LABEL_SOURCE_CLUSTER}={id},{ours}")),
-                        ),
-                        WatchEvent::McsSlices,
-                        reports.clone(),
-                    ));
+                    tasks.watch(
+                        Api::<Lean<Service>>::all(client.clone()),
+                        all.clone()
+                            .labels(&format!("{LABEL_APP_MANAGED_BY}!={MANAGED_BY}")),
+                        ClusterEvent::services,
+                    );
+                    tasks.watch(
+                        Api::<Lean<EndpointSlice>>::all(client.clone()),
+                        all.labels(&format!("{LABEL_SOURCE_CLUSTER}={id},{ours}")),
+                        ClusterEvent::mcs_slices,
+                    );
                 }
             }
-            tasks.push(tokio::spawn(probe(
+            tasks.started.push(tokio::spawn(probe(
                 client,
                 key,
                 (id, namespace, form),
@@ -421,7 +420,64 @@ pub fn connect(
             )));
         }
     }
-    Connection { tasks }
+    Connection {
+        tasks: tasks.started,
+    }
+}
+
+/// The tasks [`connect`] starts for one cluster, each sending what it
+/// reads to the reconciler's loop as a [`Report`] about `key`.
+struct Tasks {
+    key: ClusterKey,
+    reports: mpsc::Sender<Report>,
+    started: Vec<JoinHandle<()>>,
+}
+
+impl Tasks {
+    /// A watch of `api`, its events forwarded as `wrap` makes them.
+    fn watch<K>(
+        &mut self,
+        api: Api<K>,
+        config: watcher::Config,
+        wrap: fn(Result<WatcherEvent<K>, watcher::Error>) -> WatchEvent,
+    ) where
+        K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        self.started.push(forward(
+            self.key.clone(),
+            watch::stream(api, config),
+            wrap,
+            self.reports.clone(),
+        ));
+    }
+
+    /// A watch of the published kind `P` of `peer`, forwarded through
+    /// `viewer` as the kind `K` ([`forward_viewed`]).
+    fn watch_viewed<P, K>(
+        &mut self,
+        peer: &str,
+        api: Api<P>,
+        config: watcher::Config,
+        viewer: Viewer<P, K>,
+        wrap: fn(Result<WatcherEvent<K>, watcher::Error>) -> WatchEvent,
+    ) where
+        P: kube::Resource<DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
+        K: kube::Resource + Send + 'static,
+    {
+        self.started.push(forward_viewed(
+            self.key.clone(),
+            peer.to_owned(),
+            watch::stream(api, config),
+            viewer,
+            wrap,
+            self.reports.clone(),
+        ));
+    }
 }
 
 /// The form a peer's exports are read in: its publication once its marker

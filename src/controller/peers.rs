@@ -380,13 +380,11 @@ impl Peers {
         let Some(conn) = peer.conn_mut(generation) else {
             return;
         };
-        let outcome = match event {
-            WatchEvent::Exports(e) => conn.exports.handle(&mut conn.data.exports, e, now.at),
-            WatchEvent::Services(e) => conn.services.handle(&mut conn.data.services, e, now.at),
-            WatchEvent::McsSlices(e) => conn.slices.handle(&mut conn.data.mcs_slices, e, now.at),
-            // A peer connection watches only those three.
-            _ => return,
+        // A peer connection watches only the kinds every cluster has.
+        let WatchEvent::Cluster(event) = event else {
+            return;
         };
+        let outcome = conn.watches.handle(&mut conn.data, event, now.at);
         // The one policy on watch failures (Verdict), read for a peer: a
         // refusal before its first list is a failing peer, not fatal here.
         let (failing, reported) = match outcome.verdict() {
@@ -423,9 +421,7 @@ impl Peers {
                 );
             }
         }
-        let mut touched = conn.data.exports.take_touched();
-        touched.merge(conn.data.services.take_touched());
-        touched.merge(conn.data.mcs_slices.take_touched());
+        let touched = conn.data.take_touched();
         let is_current = peer
             .current
             .as_ref()

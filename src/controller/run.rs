@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
@@ -23,7 +23,9 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use tokio::sync::{mpsc, oneshot};
 
-use super::cluster::{ClusterData, LocalData, Objects, PeerLimits, Published, Touched};
+use super::cluster::{
+    ClusterData, ClusterWatches, LocalData, Objects, PeerLimits, Published, Touched,
+};
 use super::connection::{ClusterKey, Connection, Report, Scope, WatchEvent, connect};
 use super::ip_share::IpShare;
 use super::lean::Lean;
@@ -33,7 +35,7 @@ use super::peers::{Contact, Input, Now, Peers, Settings as PeerSettings};
 use super::publication::Form;
 use super::reconcile::{Inputs, NamespaceFilter, plan};
 use super::schedule::{Gate, Schedule};
-use crate::api::{PublishedService, ServiceExport, ServiceImport};
+use crate::api::{PublishedService, ServiceImport};
 use crate::model::ServiceRef;
 use crate::peering::membership::local_identity_problem;
 use crate::peering::{Identity, read_identity};
@@ -159,9 +161,7 @@ pub struct Controller {
 type IdentityRead = (String, u64, Contact, Option<(Client, String, Form)>);
 
 struct LocalWatches {
-    exports: Watch<Lean<ServiceExport>, Objects<ServiceExport>>,
-    services: Watch<Lean<Service>, Objects<Service>>,
-    mcs_slices: Watch<Lean<EndpointSlice>, Objects<EndpointSlice>>,
+    cluster: ClusterWatches,
     kubernetes_slices: Watch<Lean<EndpointSlice>, Objects<EndpointSlice>>,
     imports: Watch<Lean<ServiceImport>, Objects<ServiceImport>>,
     namespaces: Watch<k8s_openapi::api::core::v1::Namespace, LocalData>,
@@ -174,9 +174,7 @@ struct LocalWatches {
 impl LocalWatches {
     fn new() -> Self {
         Self {
-            exports: Watch::new("serviceexports"),
-            services: Watch::new("services"),
-            mcs_slices: Watch::new("endpointslices (ours)"),
+            cluster: ClusterWatches::new("endpointslices (ours)"),
             kubernetes_slices: Watch::new("endpointslices (of local services)"),
             imports: Watch::new("serviceimports"),
             namespaces: Watch::new("namespaces"),
@@ -188,9 +186,7 @@ impl LocalWatches {
     }
 
     fn synced(&self) -> bool {
-        self.exports.health().synced()
-            && self.services.health().synced()
-            && self.mcs_slices.health().synced()
+        self.cluster.synced()
             && self.kubernetes_slices.health().synced()
             && self.imports.health().synced()
             && self.namespaces.health().synced()
@@ -363,11 +359,7 @@ impl Controller {
             Report::Watch(ClusterKey::Local, event) => {
                 let w = &mut self.local_watches;
                 let outcome = match *event {
-                    WatchEvent::Exports(e) => w.exports.handle(&mut self.local.exports, e, now),
-                    WatchEvent::Services(e) => w.services.handle(&mut self.local.services, e, now),
-                    WatchEvent::McsSlices(e) => {
-                        w.mcs_slices.handle(&mut self.local.mcs_slices, e, now)
-                    }
+                    WatchEvent::Cluster(e) => w.cluster.handle(&mut self.local, e, now),
                     WatchEvent::KubernetesSlices(e) => {
                         w.kubernetes_slices
                             .handle(&mut self.local_only.kubernetes_slices, e, now)
@@ -440,9 +432,7 @@ impl Controller {
     }
 
     fn take_local_touched(&mut self) -> Touched {
-        let mut touched = self.local.exports.take_touched();
-        touched.merge(self.local.services.take_touched());
-        touched.merge(self.local.mcs_slices.take_touched());
+        let mut touched = self.local.take_touched();
         touched.merge(self.local_only.kubernetes_slices.take_touched());
         touched.merge(self.local_only.imports.take_touched());
         touched.merge(self.local_only.published.take_touched());

@@ -361,7 +361,7 @@ pub fn stream<K>(
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    watcher::watcher(api, config).backoff(backoff::watch_backoff())
+    stream_backing_off(api, config, backoff::watch_backoff())
 }
 
 /// [`stream`] retried with `backoff` instead (a watch that may fail for

@@ -5,15 +5,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-
-use super::super::cluster::{ClusterData, Objects, PeerLimits};
-use super::super::lean::Lean;
-use crate::api::ServiceExport;
+use super::super::cluster::{ClusterData, ClusterWatches, PeerLimits};
 use crate::cidr::Cidr;
 use crate::peering::Identity;
-use crate::watch::Watch;
 use crate::watch::backoff::RestartSchedule;
 
 /// One connection to a peer and what it read.
@@ -22,9 +16,7 @@ pub struct PeerConn {
     pub(super) generation: u64,
     pub(super) identity: Option<Identity>,
     pub(super) data: ClusterData,
-    pub(super) exports: Watch<Lean<ServiceExport>, Objects<ServiceExport>>,
-    pub(super) services: Watch<Lean<Service>, Objects<Service>>,
-    pub(super) slices: Watch<Lean<EndpointSlice>, Objects<EndpointSlice>>,
+    pub(super) watches: ClusterWatches,
     pub(super) probe: Result<(), String>,
     /// Whether a probe has answered (or failed) once: until then, a synced
     /// connection is not known to be up or down.
@@ -39,9 +31,7 @@ impl PeerConn {
             generation,
             identity: None,
             data: ClusterData::for_peer(limits),
-            exports: Watch::new("serviceexports"),
-            services: Watch::new("services"),
-            slices: Watch::new("endpointslices"),
+            watches: ClusterWatches::new("endpointslices"),
             probe: Err("not probed yet".into()),
             probed: false,
             over_limit: BTreeSet::new(),
@@ -50,9 +40,7 @@ impl PeerConn {
 
     /// Every watch has listed.
     pub fn synced(&self) -> bool {
-        self.exports.health().synced()
-            && self.services.health().synced()
-            && self.slices.health().synced()
+        self.watches.synced()
     }
 
     /// Synced, and probed once: whether it is up is known.
@@ -68,9 +56,7 @@ impl PeerConn {
     /// Whether a watch is failing (a failed list or watch, not yet
     /// followed by a relist or a change).
     pub(super) fn failing(&self) -> bool {
-        self.exports.health().failing()
-            || self.services.health().failing()
-            || self.slices.health().failing()
+        self.watches.failing()
     }
 
     /// What is wrong with it, for logs.
@@ -78,13 +64,7 @@ impl PeerConn {
         if let Err(error) = &self.probe {
             return Some(format!("probe: {error}"));
         }
-        [
-            self.exports.health(),
-            self.services.health(),
-            self.slices.health(),
-        ]
-        .into_iter()
-        .find_map(|h| {
+        self.watches.healths().into_iter().find_map(|h| {
             h.last_error()
                 .map(|e| format!("watch of {}: {e}", h.resource()))
         })

@@ -5,6 +5,7 @@
 
 use kube::runtime::watcher::{self, Event};
 
+use super::super::connection::ClusterEvent;
 use super::super::lean::Lean;
 use super::*;
 use crate::api::ServiceExport;
@@ -45,18 +46,18 @@ fn export(name: &str) -> Lean<ServiceExport> {
 
 /// The three watches of a connection listing, `exports` among its exports.
 fn listed(exports: &[&str]) -> Vec<WatchEvent> {
-    let mut events = vec![WatchEvent::Exports(Ok(Event::Init))];
+    let mut events = vec![ClusterEvent::Exports(Ok(Event::Init)).into()];
     events.extend(
         exports
             .iter()
-            .map(|name| WatchEvent::Exports(Ok(Event::InitApply(export(name))))),
+            .map(|name| ClusterEvent::Exports(Ok(Event::InitApply(export(name)))).into()),
     );
     events.extend([
-        WatchEvent::Exports(Ok(Event::InitDone)),
-        WatchEvent::Services(Ok(Event::Init)),
-        WatchEvent::Services(Ok(Event::InitDone)),
-        WatchEvent::McsSlices(Ok(Event::Init)),
-        WatchEvent::McsSlices(Ok(Event::InitDone)),
+        ClusterEvent::Exports(Ok(Event::InitDone)).into(),
+        ClusterEvent::Services(Ok(Event::Init)).into(),
+        ClusterEvent::Services(Ok(Event::InitDone)).into(),
+        ClusterEvent::McsSlices(Ok(Event::Init)).into(),
+        ClusterEvent::McsSlices(Ok(Event::InitDone)).into(),
     ]);
     events
 }
@@ -278,7 +279,7 @@ fn a_rotated_secret_connects_beside_the_old_connection_which_counts_until_the_ne
     let late = run.watch(
         "peer-b",
         old,
-        vec![WatchEvent::Exports(Ok(Event::Apply(export("stale"))))],
+        vec![ClusterEvent::Exports(Ok(Event::Apply(export("stale")))).into()],
     );
     assert!(late.is_empty(), "{late:?}");
     assert_eq!(run.exported(), ["api"]);
@@ -376,7 +377,7 @@ fn a_failing_watch_on_a_peer_that_answers_reconnects_to_relist_and_resumes() {
     let failed = run.watch(
         "peer-b",
         generation,
-        vec![WatchEvent::Services(Err(watcher::Error::NoResourceVersion))],
+        vec![ClusterEvent::Services(Err(watcher::Error::NoResourceVersion)).into()],
     );
     assert!(failed.contains(&Effect::SyncError {
         peer: "b".into(),
