@@ -1,6 +1,9 @@
 //! The YAML and JSON examples of the README and docs/ parse: a YAML block
 //! is Kubernetes objects that decode as their kind (a typo in a field
 //! name of a known kind fails here), a JSON block is one JSON value. The
+//! maps of the code match the tree: the README's Repository table names
+//! every entry of `src/`, docs/controller.md's "The code" every file of
+//! `src/controller`, and neither names a path that does not exist. The
 //! Corefiles, shell commands and tutorials have tests of their own
 //! (tests/corefiles.rs, tests/install.rs, tests/tutorials.rs).
 
@@ -103,4 +106,87 @@ fn a_misspelt_field_is_caught() {
     });
     let caught = std::panic::catch_unwind(|| decodes_as::<Service>(&value, "here"));
     assert!(caught.is_err());
+}
+
+/// The `src/` paths named in code spans of `file`'s section under the
+/// heading `heading` (up to the next heading of the same level).
+fn src_paths_in_section(file: &str, heading: &str) -> std::collections::BTreeSet<String> {
+    let text = std::fs::read_to_string(markdown::repo().join(file)).unwrap();
+    let level = heading.split(' ').next().unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines
+        .iter()
+        .position(|line| *line == heading)
+        .unwrap_or_else(|| panic!("{file}: no heading {heading:?}"))
+        + 1;
+    let end = lines[start..]
+        .iter()
+        .position(|line| line.split(' ').next() == Some(level))
+        .map_or(lines.len(), |n| start + n);
+    markdown::inline_code(file)
+        .into_iter()
+        .filter(|(line, _)| (start..end).contains(&(line - 1)))
+        .map(|(_, code)| code)
+        .filter(|code| code.starts_with("src/"))
+        .collect()
+}
+
+/// Paths named in a map that are not in the tree.
+fn missing_paths(named: &std::collections::BTreeSet<String>) -> Vec<&String> {
+    named
+        .iter()
+        .filter(|path| !markdown::repo().join(path).exists())
+        .collect()
+}
+
+#[test]
+fn the_readme_repository_table_names_every_entry_of_src_and_only_existing_paths() {
+    let named = src_paths_in_section("README.md", "## Repository");
+    assert_eq!(
+        missing_paths(&named),
+        Vec::<&String>::new(),
+        "named, not in the tree"
+    );
+    let unnamed: Vec<String> = std::fs::read_dir(markdown::repo().join("src"))
+        .unwrap()
+        .map(|entry| format!("src/{}", entry.unwrap().file_name().to_string_lossy()))
+        .filter(|entry| {
+            !named
+                .iter()
+                .any(|path| path == entry || path.starts_with(&format!("{entry}/")))
+        })
+        .collect();
+    assert_eq!(
+        unnamed,
+        Vec::<String>::new(),
+        "in src/, not in the README's Repository table"
+    );
+}
+
+#[test]
+fn the_controllers_map_names_every_file_of_src_controller_and_only_existing_ones() {
+    let named = src_paths_in_section("docs/controller.md", "## The code");
+    assert_eq!(
+        missing_paths(&named),
+        Vec::<&String>::new(),
+        "named, not in the tree"
+    );
+    let mut files = Vec::new();
+    markdown::walk(&markdown::repo().join("src/controller"), &mut files);
+    let mut unnamed: Vec<String> = files
+        .iter()
+        .map(|file| {
+            file.strip_prefix(markdown::repo())
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|file| !file.ends_with("/tests.rs") && !named.contains(file))
+        .collect();
+    unnamed.sort();
+    assert_eq!(
+        unnamed,
+        Vec::<String>::new(),
+        "in src/controller, not in docs/controller.md's map"
+    );
 }

@@ -37,9 +37,12 @@
 //! - [`reconcile`]: desired state and the writes that reach it, one pure
 //!   function per derived object.
 //! - [`connection`]: the watch and probe tasks of one cluster.
-//! - [`run`](mod@run): the shell: the event loop, the local watches and start-up
-//!   gate, the peers' effects carried out (`run/peer_io.rs`) and the write
-//!   cycle (`run/cycle.rs`).
+//! - [`run`](mod@run): the shell: the event loop and the local watches,
+//!   the peers' effects carried out (`run/peer_io.rs`) and the write cycle
+//!   (`run/cycle.rs`).
+//!
+//! docs/controller.md, "The code", follows one event from its socket to
+//! the write it causes, a file a step.
 //! - [`apply`]: server-side apply and deletes.
 //! - [`leader`], [`fence`]: leader election on a Lease, and the deadline
 //!   every write of the leader is held to.
