@@ -339,16 +339,43 @@ fn main() {
             "an_externalname_or_missing_service_is_not_imported_until_a_service_appears",
             |cs| Box::pin(invalid_exports(cs)),
         ),
-        ("a_port_conflict_is_won_by_the_oldest_export", |cs| {
-            Box::pin(conflicts(cs))
-        }),
+        (
+            "a_port_conflict_is_written_alike_on_both_exporters_naming_the_oldest",
+            |cs| Box::pin(port_conflict_conditions(cs)),
+        ),
+        (
+            "the_oldests_port_is_imported_alike_everywhere_and_the_losers_slices_lack_it",
+            |cs| Box::pin(port_conflict_imports(cs)),
+        ),
+        (
+            "explain_names_the_exporters_the_winner_and_who_lost_the_port",
+            |cs| Box::pin(port_conflict_explained(cs)),
+        ),
+        (
+            "when_the_oldest_unexports_the_conflict_clears_and_the_last_unexport_removes_the_import",
+            |cs| Box::pin(port_conflict_cleared(cs)),
+        ),
         (
             "service_properties_are_copied_and_a_new_port_reaches_every_cluster",
             |cs| Box::pin(service_properties(cs)),
         ),
         (
-            "ports_type_and_labels_of_two_exports_merge_alike_everywhere",
-            |cs| Box::pin(merges(cs)),
+            "exports_that_differ_in_ports_type_or_labels_conflict_alike_on_both_exporters",
+            |cs| Box::pin(merge_conflicts(cs)),
+        ),
+        ("differing_ports_import_their_union_everywhere", |cs| {
+            Box::pin(merge_port_union(cs))
+        }),
+        (
+            "a_type_conflict_imports_the_oldests_type_without_the_losers_slices",
+            |cs| Box::pin(merge_type_conflict(cs)),
+        ),
+        ("differing_labels_import_the_oldests_everywhere", |cs| {
+            Box::pin(merge_labels(cs))
+        }),
+        (
+            "when_the_clusterset_ip_exporter_leaves_the_headless_one_wins_and_the_ip_is_released",
+            |cs| Box::pin(merge_type_flip(cs)),
         ),
         ("an_import_has_the_ip_families_its_cluster_has", |cs| {
             Box::pin(ip_families(cs))
@@ -832,12 +859,16 @@ async fn service_properties(cs: &Clusterset) {
     );
 }
 
-/// A6, A8, A12: cluster0 exports first, cluster2 1.1 s later with another
-/// port set, type or exported labels; every cluster imports the same merge
-/// and both exports carry the same Conflict condition.
-async fn merges(cs: &Clusterset) {
+/// The namespace of the merge trials: three services exported from
+/// cluster0, then 1.1 s later from cluster2 with another port set, type or
+/// exported labels.
+const MERGE: &str = "merge";
+
+/// A6, A8, A12: exports of one service that differ in their ports, type
+/// or labels; both exporters get the same Conflict condition.
+async fn merge_conflicts(cs: &Clusterset) {
     let members = &cs.members();
-    let ns = "merge";
+    let ns = MERGE;
     for m in members {
         create_namespace(&m.client, ns).await;
     }
@@ -923,6 +954,12 @@ async fn merges(cs: &Clusterset) {
             "{name}: the same condition on both exporters"
         );
     }
+}
+
+/// A6: the import has the union of the exporters' ports.
+async fn merge_port_union(cs: &Clusterset) {
+    let members = &cs.members();
+    let ns = MERGE;
     imports_everywhere(members, ns, "union", "the union of the ports", |import| {
         let mut ports: Vec<(String, i32)> = import
             .spec
@@ -938,6 +975,14 @@ async fn merges(cs: &Clusterset) {
         }
     })
     .await;
+}
+
+/// A8: the import has the oldest export's type; the headless loser is not
+/// ready and none of its slices are imported.
+async fn merge_type_conflict(cs: &Clusterset) {
+    let members = &cs.members();
+    let ns = MERGE;
+    let c = &members[2];
     imports_everywhere(
         members,
         ns,
@@ -980,9 +1025,41 @@ async fn merges(cs: &Clusterset) {
             m.id()
         );
     }
-    // B4: the ClusterSetIP exporter leaves; the headless one wins: every
-    // cluster's import turns Headless, loses its ips and derived Service
-    // (with an Event), and imports cluster2's endpoints.
+}
+
+/// A12: the import has the oldest export's labels.
+async fn merge_labels(cs: &Clusterset) {
+    let members = &cs.members();
+    let ns = MERGE;
+    imports_everywhere(
+        members,
+        ns,
+        "labels",
+        "the oldest's exported labels",
+        |import| {
+            let tier = import
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("tier"))
+                .cloned();
+            if tier.as_deref() == Some("gold") {
+                Ok(())
+            } else {
+                Err(format!("{tier:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+/// B4: the ClusterSetIP exporter leaves; the headless one wins: every
+/// cluster's import turns Headless, loses its ips and derived Service
+/// (with an Event), and imports cluster2's endpoints.
+async fn merge_type_flip(cs: &Clusterset) {
+    let members = &cs.members();
+    let ns = MERGE;
+    let (a, c) = (&members[0], &members[2]);
     unexport(&a.client, ns, "kind").await;
     imports_everywhere(
         members,
@@ -1041,26 +1118,6 @@ async fn merges(cs: &Clusterset) {
             .await;
     }
     wait_export_condition(c, ns, "kind", "Ready", "True", "Ready").await;
-    imports_everywhere(
-        members,
-        ns,
-        "labels",
-        "the oldest's exported labels",
-        |import| {
-            let tier = import
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("tier"))
-                .cloned();
-            if tier.as_deref() == Some("gold") {
-                Ok(())
-            } else {
-                Err(format!("{tier:?}"))
-            }
-        },
-    )
-    .await;
 }
 
 /// The namespace of the ClusterSetIP trials below, which run in this
@@ -1482,13 +1539,15 @@ async fn invalid_exports(cs: &Clusterset) {
     }
 }
 
-/// A7, C2: cluster0 and cluster2 export `hello` with port `tcp` 42 and 43.
-/// Every cluster imports the oldest's port, both exports carry the same
-/// PortConflict condition, and cluster2's slices on every cluster lack the
-/// conflicting port.
-async fn conflicts(cs: &Clusterset) {
+/// The namespace of the port-conflict trials: `hello` exported from
+/// cluster0 with port `tcp` 42, then from cluster2 with 43.
+const CONFLICT: &str = "conflict";
+
+/// A7, C2: both exporters write the same Conflict condition, naming the
+/// oldest export's cluster.
+async fn port_conflict_conditions(cs: &Clusterset) {
     let members = &cs.members();
-    let ns = "conflict";
+    let ns = CONFLICT;
     for m in members {
         create_namespace(&m.client, ns).await;
     }
@@ -1541,7 +1600,13 @@ async fn conflicts(cs: &Clusterset) {
         "the message names the winner: {}",
         messages[0].1
     );
+}
 
+/// A7: every cluster imports the oldest's port in a byte-identical spec,
+/// and the loser's slices without the conflicting port.
+async fn port_conflict_imports(cs: &Clusterset) {
+    let members = &cs.members();
+    let ns = CONFLICT;
     let mut specs = BTreeMap::new();
     for m in members {
         let import = m
@@ -1610,11 +1675,21 @@ async fn conflicts(cs: &Clusterset) {
         1,
         "byte-identical specs in every cluster: {specs:#?}"
     );
+}
 
+/// `/explain` on a cluster that only imports names the exporters, the
+/// winner, the conflict and who lost the port.
+async fn port_conflict_explained(cs: &Clusterset) {
+    let members = &cs.members();
+    let ns = CONFLICT;
     // /explain on a cluster that only imports: exporters, winner, conflict.
     let b = &members[1];
     let explained: serde_json::Value = serde_json::from_str(
-        &http_get(b.controller.admin_port(), "/explain?service=conflict/hello").await,
+        &http_get(
+            b.controller.admin_port(),
+            &format!("/explain?service={ns}/hello"),
+        )
+        .await,
     )
     .expect("/explain answers JSON");
     assert_eq!(
@@ -1653,7 +1728,14 @@ async fn conflicts(cs: &Clusterset) {
         json!([]),
         "converged: {explained:#}"
     );
+}
 
+/// A2, D3, D4: the oldest unexports; the import takes the other's port
+/// and the conflict clears; the last unexport removes the import.
+async fn port_conflict_cleared(cs: &Clusterset) {
+    let members = &cs.members();
+    let ns = CONFLICT;
+    let (a, c) = (&members[0], &members[2]);
     // A2, D4: the oldest unexports; the import stays (cluster2 still
     // exports), takes cluster2's port, and the conflict clears.
     unexport(&a.client, ns, "hello").await;

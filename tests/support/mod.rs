@@ -328,6 +328,24 @@ pub mod trials {
             .collect()
     }
 
+    /// A test that starts what it needs itself.
+    pub type Alone = fn() -> Pin<Box<dyn Future<Output = ()>>>;
+
+    /// `tests` as trials, each on a multi-thread runtime of its own, as
+    /// `#[tokio::test(flavor = "multi_thread")]` runs a test: they may run
+    /// beside each other and beside a [`group`].
+    pub fn alone(tests: Vec<(&'static str, Alone)>) -> Vec<Trial> {
+        tests
+            .into_iter()
+            .map(|(name, test)| {
+                Trial::test(name, move || {
+                    runtime().block_on(test());
+                    Ok(())
+                })
+            })
+            .collect()
+    }
+
     /// A multi-thread runtime for [`group`]: the environment's in-process
     /// servers keep answering between `block_on`s.
     pub fn runtime() -> Arc<Runtime> {
