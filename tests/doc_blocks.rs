@@ -3,7 +3,8 @@
 //! name of a known kind fails here), a JSON block is one JSON value. The
 //! maps of the code match the tree: the README's Repository table names
 //! every entry of `src/`, docs/controller.md's "The code" every file of
-//! `src/controller`, and neither names a path that does not exist. The
+//! `src/controller`, and neither names a path that does not exist; every
+//! `docs/<file>.md, "<section>"` a comment points to is a heading there. The
 //! Corefiles, shell commands and tutorials have tests of their own
 //! (tests/corefiles.rs, tests/install.rs, tests/tutorials.rs).
 
@@ -188,5 +189,86 @@ fn the_controllers_map_names_every_file_of_src_controller_and_only_existing_ones
         unnamed,
         Vec::<String>::new(),
         "in src/controller, not in docs/controller.md's map"
+    );
+}
+
+/// `(file, section)` for every `docs/<file>.md, "<section>"` a comment
+/// in `text` names, its comment lines joined first (a reference may wrap).
+fn section_references(text: &str) -> Vec<(String, String)> {
+    let mut joined = String::new();
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        match trimmed.strip_prefix("//") {
+            Some(comment) => {
+                joined.push(' ');
+                joined.push_str(comment.trim_start_matches(['/', '!']).trim());
+            }
+            None => joined.push('\n'),
+        }
+    }
+    let mut out = Vec::new();
+    let mut rest = joined.as_str();
+    while let Some(at) = rest.find("docs/") {
+        rest = &rest[at + "docs/".len()..];
+        let Some((file, after)) = rest.split_once(".md, \"") else {
+            continue;
+        };
+        if !file
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            continue;
+        }
+        if let Some((section, _)) = after.split_once('"') {
+            out.push((format!("docs/{file}.md"), section.to_owned()));
+        }
+    }
+    out
+}
+
+#[test]
+fn sections_the_code_points_to_exist() {
+    let mut sources = Vec::new();
+    markdown::walk(&markdown::repo().join("src"), &mut sources);
+    markdown::walk(&markdown::repo().join("tests"), &mut sources);
+    let mut checked = 0;
+    let mut dangling = Vec::new();
+    for source in sources
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+    {
+        let text = std::fs::read_to_string(source).unwrap();
+        for (file, section) in section_references(&text) {
+            let doc = std::fs::read_to_string(markdown::repo().join(&file)).unwrap_or_default();
+            let found = doc.lines().any(|line| {
+                line.starts_with('#') && line.trim_start_matches('#').trim().starts_with(&section)
+            });
+            checked += 1;
+            if !found {
+                dangling.push(format!("{}: {file}, {section:?}", source.display()));
+            }
+        }
+    }
+    assert!(
+        checked >= 10,
+        "only {checked} references found: is the reader broken?"
+    );
+    assert_eq!(
+        dangling,
+        Vec::<String>::new(),
+        "sections named in comments that the docs do not have"
+    );
+}
+
+#[test]
+fn a_wrapped_section_reference_is_read_whole() {
+    let text =
+        "/// Loop-free (docs/controller.md,\n/// \"What a peer can read\"), and more.\nfn f() {}\n";
+    assert_eq!(
+        section_references(text),
+        [(
+            "docs/controller.md".to_owned(),
+            "What a peer can read".to_owned()
+        )]
     );
 }
