@@ -165,13 +165,16 @@ fn import(
     si
 }
 
+/// An endpoint of a test slice: address, hostname, ready condition.
+type Endpointish = (&'static str, Option<&'static str>, Option<bool>);
+
 fn slice(
     ns: &str,
     name: &str,
     service: &str,
     cluster: &str,
     family: &str,
-    endpoints: &[(&str, Option<&str>, Option<bool>)],
+    endpoints: &[Endpointish],
 ) -> EndpointSlice {
     let labels = BTreeMap::from([
         (
@@ -326,6 +329,55 @@ impl Answering {
         )
     }
 
+    /// Namespace `ns`, created, with the ClusterSetIP import `web` at
+    /// `ips` (http/TCP 80) in it; its import and slice APIs.
+    async fn with_web(&self, ns: &str, ips: &[&str]) -> (Api<ServiceImport>, Api<EndpointSlice>) {
+        let (imports, slices) = self.namespace(ns).await;
+        let web = import(
+            ns,
+            "web",
+            ServiceImportType::ClusterSetIp,
+            ips,
+            &[("http", "TCP", 80)],
+        );
+        create(&imports, &web).await;
+        (imports, slices)
+    }
+
+    /// Namespace `ns`, created, with the headless import `db` (db/TCP
+    /// 5432) and its slices `(name, cluster, family, endpoints)` in it; its
+    /// import and slice APIs.
+    async fn with_db(
+        &self,
+        ns: &str,
+        db_slices: &[(&str, &str, &str, &[Endpointish])],
+    ) -> (Api<ServiceImport>, Api<EndpointSlice>) {
+        let (imports, slices) = self.namespace(ns).await;
+        create(&imports, &db_import(ns)).await;
+        for (name, cluster, family, endpoints) in db_slices {
+            create(&slices, &slice(ns, name, "db", cluster, family, endpoints)).await;
+        }
+        (imports, slices)
+    }
+
+    /// `name`'s `rtype` records become those with `rdata` (NOERROR, no
+    /// record when `rdata` is empty).
+    async fn records_become(&self, name: &str, rtype: RecordType, rdata: &[&str]) {
+        let records: Vec<String> = rdata
+            .iter()
+            .map(|rdata| format!("{name} 5 IN {rtype} {rdata}"))
+            .collect();
+        let records: Vec<&str> = records.iter().map(String::as_str).collect();
+        self.answers_become(name, rtype, ResponseCode::NoError, &records)
+            .await;
+    }
+
+    /// `name` stops existing (NXDOMAIN).
+    async fn is_gone(&self, name: &str) {
+        self.answers_become(name, RecordType::A, ResponseCode::NXDomain, &[])
+            .await;
+    }
+
     async fn answers_become(
         &self,
         name: &str,
@@ -357,35 +409,16 @@ where
 
 /// A dual-stack ClusterSetIP import answers A, AAAA and SRV.
 async fn a_clusterset_ip_import_answers_a_aaaa_and_srv(env: &mut Answering) {
-    let (imports, _) = env.namespace("csip").await;
-    let web = import(
-        "csip",
-        "web",
-        ServiceImportType::ClusterSetIp,
-        &["10.96.0.10", "fd00::10"],
-        &[("http", "TCP", 80)],
-    );
-    create(&imports, &web).await;
+    env.with_web("csip", &["10.96.0.10", "fd00::10"]).await;
     let name = "web.csip.svc.clusterset.local.";
-    env.answers_become(
-        name,
-        RecordType::A,
-        ResponseCode::NoError,
-        &[&format!("{name} 5 IN A 10.96.0.10")],
-    )
-    .await;
-    env.answers_become(
-        name,
-        RecordType::AAAA,
-        ResponseCode::NoError,
-        &[&format!("{name} 5 IN AAAA fd00::10")],
-    )
-    .await;
-    env.answers_become(
+    env.records_become(name, RecordType::A, &["10.96.0.10"])
+        .await;
+    env.records_become(name, RecordType::AAAA, &["fd00::10"])
+        .await;
+    env.records_become(
         &format!("_http._tcp.{name}"),
         RecordType::SRV,
-        ResponseCode::NoError,
-        &[&format!("_http._tcp.{name} 5 IN SRV 0 100 80 {name}")],
+        &[&format!("0 100 80 {name}")],
     )
     .await;
 }
@@ -393,105 +426,73 @@ async fn a_clusterset_ip_import_answers_a_aaaa_and_srv(env: &mut Answering) {
 /// An import's IPs patched to one IPv4 address: A answers the new one,
 /// AAAA answers nothing.
 async fn a_changed_import_ip_is_answered_and_a_dropped_family_answers_nothing(env: &mut Answering) {
-    let (imports, _) = env.namespace("changed").await;
-    let web = import(
-        "changed",
-        "web",
-        ServiceImportType::ClusterSetIp,
-        &["10.96.0.10", "fd00::10"],
-        &[("http", "TCP", 80)],
-    );
-    create(&imports, &web).await;
+    let (imports, _) = env.with_web("changed", &["10.96.0.10", "fd00::10"]).await;
     let name = "web.changed.svc.clusterset.local.";
-    env.answers_become(
-        name,
-        RecordType::AAAA,
-        ResponseCode::NoError,
-        &[&format!("{name} 5 IN AAAA fd00::10")],
-    )
-    .await;
+    env.records_become(name, RecordType::AAAA, &["fd00::10"])
+        .await;
     let patch = serde_json::json!({"spec": {"ips": ["10.96.0.11"]}});
     imports
         .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    env.answers_become(
-        name,
-        RecordType::A,
-        ResponseCode::NoError,
-        &[&format!("{name} 5 IN A 10.96.0.11")],
-    )
-    .await;
-    env.answers_become(name, RecordType::AAAA, ResponseCode::NoError, &[])
+    env.records_become(name, RecordType::A, &["10.96.0.11"])
         .await;
+    env.records_become(name, RecordType::AAAA, &[]).await;
 }
 
 /// A headless import answers its ready endpoints at its name, each by its
 /// hostname or address under its cluster, and SRV per ready endpoint; a
 /// not-ready endpoint has no name.
 async fn a_headless_import_answers_its_ready_endpoints_by_name(env: &mut Answering) {
-    let (imports, slices) = env.namespace("headless").await;
-    create(&imports, &db_import("headless")).await;
-    let east_v4 = [
-        ("10.1.0.1", Some("db-0"), Some(true)),
-        ("10.1.0.2", Some("db-1"), Some(false)),
-    ];
-    create(
-        &slices,
-        &slice("headless", "db-east-v4", "db", "east", "IPv4", &east_v4),
-    )
-    .await;
-    let east_v6 = [("fd00:1::1", Some("db-0"), None)];
-    create(
-        &slices,
-        &slice("headless", "db-east-v6", "db", "east", "IPv6", &east_v6),
-    )
-    .await;
-    let west_v4 = [("10.2.0.1", None, Some(true))];
-    create(
-        &slices,
-        &slice("headless", "db-west-v4", "db", "west", "IPv4", &west_v4),
-    )
-    .await;
-    let name = "db.headless.svc.clusterset.local.";
-    env.answers_become(
-        name,
-        RecordType::A,
-        ResponseCode::NoError,
+    env.with_db(
+        "headless",
         &[
-            &format!("{name} 5 IN A 10.1.0.1"),
-            &format!("{name} 5 IN A 10.2.0.1"),
+            (
+                "db-east-v4",
+                "east",
+                "IPv4",
+                &[
+                    ("10.1.0.1", Some("db-0"), Some(true)),
+                    ("10.1.0.2", Some("db-1"), Some(false)),
+                ],
+            ),
+            (
+                "db-east-v6",
+                "east",
+                "IPv6",
+                &[("fd00:1::1", Some("db-0"), None)],
+            ),
+            (
+                "db-west-v4",
+                "west",
+                "IPv4",
+                &[("10.2.0.1", None, Some(true))],
+            ),
         ],
     )
     .await;
-    env.answers_become(
+    let name = "db.headless.svc.clusterset.local.";
+    env.records_become(name, RecordType::A, &["10.1.0.1", "10.2.0.1"])
+        .await;
+    env.records_become(
         &format!("db-0.east.{name}"),
         RecordType::AAAA,
-        ResponseCode::NoError,
-        &[&format!("db-0.east.{name} 5 IN AAAA fd00:1::1")],
+        &["fd00:1::1"],
     )
     .await;
-    env.answers_become(
+    env.records_become(
         &format!("10-2-0-1.west.{name}"),
         RecordType::A,
-        ResponseCode::NoError,
-        &[&format!("10-2-0-1.west.{name} 5 IN A 10.2.0.1")],
+        &["10.2.0.1"],
     )
     .await;
-    env.answers_become(
-        &format!("db-1.east.{name}"),
-        RecordType::A,
-        ResponseCode::NXDomain,
-        &[],
-    )
-    .await;
-    env.answers_become(
+    env.is_gone(&format!("db-1.east.{name}")).await;
+    env.records_become(
         &format!("_db._tcp.{name}"),
         RecordType::SRV,
-        ResponseCode::NoError,
         &[
-            &format!("_db._tcp.{name} 5 IN SRV 0 50 5432 10-2-0-1.west.{name}"),
-            &format!("_db._tcp.{name} 5 IN SRV 0 50 5432 db-0.east.{name}"),
+            &format!("0 50 5432 10-2-0-1.west.{name}"),
+            &format!("0 50 5432 db-0.east.{name}"),
         ],
     )
     .await;
@@ -499,36 +500,23 @@ async fn a_headless_import_answers_its_ready_endpoints_by_name(env: &mut Answeri
 
 /// A not-ready endpoint that turns ready gets its name.
 async fn an_endpoint_that_turns_ready_is_answered(env: &mut Answering) {
-    let (imports, slices) = env.namespace("turns-ready").await;
-    create(&imports, &db_import("turns-ready")).await;
     let endpoints = |ready| {
         [
             ("10.1.0.1", Some("db-0"), Some(true)),
             ("10.1.0.2", Some("db-1"), Some(ready)),
         ]
     };
-    create(
-        &slices,
-        &slice(
+    let (_, slices) = env
+        .with_db(
             "turns-ready",
-            "db-east",
-            "db",
-            "east",
-            "IPv4",
-            &endpoints(false),
-        ),
-    )
-    .await;
-    let name = "db-1.east.db.turns-ready.svc.clusterset.local.";
-    env.answers_become(
-        "db-0.east.db.turns-ready.svc.clusterset.local.",
-        RecordType::A,
-        ResponseCode::NoError,
-        &["db-0.east.db.turns-ready.svc.clusterset.local. 5 IN A 10.1.0.1"],
-    )
-    .await;
-    env.answers_become(name, RecordType::A, ResponseCode::NXDomain, &[])
+            &[("db-east", "east", "IPv4", &endpoints(false))],
+        )
         .await;
+    let name = "db-1.east.db.turns-ready.svc.clusterset.local.";
+    let listed = "db-0.east.db.turns-ready.svc.clusterset.local.";
+    env.records_become(listed, RecordType::A, &["10.1.0.1"])
+        .await;
+    env.is_gone(name).await;
     let ready = slice(
         "turns-ready",
         "db-east",
@@ -542,20 +530,21 @@ async fn an_endpoint_that_turns_ready_is_answered(env: &mut Answering) {
         .patch("db-east", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    env.answers_become(
-        name,
-        RecordType::A,
-        ResponseCode::NoError,
-        &[&format!("{name} 5 IN A 10.1.0.2")],
-    )
-    .await;
+    env.records_become(name, RecordType::A, &["10.1.0.2"]).await;
 }
 
 /// A deleted slice leaves the answers, a deleted import its name, and the
 /// namespace's name goes with its last import.
 async fn deleted_slices_and_imports_leave_the_answers(env: &mut Answering) {
-    let (imports, slices) = env.namespace("deleted").await;
-    create(&imports, &db_import("deleted")).await;
+    let (imports, slices) = env
+        .with_db(
+            "deleted",
+            &[
+                ("db-east", "east", "IPv4", &[("10.1.0.1", None, Some(true))]),
+                ("db-west", "west", "IPv4", &[("10.2.0.1", None, Some(true))]),
+            ],
+        )
+        .await;
     let web = import(
         "deleted",
         "web",
@@ -564,68 +553,29 @@ async fn deleted_slices_and_imports_leave_the_answers(env: &mut Answering) {
         &[("http", "TCP", 80)],
     );
     create(&imports, &web).await;
-    let east = [("10.1.0.1", None, Some(true))];
-    create(
-        &slices,
-        &slice("deleted", "db-east", "db", "east", "IPv4", &east),
-    )
-    .await;
-    let west = [("10.2.0.1", None, Some(true))];
-    create(
-        &slices,
-        &slice("deleted", "db-west", "db", "west", "IPv4", &west),
-    )
-    .await;
     let db = "db.deleted.svc.clusterset.local.";
     let web = "web.deleted.svc.clusterset.local.";
-    env.answers_become(
-        db,
-        RecordType::A,
-        ResponseCode::NoError,
-        &[
-            &format!("{db} 5 IN A 10.1.0.1"),
-            &format!("{db} 5 IN A 10.2.0.1"),
-        ],
-    )
-    .await;
-    env.answers_become(
-        web,
-        RecordType::A,
-        ResponseCode::NoError,
-        &[&format!("{web} 5 IN A 10.96.0.10")],
-    )
-    .await;
+    env.records_become(db, RecordType::A, &["10.1.0.1", "10.2.0.1"])
+        .await;
+    env.records_become(web, RecordType::A, &["10.96.0.10"])
+        .await;
 
     slices
         .delete("db-west", &DeleteParams::default())
         .await
         .unwrap();
-    env.answers_become(
-        db,
-        RecordType::A,
-        ResponseCode::NoError,
-        &[&format!("{db} 5 IN A 10.1.0.1")],
-    )
-    .await;
+    env.records_become(db, RecordType::A, &["10.1.0.1"]).await;
     imports
         .delete("db", &DeleteParams::default())
         .await
         .unwrap();
-    env.answers_become(db, RecordType::A, ResponseCode::NXDomain, &[])
-        .await;
+    env.is_gone(db).await;
     imports
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    env.answers_become(web, RecordType::A, ResponseCode::NXDomain, &[])
-        .await;
-    env.answers_become(
-        "deleted.svc.clusterset.local.",
-        RecordType::A,
-        ResponseCode::NXDomain,
-        &[],
-    )
-    .await;
+    env.is_gone(web).await;
+    env.is_gone("deleted.svc.clusterset.local.").await;
 }
 
 /// An answer that changes was published as a timed zone: the publish
@@ -640,23 +590,10 @@ async fn an_answer_change_is_a_timed_publish(env: &mut Answering) {
         .unwrap()
     };
     let before = publishes().await;
-    let (imports, _) = env.namespace("timed").await;
-    let web = import(
-        "timed",
-        "web",
-        ServiceImportType::ClusterSetIp,
-        &["10.96.0.12"],
-        &[("http", "TCP", 80)],
-    );
-    create(&imports, &web).await;
+    env.with_web("timed", &["10.96.0.12"]).await;
     let name = "web.timed.svc.clusterset.local.";
-    env.answers_become(
-        name,
-        RecordType::A,
-        ResponseCode::NoError,
-        &[&format!("{name} 5 IN A 10.96.0.12")],
-    )
-    .await;
+    env.records_become(name, RecordType::A, &["10.96.0.12"])
+        .await;
     let after = publishes().await;
     assert!(
         after > before,
