@@ -130,7 +130,10 @@ pub async fn import(
 }
 
 /// Makes the child of `command` get SIGKILL when this process dies
-/// (`PR_SET_PDEATHSIG`), so even a killed test run leaks no processes; with
+/// (`PR_SET_PDEATHSIG`), so even a killed test run leaks no processes.
+/// Strictly, when the thread that spawns it ends: a child that must
+/// outlive its test thread is spawned from a kept one
+/// ([`trials::group`]). With
 /// `own_group`, it also leads a process group of its own (to kill it with
 /// what it starts).
 pub fn dies_with_this_process(command: &mut Command, own_group: bool) {
@@ -255,6 +258,9 @@ pub mod trials {
 
     struct Group<E> {
         environment: Mutex<Option<E>>,
+        /// The thread that started the environment, kept until it is
+        /// dropped.
+        keeper: Mutex<Option<Keeper>>,
         /// Selected trials of the group not yet finished.
         left: AtomicUsize,
         start: Start<E>,
@@ -266,7 +272,11 @@ pub mod trials {
     /// selected one ends, so that two groups never run at once. A trial
     /// that panics fails under its name; the ones after it still run on
     /// the same environment. Each prints how long it took and when it ended
-    /// (seconds since the trials were made).
+    /// (seconds since the trials were made). The environment is started
+    /// on a thread kept until it is dropped, so its processes outlive the
+    /// test thread that ran the first trial; processes a behaviour starts
+    /// itself die with its test thread, so groups whose behaviours do run
+    /// with [`serial_arguments`] (one thread, the main one).
     pub fn group<E: Send + 'static>(
         args: &Arguments,
         runtime: &Arc<Runtime>,
@@ -275,6 +285,7 @@ pub mod trials {
     ) -> Vec<Trial> {
         let group = Arc::new(Group {
             environment: Mutex::new(None),
+            keeper: Mutex::new(None),
             left: AtomicUsize::new(
                 behaviours
                     .iter()
@@ -294,7 +305,8 @@ pub mod trials {
                             group.environment.lock().unwrap_or_else(|e| e.into_inner());
                         let environment = environment.get_or_insert_with(|| {
                             let t0 = Instant::now();
-                            let made = runtime.block_on((group.start)());
+                            let (made, keeper) = start_kept(&runtime, group.start);
+                            *group.keeper.lock().unwrap_or_else(|e| e.into_inner()) = Some(keeper);
                             eprintln!("environment ready in {:.1} s", t0.elapsed().as_secs_f64());
                             made
                         });
@@ -314,6 +326,15 @@ pub mod trials {
                             .take();
                         let _inside = runtime.enter();
                         drop(last);
+                        let keeper = group
+                            .keeper
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .take();
+                        if let Some(Keeper { stop, thread }) = keeper {
+                            drop(stop);
+                            let _ = thread.join();
+                        }
                         eprintln!(
                             "environment of {name} stopped after {:.1} s",
                             group.started.elapsed().as_secs_f64()
@@ -344,6 +365,38 @@ pub mod trials {
                 })
             })
             .collect()
+    }
+
+    /// A thread kept alive while an environment it started lives: a
+    /// child process dies with the thread that spawned it
+    /// (`PR_SET_PDEATHSIG`, [`super::dies_with_this_process`]), and the
+    /// test threads of a parallel run end when no trial is left for them,
+    /// while the group's later trials still need its processes.
+    struct Keeper {
+        /// Dropped to let the thread end.
+        stop: std::sync::mpsc::Sender<()>,
+        thread: std::thread::JoinHandle<()>,
+    }
+
+    /// `start`'s environment, made on a [`Keeper`] thread; a panic while
+    /// starting is the caller's.
+    fn start_kept<E: Send + 'static>(runtime: &Arc<Runtime>, start: Start<E>) -> (E, Keeper) {
+        let (made_tx, made) = std::sync::mpsc::channel();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let runtime = runtime.clone();
+        let thread = std::thread::spawn(move || {
+            if made_tx.send(runtime.block_on(start())).is_ok() {
+                // Until the group drops `stop`.
+                let _ = stopped.recv();
+            }
+        });
+        match made.recv() {
+            Ok(made) => (made, Keeper { stop, thread }),
+            Err(_) => match thread.join() {
+                Err(panic) => resume_unwind(panic),
+                Ok(()) => panic!("the environment's thread ended without it"),
+            },
+        }
     }
 
     /// A multi-thread runtime for [`group`]: the environment's in-process
