@@ -470,6 +470,15 @@ pub struct LocalData {
     pub service_ranges: Vec<Cidr>,
     /// Every Node's InternalIP and ExternalIP: no peer endpoint may be one.
     pub node_addresses: BTreeSet<IpAddr>,
+    /// Every Node's `spec.podCIDRs` (or `spec.podCIDR`): no peer endpoint
+    /// may be inside one. Filled only as far as the Node watch's decoder
+    /// (`Stripped<Node, Controller>`) keeps `spec`; empty for a CNI that
+    /// does not allocate pod CIDRs to Nodes.
+    pub pod_ranges: Vec<Cidr>,
+    /// The addresses of the `default/kubernetes` Service's EndpointSlices
+    /// (this cluster's apiserver endpoints, read from the watch of local
+    /// Services' slices): no peer endpoint may be one.
+    pub apiserver_addresses: BTreeSet<IpAddr>,
     /// What this cluster publishes for its peers.
     pub published: Published,
     service_cidrs: BTreeMap<String, Vec<String>>,
@@ -489,6 +498,8 @@ impl Default for LocalData {
             node_zones: BTreeSet::new(),
             service_ranges: Vec::new(),
             node_addresses: BTreeSet::new(),
+            pod_ranges: Vec::new(),
+            apiserver_addresses: BTreeSet::new(),
             published: Published::default(),
             service_cidrs: BTreeMap::new(),
             nodes: BTreeMap::new(),
@@ -625,7 +636,8 @@ impl IndexResource<ServiceCIDR> for LocalData {
 }
 
 /// Nodes, decoded without their status but for addresses: a Node's zone
-/// names local-first hints, its addresses are refused as peer endpoints.
+/// names local-first hints, its addresses and pod CIDRs are refused as
+/// peer endpoints.
 impl IndexResource<Lean<Node>> for LocalData {
     type Listed = (String, NodeFacts);
 
@@ -655,6 +667,7 @@ impl IndexResource<Lean<Node>> for LocalData {
 pub struct NodeFacts {
     zone: String,
     addresses: Vec<IpAddr>,
+    pod_cidrs: Vec<Cidr>,
 }
 
 fn facts_of(node: Node) -> (String, NodeFacts) {
@@ -671,7 +684,22 @@ fn facts_of(node: Node) -> (String, NodeFacts) {
         .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
         .filter_map(|a| a.address.parse().ok())
         .collect();
-    (node.name_any(), NodeFacts { zone, addresses })
+    // podCIDRs holds podCIDR first when set; an older Node may have only
+    // podCIDR. One that does not parse is the apiserver's to refuse.
+    let pod_cidrs = node
+        .spec
+        .iter()
+        .flat_map(|spec| spec.pod_cidrs.iter().flatten().chain(spec.pod_cidr.iter()))
+        .filter_map(|cidr| cidr.parse().ok())
+        .collect();
+    (
+        node.name_any(),
+        NodeFacts {
+            zone,
+            addresses,
+            pod_cidrs,
+        },
+    )
 }
 
 fn cidrs_of(cidr: ServiceCIDR) -> (String, Vec<String>) {
@@ -681,16 +709,37 @@ fn cidrs_of(cidr: ServiceCIDR) -> (String, Vec<String>) {
 }
 
 impl LocalData {
-    /// Whether a namespace or the IP families changed since the last call:
-    /// that may change any service.
+    /// Whether a namespace, the IP families or an address the peers'
+    /// endpoints are screened against changed since the last call: that
+    /// may change any service.
     pub fn take_all_touched(&mut self) -> bool {
+        // Called after every local watch event: the apiserver's slices
+        // come with the other local slices, so a change is noticed here.
+        self.recompute_apiserver();
         std::mem::take(&mut self.all_touched)
     }
 
-    /// The set of zones and of Node addresses; a new or vanished zone may
-    /// change the hints of any local-first service (a Node joining a known
-    /// zone changes none), a Node address which peer endpoints any service
-    /// keeps.
+    /// The addresses of the `default/kubernetes` slices; a change may
+    /// change which peer endpoints any service keeps.
+    fn recompute_apiserver(&mut self) {
+        let service = ServiceRef::new("default", "kubernetes");
+        let addresses: BTreeSet<IpAddr> = self
+            .kubernetes_slices
+            .of(&service)
+            .flat_map(|slice| slice.endpoints)
+            .flat_map(|endpoint| endpoint.addresses)
+            .filter_map(|address| address.parse().ok())
+            .collect();
+        if addresses != self.apiserver_addresses {
+            self.apiserver_addresses = addresses;
+            self.all_touched = true;
+        }
+    }
+
+    /// The set of zones, of Node addresses and of pod CIDRs; a new or
+    /// vanished zone may change the hints of any local-first service (a
+    /// Node joining a known zone changes none), a Node address or pod CIDR
+    /// which peer endpoints any service keeps.
     fn recompute_nodes(&mut self) {
         let zones: BTreeSet<String> = self.nodes.values().map(|n| n.zone.clone()).collect();
         if zones != self.node_zones {
@@ -704,6 +753,16 @@ impl LocalData {
             .collect();
         if addresses != self.node_addresses {
             self.node_addresses = addresses;
+            self.all_touched = true;
+        }
+        let pod_ranges: BTreeSet<Cidr> = self
+            .nodes
+            .values()
+            .flat_map(|n| n.pod_cidrs.iter().copied())
+            .collect();
+        let pod_ranges: Vec<Cidr> = pod_ranges.into_iter().collect();
+        if pod_ranges != self.pod_ranges {
+            self.pod_ranges = pod_ranges;
             self.all_touched = true;
         }
     }

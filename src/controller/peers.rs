@@ -150,7 +150,13 @@ impl Peers {
             Err(why) => {
                 peer.kubeconfig = kubeconfig;
                 let message = format!("Secret {name}: {why}");
-                self.refuse(&name, reason::INVALID_ENDPOINT_CIDRS, message, effects);
+                self.refuse(
+                    &name,
+                    None,
+                    reason::INVALID_ENDPOINT_CIDRS,
+                    message,
+                    effects,
+                );
                 return;
             }
         };
@@ -196,12 +202,16 @@ impl Peers {
         }
         peer.kubeconfig = kubeconfig.clone();
         peer.refused = None;
-        peer.identity_changed = false;
         if peer.current.as_ref().is_some_and(PeerConn::synced) {
             tracing::info!(secret = %name, "connecting to the peer beside its current connection (new credentials, or a relist)");
+            // A current connection frozen by a refusal stays frozen (not
+            // up, its grace running) until this one replaces it: were the
+            // new one refused too, the old data would otherwise count as
+            // healthy for ever.
             peer.next = Some(conn);
         } else {
             peer.current = Some(conn);
+            peer.identity_changed = false;
         }
         effects.push(Effect::Connect {
             secret: name,
@@ -240,7 +250,14 @@ impl Peers {
             Contact::Identified(identity) => identity,
             Contact::Invalid(error) => {
                 let message = format!("Secret {secret}: {error}");
-                self.refuse(secret, reason::INVALID_KUBECONFIG, message, effects);
+                let generation = Some(generation);
+                self.refuse(
+                    secret,
+                    generation,
+                    reason::INVALID_KUBECONFIG,
+                    message,
+                    effects,
+                );
                 return;
             }
             Contact::Unreachable(error) => {
@@ -280,7 +297,8 @@ impl Peers {
                 .filter_map(|p| Some((p.secret.as_str(), p.id()?))),
         );
         if let Some(refusal) = refusal {
-            self.refuse(secret, refusal.reason, refusal.message, effects);
+            let generation = Some(generation);
+            self.refuse(secret, generation, refusal.reason, refusal.message, effects);
             return;
         }
         let Some(peer) = self.peers.get_mut(secret) else {
@@ -341,21 +359,50 @@ impl Peers {
         });
     }
 
+    /// Refuses what Secret `secret` now holds (`generation` `None`), or
+    /// its connection `generation`. Only what is new goes: a replacement
+    /// being synced, or a connection that has not synced yet. A synced
+    /// current connection refused itself is kept as [`Self::identity_changed`]
+    /// keeps it: frozen (read no more), counted as unreachable, so its data
+    /// stays for the grace period, then goes. One refused beside it (a
+    /// rotated Secret, a relist's connection) goes on as it was: a typo in
+    /// a rotation drops no import. A connection replaced since is ignored.
     fn refuse(
         &mut self,
         secret: &str,
+        generation: Option<u64>,
         reason: &'static str,
         message: String,
         effects: &mut Vec<Effect>,
     ) {
+        let Some(peer) = self.peers.get_mut(secret) else {
+            return;
+        };
+        if let Some(generation) = generation
+            && peer.conn_mut(generation).is_none()
+        {
+            tracing::debug!(
+                secret,
+                reason,
+                generation,
+                "refusal of a replaced connection ignored: {message}"
+            );
+            return;
+        }
         tracing::error!(secret, reason, "peer refused: {message}");
-        let peer = self
-            .peers
-            .entry(secret.to_owned())
-            .or_insert_with(|| Peer::new(secret));
         peer.refused = Some(message.clone());
-        peer.current = None;
+        // The replacement is the refused connection, or one the refused
+        // Secret supersedes.
         peer.next = None;
+        match &peer.current {
+            Some(current) if !current.synced() => peer.current = None,
+            Some(current) if Some(current.generation) == generation => {
+                // The flag freezes the connection whatever the reason
+                // (is_live, Peer::up), as for a changed identity.
+                peer.identity_changed = true;
+            }
+            _ => {}
+        }
         effects.push(Effect::ReplanAll);
         effects.push(Effect::Refused {
             secret: secret.to_owned(),
@@ -435,6 +482,8 @@ impl Peers {
             // without a gap.
             tracing::info!(peer = %peer_name, "peer connection replaced");
             peer.current = peer.next.take();
+            // What froze the old connection does not concern this one.
+            peer.identity_changed = false;
             effects.push(Effect::ReplanAll);
         }
     }
@@ -453,6 +502,9 @@ impl Peers {
         let peer_name = peer.name();
         let current = peer.current.as_ref().map(|c| c.generation) == Some(generation);
         let replacing = peer.next.is_some();
+        // A refused Secret's kubeconfig is not tried again by a relist:
+        // its current connection goes on until it fails, then grace.
+        let refused = peer.refused.is_some();
         let Some(conn) = peer.conn_mut(generation) else {
             return;
         };
@@ -474,7 +526,7 @@ impl Peers {
                 // and its services dropped after grace. Connect again
                 // beside it, relisting (spaced 1 s doubling to 60 s, for a
                 // watch that keeps failing).
-                reconnect = current && !replacing && conn.synced() && conn.failing();
+                reconnect = current && !replacing && !refused && conn.synced() && conn.failing();
                 if conn.probe.is_err() && conn.synced() {
                     tracing::info!(peer = %peer_name, "peer answers again");
                 }
@@ -604,12 +656,11 @@ impl Peers {
     /// the others.
     pub fn is_live(&self, secret: &str, generation: u64) -> bool {
         self.peers.get(secret).is_some_and(|peer| {
-            // A peer whose identity changed is read no more.
-            !peer.identity_changed
-                && [&peer.current, &peer.next]
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c.generation == generation)
+            let is =
+                |conn: &Option<PeerConn>| conn.as_ref().is_some_and(|c| c.generation == generation);
+            // A frozen current connection (a changed identity, a refusal)
+            // is read no more; its replacement is.
+            is(&peer.next) || (!peer.identity_changed && is(&peer.current))
         })
     }
 

@@ -103,7 +103,9 @@ pub enum KubeconfigError {
     /// The bytes are not UTF-8.
     #[error("data.{KUBECONFIG_KEY} is not UTF-8")]
     NotUtf8,
-    /// Not a kubeconfig in YAML.
+    /// Not a kubeconfig in YAML: where the parser stopped, never the text
+    /// around it nor the parser's message, which may quote the Secret
+    /// ([`parse_error`]).
     #[error("data.{KUBECONFIG_KEY} is not a kubeconfig: {0}")]
     NotAKubeconfig(String),
     /// No `current-context`: the controller has no way to pick a context.
@@ -123,8 +125,9 @@ pub enum KubeconfigError {
     Client(String),
     /// A user or cluster entry (any, not only the current context's) has
     /// a field that would make the controller run a command, read one of
-    /// its own files, or skip or redirect TLS ([`read`]): `field` is its
-    /// path (`users[0].user.exec`), `why` says so.
+    /// its own files, or skip, redirect or go without TLS (a `server` that
+    /// is not `https://`) ([`read`]): `field` is its path
+    /// (`users[0].user.exec`), `why` says so.
     #[error("data.{KUBECONFIG_KEY}: {field}: {why}")]
     NotInline {
         /// The field's path in the kubeconfig.
@@ -169,8 +172,9 @@ const REFUSED_USER_FIELDS: [Refused<AuthInfo>; 5] = [
 ];
 
 /// The fields of a `clusters[]` entry that a peer kubeconfig may not have,
-/// and why: a file read, or the credentials sent elsewhere or unchecked.
-const REFUSED_CLUSTER_FIELDS: [Refused<Cluster>; 3] = [
+/// and why: a file read, or the credentials sent elsewhere, unchecked or
+/// in clear.
+const REFUSED_CLUSTER_FIELDS: [Refused<Cluster>; 4] = [
     (
         "certificate-authority",
         |c| c.certificate_authority.is_some(),
@@ -186,7 +190,24 @@ const REFUSED_CLUSTER_FIELDS: [Refused<Cluster>; 3] = [
         |c| c.insecure_skip_tls_verify == Some(true),
         "skipping TLS verification is not allowed in a peer kubeconfig (use certificate-authority-data)",
     ),
+    (
+        "server",
+        |c| {
+            c.server
+                .as_deref()
+                .is_some_and(|s| !s.is_empty() && !is_https(s))
+        },
+        "only https:// servers are allowed in a peer kubeconfig: over anything else the token would travel in clear, and the peer's data could be altered on the way",
+    ),
 ];
+
+/// Whether `server` is an `https://` URL (the scheme is case-insensitive).
+/// An empty one is [`KubeconfigError::Context`]'s to name.
+fn is_https(server: &str) -> bool {
+    server
+        .get(..8)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
+}
 
 /// The first field of `kubeconfig` that a peer Secret may not carry, in
 /// any entry, used or not. Whoever may write Secrets in the controller's
@@ -194,7 +215,8 @@ const REFUSED_CLUSTER_FIELDS: [Refused<Cluster>; 3] = [
 /// and files: credentials and CAs inline only (`token`, `username` and
 /// `password`, the `*-data` fields, impersonation). The two tables are
 /// every field of kube's `AuthInfo` and `Cluster` that runs, reads or
-/// redirects something; the others are data.
+/// redirects something, and a `server` that is not `https://`; the others
+/// are data.
 fn not_inline(kubeconfig: &Kubeconfig) -> Option<KubeconfigError> {
     let refused =
         |field: String, why: &'static str| Some(KubeconfigError::NotInline { field, why });
@@ -238,8 +260,7 @@ pub fn read(data: &[u8]) -> Result<StoredKubeconfig, KubeconfigError> {
         return Err(KubeconfigError::Missing);
     }
     let text = std::str::from_utf8(data).map_err(|_| KubeconfigError::NotUtf8)?;
-    let kubeconfig = Kubeconfig::from_yaml(text)
-        .map_err(|e| KubeconfigError::NotAKubeconfig(Chain(&e).to_string()))?;
+    let kubeconfig = Kubeconfig::from_yaml(text).map_err(parse_error)?;
     if let Some(error) = not_inline(&kubeconfig) {
         return Err(error);
     }
@@ -254,6 +275,32 @@ pub fn read(data: &[u8]) -> Result<StoredKubeconfig, KubeconfigError> {
         kubeconfig,
         cluster,
     })
+}
+
+/// Why a Secret's text is not a kubeconfig, without a word of the text:
+/// the YAML parser's error shows a snippet of the input around the error,
+/// and its message may quote a value (`invalid type: string "…"`), so a
+/// token on the broken line would reach the Event, the log and `peer
+/// list`. Only the line and column are kept.
+fn parse_error(error: kube::config::KubeconfigError) -> KubeconfigError {
+    use kube::config::KubeconfigError as Kube;
+    let what = match &error {
+        Kube::Parse(parse) => match parse.location() {
+            Some(at) => format!(
+                "it does not parse at line {}, column {} (the parser's message is not shown: it may quote the Secret)",
+                at.line(),
+                at.column()
+            ),
+            None => {
+                "it does not parse (the parser's message is not shown: it may quote the Secret)"
+                    .to_owned()
+            }
+        },
+        // The documents of a multi-document kubeconfig that disagree
+        // (kind, apiVersion): kube's fixed words, no input.
+        other => Chain(other).to_string(),
+    };
+    KubeconfigError::NotAKubeconfig(what)
 }
 
 impl StoredKubeconfig {
@@ -450,7 +497,7 @@ vXCx3BfiR7toLsC+Y0gOSwNooh1rCczDut1I/w==
         let user1 = "username: u";
         let cluster0 = "server: https://a.example:6443";
         let cluster1 = "tls-server-name: b.internal";
-        let cases: [(&str, &str, &str); 9] = [
+        let cases: [(&str, &str, &str); 11] = [
             (
                 user0,
                 "user: {token: t, exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, 'touch /tmp/x']}}",
@@ -496,6 +543,12 @@ vXCx3BfiR7toLsC+Y0gOSwNooh1rCczDut1I/w==
                 "insecure-skip-tls-verify: true",
                 "clusters[1].cluster.insecure-skip-tls-verify: skipping TLS verification is not allowed in a peer kubeconfig (use certificate-authority-data)",
             ),
+            (cluster0, "server: http://a.example:6443", HTTP_REFUSED_0),
+            (
+                "server: https://127.0.0.1:4443",
+                "server: a.example:6443",
+                "clusters[1].cluster.server: only https:// servers are allowed in a peer kubeconfig: over anything else the token would travel in clear, and the peer's data could be altered on the way",
+            ),
         ];
         let peer = peer();
         for (from, to, expected) in cases {
@@ -508,6 +561,63 @@ vXCx3BfiR7toLsC+Y0gOSwNooh1rCczDut1I/w==
             );
             assert_eq!(error.to_string(), format!("data.kubeconfig: {expected}"));
         }
+    }
+
+    const HTTP_REFUSED_0: &str = "clusters[0].cluster.server: only https:// servers are allowed in a peer kubeconfig: over anything else the token would travel in clear, and the peer's data could be altered on the way";
+
+    /// Security review L1: the token is sent to `server`, so only over TLS.
+    #[test]
+    fn a_peer_kubeconfig_whose_server_is_not_https_is_refused() {
+        let peer = peer();
+        for server in [
+            "http://a.example:6443",
+            "HTTP://a.example",
+            "ftp://a.example",
+        ] {
+            let edited = peer.replace("https://a.example:6443", server);
+            let error = read(edited.as_bytes()).expect_err(server);
+            assert_eq!(
+                error.to_string(),
+                format!("data.kubeconfig: {HTTP_REFUSED_0}"),
+                "{server}"
+            );
+        }
+        for server in ["HTTPS://a.example:6443", "https://[fd00::1]:6443"] {
+            let edited = peer.replace("https://a.example:6443", server);
+            assert_eq!(read(edited.as_bytes()).unwrap().cluster.server, server);
+        }
+    }
+
+    /// Security review L2: a parse error names where, never what.
+    #[test]
+    fn a_kubeconfig_that_does_not_parse_is_reported_without_its_text() {
+        let peer = peer();
+        let cases = [
+            // A syntax error on the token's line: the parser's snippet
+            // would show it.
+            ("user: {token: t}", "user: {token: {s3cr3t"),
+            // A type error: the parser's message would quote the value.
+            ("current-context: ctx-a", "current-context: [s3cr3t]"),
+            ("users:\n", "users: s3cr3t\nx:\n"),
+        ];
+        for (from, to) in cases {
+            assert!(peer.contains(from), "{from}");
+            let edited = peer.replacen(from, to, 1);
+            let error = read(edited.as_bytes()).expect_err(to);
+            let text = error.to_string();
+            assert!(
+                matches!(error, KubeconfigError::NotAKubeconfig(_)),
+                "{text}"
+            );
+            assert!(!text.contains("s3cr3t"), "{text}");
+            assert!(!format!("{error:?}").contains("s3cr3t"), "{error:?}");
+            assert!(
+                text.starts_with("data.kubeconfig is not a kubeconfig: it does not parse at line "),
+                "{text}"
+            );
+        }
+        let error = read(b"a: 1\nb: {token: s3cr3t\n").unwrap_err().to_string();
+        assert!(error.contains("line 2, column"), "{error}");
     }
 
     #[test]
@@ -580,7 +690,7 @@ vXCx3BfiR7toLsC+Y0gOSwNooh1rCczDut1I/w==
         ];
         for (what, data, expected) in cases {
             let error = read(&data).expect_err(what).to_string();
-            // The YAML parser's own words follow the prefix.
+            // Where the YAML parser stopped follows the prefix.
             if expected.ends_with(": ") {
                 assert!(error.len() > expected.len(), "{what}: {error}");
                 assert!(error.starts_with(expected), "{what}: {error}");

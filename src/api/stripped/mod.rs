@@ -20,7 +20,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus, Service, ServiceSpec};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus, Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{
     Endpoint, EndpointConditions, EndpointHints, EndpointPort, EndpointSlice,
 };
@@ -414,13 +414,23 @@ impl<'de> Deserialize<'de> for Stripped<PublishedService, Controller> {
 }
 
 impl<'de> Deserialize<'de> for Stripped<Node, Controller> {
-    /// A Node's labels (its zone) and addresses: its images, conditions
-    /// and the rest of its status are skipped.
+    /// A Node's labels (its zone), pod ranges and addresses (the address
+    /// screen's "this cluster"): its images, conditions and the rest of
+    /// its spec and status are skipped.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
         struct Raw {
             metadata: ControllerMeta<SkippedAnnotations>,
+            spec: Option<RawSpec>,
             status: Option<RawStatus>,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct RawSpec {
+            #[serde(rename = "podCIDR")]
+            pod_cidr: Option<String>,
+            #[serde(rename = "podCIDRs")]
+            pod_cidrs: Option<Vec<String>>,
         }
         #[derive(Deserialize)]
         struct RawStatus {
@@ -429,7 +439,11 @@ impl<'de> Deserialize<'de> for Stripped<Node, Controller> {
         let raw = Raw::deserialize(deserializer)?;
         Ok(Self::new(Node {
             metadata: raw.metadata.into(),
-            spec: None,
+            spec: raw.spec.map(|spec| NodeSpec {
+                pod_cidr: spec.pod_cidr,
+                pod_cidrs: spec.pod_cidrs,
+                ..NodeSpec::default()
+            }),
             status: raw.status.map(|status| NodeStatus {
                 addresses: status.addresses,
                 ..NodeStatus::default()

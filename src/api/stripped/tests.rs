@@ -243,3 +243,26 @@ fn the_resource_is_the_kind_it_wraps() {
         ServiceImport::url_path(&(), None)
     );
 }
+
+#[test]
+fn a_node_keeps_its_pod_ranges_and_addresses_for_the_address_screen() {
+    let value = json!({
+        "metadata": metadata("node-a"),
+        "spec": {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24", "fd00:10:244:1::/64"], "providerID": "x"},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": "172.18.0.2"}],
+            "images": [{"names": ["big"], "sizeBytes": 1}],
+        },
+    });
+    let node: Node = lean(&value);
+    let spec = node.spec.unwrap();
+    assert_eq!(spec.pod_cidr.as_deref(), Some("10.244.1.0/24"));
+    assert_eq!(
+        spec.pod_cidrs.unwrap(),
+        ["10.244.1.0/24", "fd00:10:244:1::/64"]
+    );
+    assert_eq!(spec.provider_id, None, "the rest of the spec is skipped");
+    let status = node.status.unwrap();
+    assert_eq!(status.addresses.unwrap()[0].address, "172.18.0.2");
+    assert_eq!(status.images, None);
+}

@@ -1,7 +1,8 @@
 //! [`Peers`] driven by synthetic sequences: the start-up gate, a peer
 //! flapping inside its grace period, grace expiry, a Secret rotated beside
-//! the old connection, refusal and reconsideration, a watch failing and
-//! resuming, and Secrets deleted while the watch was down.
+//! the old connection, refusal and reconsideration (a refused rotation
+//! dropping only its new connection), a watch failing and resuming, and
+//! Secrets deleted while the watch was down.
 
 use kube::runtime::watcher::{self, Event};
 
@@ -599,4 +600,149 @@ fn unreadable_endpoint_ranges_refuse_the_peer_until_fixed() {
         Some(1),
         "the ranges reach the plan"
     );
+}
+
+/// Security review M8: a rotated Secret that is refused (here not a
+/// kubeconfig) costs only its new connection. The old one is still read
+/// and probed, so the peer's imports stay as they were, past the grace
+/// period while it is healthy; the refusal is still an Event, and the
+/// refused kubeconfig is not tried again by a relist. Once the old
+/// connection fails, the usual grace applies.
+#[test]
+fn a_rotated_secret_that_is_refused_drops_only_its_new_connection() {
+    let mut run = Run::new();
+    let old = run.healthy_peer("peer-b", "b", &["web"]);
+    let new = run.connect("peer-b", "not yaml");
+    let refused = run.identify(
+        "peer-b",
+        new,
+        Contact::Invalid("data.kubeconfig is not a kubeconfig: it does not parse".into()),
+    );
+    assert_eq!(refused_with(&refused), [reason::INVALID_KUBECONFIG]);
+    assert!(!run.peers.is_live("peer-b", new), "the new connection goes");
+    assert!(
+        run.peers.is_live("peer-b", old),
+        "the old one is still read"
+    );
+    assert_eq!(run.usable("b"), Some(true));
+    assert_eq!(run.exported(), ["web"]);
+    // The same Secret again: no new attempt, no second Event.
+    let again = run.apply_secret("peer-b", "not yaml");
+    assert!(connected(&again).is_none() && refused_with(&again).is_empty());
+    // Twice the grace period (2 s a round), the old connection probing.
+    for _ in 0..GRACE.as_secs() {
+        let probed = run.probe("peer-b", old, Ok(()));
+        let ticked = run.wait(Duration::from_secs(2));
+        assert!(!replans(&probed) && !replans(&ticked), "{ticked:?}");
+        assert_eq!(run.usable("b"), Some(true));
+    }
+    let changed = run.watch(
+        "peer-b",
+        old,
+        vec![ClusterEvent::Exports(Ok(Event::Apply(export("api")))).into()],
+    );
+    assert!(!changed.is_empty(), "its changes still reach the plan");
+    assert_eq!(run.exported(), ["api", "web"]);
+    // A failing watch is not relisted with the refused kubeconfig.
+    run.watch(
+        "peer-b",
+        old,
+        vec![ClusterEvent::Services(Err(watcher::Error::NoResourceVersion)).into()],
+    );
+    assert_eq!(connected(&run.probe("peer-b", old, Ok(()))), None);
+    run.wait(GRACE - Duration::from_secs(1));
+    assert_eq!(run.usable("b"), Some(true), "unhealthy, within grace");
+    run.wait(Duration::from_secs(2));
+    assert_eq!(run.usable("b"), Some(false), "unhealthy beyond grace");
+    // A fixed Secret replaces the old connection.
+    let fixed = run.connect("peer-b", "kubeconfig-3");
+    run.identify("peer-b", fixed, identity("b"));
+    run.watch("peer-b", fixed, listed(&["web"]));
+    run.probe("peer-b", fixed, Ok(()));
+    assert_eq!(run.usable("b"), Some(true));
+    assert!(!run.peers.is_live("peer-b", old));
+}
+
+/// M8: a rotated Secret whose endpoint ranges do not parse is refused
+/// before anything connects; the current connection goes on, with the
+/// ranges it was accepted with.
+#[test]
+fn a_rotated_secret_with_unreadable_ranges_keeps_the_current_connection() {
+    let mut run = Run::new();
+    let old = run.healthy_peer("peer-b", "b", &["web"]);
+    let refused = run.input(Input::SecretApplied {
+        name: "peer-b".into(),
+        secret: PeerSecret {
+            kubeconfig: b"kubeconfig-1".to_vec(),
+            endpoint_ranges: Err("annotation x: nonsense".into()),
+            ..PeerSecret::default()
+        },
+        listed: false,
+    });
+    assert_eq!(refused_with(&refused), [reason::INVALID_ENDPOINT_CIDRS]);
+    assert_eq!(connected(&refused), None);
+    assert!(run.peers.is_live("peer-b", old));
+    assert_eq!(run.usable("b"), Some(true));
+    assert_eq!(run.exported(), ["web"]);
+    run.probe("peer-b", old, Ok(()));
+    run.wait(GRACE + Duration::from_secs(1));
+    assert_eq!(run.usable("b"), Some(true));
+}
+
+/// M8: a synced connection refused itself (here its clusterset changed
+/// on a re-read) is kept as for a changed id: frozen, its data counting
+/// for the grace period, then dropped. A new connection refused beside it
+/// does not thaw it.
+#[test]
+fn a_synced_connection_refused_itself_is_kept_frozen_for_the_grace_period() {
+    let mut run = Run::new();
+    let generation = run.healthy_peer("peer-b", "b", &["web"]);
+    let elsewhere = || {
+        Contact::Identified(Identity {
+            cluster_id: "b".into(),
+            clusterset: "other".into(),
+        })
+    };
+    let refused = run.identify("peer-b", generation, elsewhere());
+    assert_eq!(refused_with(&refused), [reason::OTHER_CLUSTER_SET]);
+    assert!(!run.peers.is_live("peer-b", generation), "read no more");
+    assert_eq!(run.usable("b"), Some(true), "within grace");
+    assert_eq!(run.exported(), ["web"]);
+    run.wait(Duration::from_secs(2));
+    // New credentials for the same mismatch: refused beside it.
+    let next = run.connect("peer-b", "kubeconfig-2");
+    assert!(run.peers.is_live("peer-b", next));
+    assert!(!run.peers.is_live("peer-b", generation), "still frozen");
+    let again = run.identify("peer-b", next, elsewhere());
+    assert_eq!(refused_with(&again), [reason::OTHER_CLUSTER_SET]);
+    assert!(!run.peers.is_live("peer-b", generation));
+    let ticked = run.wait(Duration::from_secs(2));
+    assert!(
+        !ticked
+            .iter()
+            .any(|e| matches!(e, Effect::RenewLease { .. })),
+        "a frozen peer is not seen: {ticked:?}"
+    );
+    let beyond = run.wait(GRACE);
+    assert!(replans(&beyond));
+    assert_eq!(run.usable("b"), Some(false), "dropped after grace");
+}
+
+/// A refusal that arrives for a connection replaced since (a Secret
+/// rotated twice) concerns nothing any more: no Event, nothing dropped.
+#[test]
+fn a_refusal_of_a_replaced_connection_is_ignored() {
+    let mut run = Run::new();
+    let old = run.healthy_peer("peer-b", "b", &["web"]);
+    let first = run.connect("peer-b", "kubeconfig-2");
+    let second = run.connect("peer-b", "kubeconfig-3");
+    assert!(!run.peers.is_live("peer-b", first));
+    let late = run.identify("peer-b", first, Contact::Invalid("bad".into()));
+    assert!(late.is_empty(), "{late:?}");
+    assert!(run.peers.is_live("peer-b", old) && run.peers.is_live("peer-b", second));
+    run.identify("peer-b", second, identity("b"));
+    run.watch("peer-b", second, listed(&["web"]));
+    run.probe("peer-b", second, Ok(()));
+    assert!(!run.peers.is_live("peer-b", old), "replaced");
+    assert_eq!(run.usable("b"), Some(true));
 }
