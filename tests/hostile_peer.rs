@@ -174,6 +174,14 @@ fn main() {
             "a_publication_naming_another_or_no_valid_service_is_refused_with_an_event_and_a_metric",
             |pair| Box::pin(forged_publication_refused(pair)),
         ),
+        (
+            "an_unnamed_port_beside_a_peers_named_port_is_a_port_conflict_and_the_service_keeps_following_its_endpoints",
+            |pair| Box::pin(unnamed_beside_named(pair)),
+        ),
+        (
+            "each_field_a_service_may_not_have_is_refused_and_the_honest_exporters_changes_still_arrive",
+            |pair| Box::pin(invalid_fields_refused(pair)),
+        ),
         // Last: the hostile peer stays refused afterwards.
         (
             "a_peer_that_changes_its_cluster_id_is_refused_and_its_imports_go_after_grace",
@@ -1159,4 +1167,276 @@ async fn clusterset_ip_share(pair: &mut Pair) {
         "an import it had is kept"
     );
     pair.restart_victim(&[]);
+}
+
+/// This cluster's own export of `name` with `ports`, and a slice of its
+/// Service (these apiservers run no EndpointSlice controller) holding
+/// `addresses`.
+async fn export_here(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    ports: serde_json::Value,
+    addresses: &[&str],
+) {
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": name}, "spec": {"ports": ports}})),
+        )
+        .await
+        .unwrap();
+    Api::<ServiceExport>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": name}})),
+        )
+        .await
+        .unwrap();
+    create_slice(client, ns, &own_slice(name, addresses)).await;
+}
+
+/// The one Kubernetes slice of this cluster's Service `name`.
+fn own_slice(name: &str, addresses: &[&str]) -> EndpointSlice {
+    let endpoints: Vec<serde_json::Value> = addresses
+        .iter()
+        .map(|a| json!({"addresses": [a], "conditions": {"ready": true}}))
+        .collect();
+    object(json!({
+        "metadata": {"name": format!("{name}-own"), "labels": {"kubernetes.io/service-name": name}},
+        "addressType": "IPv4",
+        "endpoints": endpoints,
+        "ports": [{"port": 8080, "protocol": "TCP"}],
+    }))
+}
+
+/// The hostile cluster co-exports `name` with the published `spec`
+/// fields given (its Service there is an ordinary one: the apiserver
+/// validates it; the publication is the peer's own word).
+async fn co_export(client: &Client, ns: &str, name: &str, spec: serde_json::Value) {
+    let mut full = json!({"namespace": ns, "name": name, "ipFamilies": ["IPv4"]});
+    for (key, value) in spec.as_object().unwrap() {
+        full[key] = value.clone();
+    }
+    Api::<PublishedService>::namespaced(client.clone(), controlplane::CONTROLLER_NAMESPACE)
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "apiVersion": "clusterset-dns.io/v1alpha1",
+                "kind": "PublishedService",
+                "metadata": {"name": format!("{ns}.{name}")},
+                "spec": full,
+            })),
+        )
+        .await
+        .unwrap();
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}})),
+        )
+        .await
+        .unwrap();
+    Api::<ServiceExport>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": name}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Replaces this cluster's slice of `name` with one holding `addresses`,
+/// and waits (at most 5 s) for the import's slices of this cluster to
+/// hold exactly them.
+async fn endpoints_follow(
+    client: &Client,
+    local_id: &str,
+    ns: &str,
+    name: &str,
+    addresses: &[&str],
+) {
+    let slices = Api::<EndpointSlice>::namespaced(client.clone(), ns);
+    let mut slice = slices.get(&format!("{name}-own")).await.unwrap();
+    slice.endpoints = own_slice(name, addresses).endpoints;
+    slices
+        .replace(&format!("{name}-own"), &PostParams::default(), &slice)
+        .await
+        .unwrap();
+    let want: BTreeSet<String> = addresses.iter().map(|a| a.to_string()).collect();
+    support::wait_for(
+        &format!("{name}'s imported slices follow"),
+        Duration::from_secs(5),
+        || async {
+            let found: BTreeSet<String> = imported(client, ns, name, local_id)
+                .await
+                .into_iter()
+                .map(|(_, address)| address)
+                .collect();
+            if found == want {
+                Ok(())
+            } else {
+                Err(format!("{found:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+/// Issue 44 (H1), between honest clusters: this cluster exports `web`
+/// with one unnamed port, the peer with one named port. Both are valid
+/// Services; their union is not. The merge keeps the oldest's ports and
+/// says `PortConflict`; no write fails; the service's slices keep
+/// following its endpoints.
+async fn unnamed_beside_named(pair: &mut Pair) {
+    let ns = "default";
+    let (victim, hostile) = (pair.client(VICTIM).clone(), pair.client(HOSTILE).clone());
+    let victim_id = pair.plane.clusters[VICTIM].name.clone();
+    let port = pair.controller(VICTIM).admin_port();
+    let errors_before = counter(port, "clusterset_dns_controller_write_errors_total", &[]).await;
+    export_here(
+        &victim,
+        ns,
+        "mixed",
+        json!([{"port": 80, "protocol": "TCP"}]),
+        &["10.244.5.1"],
+    )
+    .await;
+    co_export(
+        &hostile,
+        ns,
+        "mixed",
+        json!({"ports": [{"name": "metrics", "port": 9090, "protocol": "TCP"}]}),
+    )
+    .await;
+    support::wait_for("the port conflict on the import", WAIT, || async {
+        let import = Api::<ServiceImport>::namespaced(victim.clone(), ns)
+            .get_opt("mixed")
+            .await
+            .unwrap();
+        let conflict = Api::<ServiceExport>::namespaced(victim.clone(), ns)
+            .get("mixed")
+            .await
+            .unwrap()
+            .status
+            .into_iter()
+            .flat_map(|s| s.conditions)
+            .any(|c| {
+                c.type_ == "Conflict" && c.status == "True" && c.reason.contains("PortConflict")
+            });
+        match import {
+            Some(import) if conflict && import.spec.ports.len() == 1 => Ok(()),
+            other => Err(format!("conflict {conflict}, {other:?}")),
+        }
+    })
+    .await;
+    endpoints_follow(
+        &victim,
+        &victim_id,
+        ns,
+        "mixed",
+        &["10.244.5.1", "10.244.5.2"],
+    )
+    .await;
+    endpoints_follow(&victim, &victim_id, ns, "mixed", &["10.244.5.2"]).await;
+    let errors_after = counter(port, "clusterset_dns_controller_write_errors_total", &[]).await;
+    assert_eq!(errors_after, errors_before, "no write failed");
+}
+
+/// Issue 44 (H1), on purpose: the hostile peer co-exports a service this
+/// cluster exports, each time with one field the apiserver would refuse
+/// in a Service. Each is refused (metric, Event), none reaches the
+/// import, no write fails, and this cluster's endpoint changes still
+/// reach its imported slices within 5 s.
+async fn invalid_fields_refused(pair: &mut Pair) {
+    let ns = "default";
+    let (victim, hostile) = (pair.client(VICTIM).clone(), pair.client(HOSTILE).clone());
+    let victim_id = pair.plane.clusters[VICTIM].name.clone();
+    let port = pair.controller(VICTIM).admin_port();
+    let variants: [(&str, serde_json::Value); 6] = [
+        (
+            "xtp",
+            json!({"ports": [{"name": "http", "port": 80, "protocol": "TCP"}, {"name": "zz", "port": 1, "protocol": "XTP"}]}),
+        ),
+        (
+            "zero",
+            json!({"ports": [{"name": "http", "port": 0, "protocol": "TCP"}]}),
+        ),
+        (
+            "big",
+            json!({"ports": [{"name": "http", "port": 70000, "protocol": "TCP"}]}),
+        ),
+        (
+            "families",
+            json!({"ports": [{"name": "http", "port": 80, "protocol": "TCP"}], "ipFamilies": ["IPv4", "IPv4"]}),
+        ),
+        (
+            "timeout",
+            json!({"ports": [{"name": "http", "port": 80, "protocol": "TCP"}], "sessionAffinity": "ClientIP", "sessionAffinityTimeoutSeconds": 0}),
+        ),
+        (
+            "app",
+            json!({"ports": [{"name": "http", "port": 80, "protocol": "TCP", "appProtocol": "not/a/name"}]}),
+        ),
+    ];
+    let errors_before = counter(port, "clusterset_dns_controller_write_errors_total", &[]).await;
+    for (case, spec) in variants {
+        let name = format!("shared-{case}");
+        export_here(
+            &victim,
+            ns,
+            &name,
+            json!([{"name": "http", "port": 80, "protocol": "TCP"}]),
+            &["10.244.6.1"],
+        )
+        .await;
+        let rejected_before = counter(
+            port,
+            "clusterset_dns_controller_peer_objects_rejected_total",
+            &["reason=\"InvalidExport\""],
+        )
+        .await;
+        co_export(&hostile, ns, &name, spec).await;
+        support::wait_for(&format!("{case}: refused"), WAIT, || async {
+            let counted = counter(
+                port,
+                "clusterset_dns_controller_peer_objects_rejected_total",
+                &["reason=\"InvalidExport\""],
+            )
+            .await;
+            let event = event_with(&victim, ns, "InvalidExport", &name, &["ServiceExport"]).await;
+            if counted > rejected_before && event {
+                Ok(())
+            } else {
+                Err(format!("counted {counted}, event {event}"))
+            }
+        })
+        .await;
+        let import = Api::<ServiceImport>::namespaced(victim.clone(), ns)
+            .get(&name)
+            .await
+            .unwrap();
+        let ports: Vec<(Option<String>, i32)> = import
+            .spec
+            .ports
+            .iter()
+            .map(|p| (p.name.clone(), p.port))
+            .collect();
+        assert_eq!(ports, [(Some("http".to_owned()), 80)], "{case}");
+        assert!(
+            import.spec.ip_families.len() <= 1,
+            "{case}: {:?}",
+            import.spec.ip_families
+        );
+        endpoints_follow(
+            &victim,
+            &victim_id,
+            ns,
+            &name,
+            &["10.244.6.1", "10.244.6.2"],
+        )
+        .await;
+    }
+    let errors_after = counter(port, "clusterset_dns_controller_write_errors_total", &[]).await;
+    assert_eq!(errors_after, errors_before, "no write failed");
 }

@@ -18,6 +18,8 @@
 //!   a newer mcs-api CRD bundle.
 //! - [`limits`]: the CRD and apiserver limits both sources check objects
 //!   against.
+//! - [`service_rules`]: the apiserver's Service field rules, which every
+//!   export is held to before it is merged.
 //! - [`locality`]: which imports are local-first (`trafficDistribution`).
 //! - [`stripped`]: objects decoded with only what their reader keeps (the
 //!   DNS source's and the controller's watches, the controller's writes).
@@ -69,6 +71,7 @@ pub mod locality;
 pub mod published_service;
 mod service_export;
 mod service_import;
+pub mod service_rules;
 pub mod stripped;
 pub mod well_known;
 

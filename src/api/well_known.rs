@@ -101,6 +101,11 @@ pub mod export_reason {
     /// `Valid` = False: the `Service` type cannot be exported (ExternalName).
     pub const INVALID_SERVICE_TYPE: &str = "InvalidServiceType";
 
+    /// `Valid` = False: a field of the Service or the export breaks a rule
+    /// the apiserver holds a Service to (`crate::api::service_rules`); also
+    /// the reason a peer's export is refused for it.
+    pub const INVALID_EXPORT: &str = "InvalidExport";
+
     /// `Ready` = True: exported to a control plane (push model).
     pub const EXPORTED: &str = "Exported";
 

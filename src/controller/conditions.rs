@@ -123,7 +123,7 @@ pub fn export_conditions(
                 export_condition::VALID,
                 false,
                 invalid.reason(),
-                invalid.message(),
+                &invalid.message(),
             );
             set(
                 export_condition::READY,

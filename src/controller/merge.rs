@@ -15,6 +15,8 @@ use std::fmt::Write as _;
 use k8s_openapi::api::core::v1::{ClientIPConfig, Service, SessionAffinityConfig};
 use k8s_openapi::jiff::Timestamp;
 
+use crate::api::limits::Violation;
+use crate::api::service_rules::{self, MAX_PORTS};
 use crate::api::well_known::export_reason;
 use crate::api::{ServiceExport, ServiceImportSpec, ServiceImportType, ServicePort};
 
@@ -57,28 +59,35 @@ pub struct ExportedService {
 }
 
 /// Why a ServiceExport is not valid (its `Valid=False` condition).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Invalid {
     /// No Service of the export's name exists.
     NoService,
     /// The Service is of type ExternalName, which cannot be exported.
     InvalidServiceType,
+    /// A field breaks a rule the apiserver holds a Service to
+    /// ([`service_rules`]): merged, it would make the import's writes fail
+    /// in every member.
+    Field(Violation),
 }
 
 impl Invalid {
     /// The `Valid=False` condition reason.
-    pub fn reason(self) -> &'static str {
+    pub fn reason(&self) -> &'static str {
         match self {
             Self::NoService => export_reason::NO_SERVICE,
             Self::InvalidServiceType => export_reason::INVALID_SERVICE_TYPE,
+            Self::Field(_) => export_reason::INVALID_EXPORT,
         }
     }
 
-    /// The `Valid=False` condition message (Cilium's wording).
-    pub fn message(self) -> &'static str {
+    /// The `Valid=False` condition message (Cilium's wording for the first
+    /// two).
+    pub fn message(&self) -> String {
         match self {
-            Self::NoService => "Service doesn't exist",
-            Self::InvalidServiceType => "Service type ExternalName is not supported",
+            Self::NoService => "Service doesn't exist".into(),
+            Self::InvalidServiceType => "Service type ExternalName is not supported".into(),
+            Self::Field(violation) => format!("Service {violation}"),
         }
     }
 }
@@ -90,6 +99,11 @@ impl Invalid {
 /// An export without a `creationTimestamp` (never the case for objects read
 /// from an apiserver) counts as the newest possible, so it cannot displace
 /// a real oldest export.
+///
+/// Every field is then held to the apiserver's Service rules
+/// ([`ExportedService::check`]): a peer's export is input from outside,
+/// and one bad field merged into a shared service would freeze its writes
+/// in every member.
 pub fn project(
     cluster: &str,
     export: &ServiceExport,
@@ -100,6 +114,7 @@ pub fn project(
     if spec.type_.as_deref() == Some("ExternalName") {
         return Err(Invalid::InvalidServiceType);
     }
+    service_rules::service_type(spec.type_.as_deref()).map_err(Invalid::Field)?;
 
     let ports = spec
         .ports
@@ -135,7 +150,7 @@ pub fn project(
         }
     });
 
-    Ok(ExportedService {
+    let exported = ExportedService {
         cluster: cluster.to_owned(),
         created: export
             .metadata
@@ -153,7 +168,28 @@ pub fn project(
         ip_families: spec.ip_families.unwrap_or_default(),
         labels: export.spec.exported_labels.clone(),
         annotations: export.spec.exported_annotations.clone(),
-    })
+    };
+    exported.check().map_err(Invalid::Field)?;
+    Ok(exported)
+}
+
+impl ExportedService {
+    /// Whether every field keeps to the apiserver's Service rules and ours
+    /// ([`service_rules`]): the first field that does not, if any.
+    pub fn check(&self) -> Result<(), Violation> {
+        service_rules::ports(&self.ports)?;
+        service_rules::session_affinity(
+            &self.session_affinity,
+            self.session_affinity_config
+                .as_ref()
+                .and_then(|c| c.client_ip.as_ref())
+                .and_then(|c| c.timeout_seconds),
+        )?;
+        service_rules::internal_traffic_policy(&self.internal_traffic_policy)?;
+        service_rules::traffic_distribution(self.traffic_distribution.as_deref())?;
+        service_rules::ip_families(&self.ip_families)?;
+        service_rules::exported_metadata(&self.labels, &self.annotations)
+    }
 }
 
 /// A raised conflict: the `Conflict=True` reason (comma-joined) and message
@@ -212,6 +248,28 @@ impl Merged {
     /// The oldest exporter (cluster id breaking ties), whose values win.
     pub fn winner(&self) -> &str {
         &self.winner
+    }
+
+    /// Whether the merged spec keeps to the Service rules, checked before
+    /// anything is written: a merge of valid exports always does (the
+    /// property test in `merge/tests.rs`), so a failure here is a bug in
+    /// the merge, refused rather than written.
+    pub fn check(&self) -> Result<(), Violation> {
+        let spec = &self.spec;
+        service_rules::ports(&spec.ports)?;
+        service_rules::session_affinity(
+            spec.session_affinity.as_deref().unwrap_or("None"),
+            spec.session_affinity_config
+                .as_ref()
+                .and_then(|c| c.client_ip.as_ref())
+                .and_then(|c| c.timeout_seconds),
+        )?;
+        service_rules::internal_traffic_policy(
+            spec.internal_traffic_policy.as_deref().unwrap_or("Cluster"),
+        )?;
+        service_rules::traffic_distribution(spec.traffic_distribution.as_deref())?;
+        service_rules::ip_families(&spec.ip_families)?;
+        service_rules::exported_metadata(&self.labels, &self.annotations)
     }
 }
 
@@ -461,15 +519,20 @@ pub fn merge(exports: &[ExportedService]) -> Option<Merged> {
 ///
 /// A later port whose name, or whose (protocol, port), is already taken is
 /// dropped: the KEP merges by name first, then by protocol and number, and
-/// the oldest wins clashes. Sets are compared on every field, appProtocol
-/// included (Cilium PR #43414).
+/// the oldest wins clashes. So is a later port that would leave an unnamed
+/// port beside others (a Service with more than one port names them all:
+/// one exporter's unnamed `TCP/80` and another's `metrics TCP/9090` are a
+/// port conflict, not a union), and any port past [`MAX_PORTS`]. Sets are
+/// compared on every field, appProtocol included (Cilium PR #43414).
 fn merge_ports(included: &[&ExportedService]) -> (Vec<ServicePort>, usize) {
     let mut ports: Vec<ServicePort> = Vec::new();
     for port in included.iter().flat_map(|e| e.ports.iter()) {
         let clash = ports
             .iter()
             .any(|p| p.name == port.name || (p.protocol == port.protocol && p.port == port.port));
-        if !clash {
+        let leaves_unnamed =
+            !ports.is_empty() && (port.name.is_none() || ports.iter().any(|p| p.name.is_none()));
+        if !clash && !leaves_unnamed && ports.len() < MAX_PORTS {
             ports.push(port.clone());
         }
     }

@@ -31,14 +31,22 @@ pub const ANNOTATION_SOURCE_SLICE: &str = "clusterset-dns.io/source-slice";
 /// Prefix of every derived Service name (mcs-api's `derivedName`).
 const DERIVED_PREFIX: &str = "derived-";
 
-/// Characters of the hash kept in a name: 50 bits, as in mcs-api.
-const HASH_CHARS: usize = 10;
+/// Characters of the hash in a derived Service name: 50 bits, as in
+/// mcs-api, so tools that know it find the same Service. A collision is
+/// refused, never shared ([`super::reconcile`]: no slice is written for an
+/// import whose derived name is taken).
+const DERIVED_HASH_CHARS: usize = 10;
 
-/// The first [`HASH_CHARS`] characters of the lower-case, unpadded base32hex
+/// Characters of the hash that tells one service's slices apart: 100 bits,
+/// so that a peer cannot search out a slice name that replaces another
+/// cluster's (50 bits is a day of one GPU).
+const SLICE_HASH_CHARS: usize = 20;
+
+/// The first `chars` characters of the lower-case, unpadded base32hex
 /// SHA-256 of `input`: mcs-api's hash, so our derived names equal theirs.
-fn short_hash(input: &str) -> String {
+fn short_hash(input: &str, chars: usize) -> String {
     let mut encoded = BASE32HEX_NOPAD.encode(digest(&SHA256, input.as_bytes()).as_ref());
-    encoded.truncate(HASH_CHARS);
+    encoded.truncate(chars);
     encoded.make_ascii_lowercase();
     encoded
 }
@@ -49,19 +57,21 @@ fn short_hash(input: &str) -> String {
 pub fn derived_service_name(namespace: &str, name: &str) -> String {
     format!(
         "{DERIVED_PREFIX}{}",
-        short_hash(&format!("{namespace}/{name}"))
+        short_hash(&format!("{namespace}/{name}"), DERIVED_HASH_CHARS)
     )
 }
 
 /// Name of the MCS slice mirroring the Kubernetes slice `source_slice` of
 /// Service `<namespace>/<service>` in `cluster`: the derived Service name,
-/// `-`, and 10 hash characters of `<cluster>/<namespace>/<source_slice>`.
+/// `-`, and 20 hash characters of
+/// `<cluster>/<namespace>/<service>/<source_slice>`.
 ///
 /// The cluster is part of the hash because one namespace holds every
 /// cluster's slices. A peer's copy of that slice is named by this function
 /// again, with the peer's slice name as `source_slice`: a name a peer chose
-/// only ever feeds the hash. The result
-/// is always 29 characters of `[a-z0-9-]`, a valid DNS subdomain and label.
+/// only ever feeds the hash. The service is in it too, so that slices of
+/// two services whose derived names collide still differ. The result is
+/// always 39 characters of `[a-z0-9-]`, a valid DNS subdomain and label.
 pub fn mirrored_slice_name(
     namespace: &str,
     service: &str,
@@ -71,7 +81,10 @@ pub fn mirrored_slice_name(
     format!(
         "{}-{}",
         derived_service_name(namespace, service),
-        short_hash(&format!("{cluster}/{namespace}/{source_slice}"))
+        short_hash(
+            &format!("{cluster}/{namespace}/{service}/{source_slice}"),
+            SLICE_HASH_CHARS
+        )
     )
 }
 
@@ -101,7 +114,7 @@ mod tests {
             mirrored_slice_name("demo", "serve", "cluster-a", "serve-abc12")
         );
         assert!(name.starts_with("derived-ovtkn0laet-"));
-        assert_eq!(name.len(), 29);
+        assert_eq!(name.len(), 39);
         assert!(is_dns1123_label(&name));
 
         let long = "x".repeat(253);
@@ -119,6 +132,13 @@ mod tests {
         assert_ne!(
             a,
             mirrored_slice_name("demo", "serve", "cluster-a", "serve-2")
+        );
+        assert_ne!(
+            a.rsplit('-').next(),
+            mirrored_slice_name("demo", "other", "cluster-a", "serve-1")
+                .rsplit('-')
+                .next(),
+            "the service is hashed too"
         );
     }
 }

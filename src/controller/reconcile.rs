@@ -55,6 +55,13 @@ use self::objects::{
 };
 use self::slices::SliceContext;
 
+/// A peer's export refused for a field the apiserver would refuse in a
+/// Service (`crate::api::service_rules`).
+pub const INVALID_EXPORT: &str = crate::api::well_known::export_reason::INVALID_EXPORT;
+
+/// A merged spec that breaks a Service rule: never written (a bug guard).
+pub const INVALID_MERGE: &str = "InvalidMerge";
+
 /// The most endpoints the API allows in one EndpointSlice.
 pub const MAX_SLICE_ENDPOINTS: usize = 1000;
 
@@ -151,6 +158,20 @@ impl Write {
             Self::Published(_) => Kind::PublishedService,
             Self::PublishedSlice(_) => Kind::PublishedSlice,
             Self::Delete { kind, .. } => *kind,
+        }
+    }
+
+    /// Whether this write, later in a plan, must wait for `failed`, an
+    /// earlier write of the same plan that failed: what the import owns
+    /// needs the import, and the export status says "mirrored" only once
+    /// the slices are. Nothing else waits: a derived Service the apiserver
+    /// refuses must not stop the slices that follow the exporters'
+    /// endpoints, nor the status and deletions of the service.
+    pub fn waits_for(&self, failed: &Write) -> bool {
+        match failed {
+            Self::Import(_) => true,
+            Self::Slice(_) => matches!(self, Self::ExportStatus { .. }),
+            _ => false,
         }
     }
 }
@@ -262,8 +283,22 @@ fn plan_import(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
         });
         return plan;
     }
-    let (local_projection, exports) = valid_exports(inputs, service);
-    let merged = merge(&exports);
+    let (local_projection, exports) = valid_exports(inputs, service, &mut plan.rejected);
+    let mut merged = merge(&exports);
+    // Defence in depth: a merge of valid exports is valid (merge/tests.rs),
+    // so this refuses only what a bug in the merge would have written.
+    if let Some(Err(violation)) = merged.as_ref().map(Merged::check) {
+        tracing::error!(%service, %violation, "the merge produced an invalid spec; not written");
+        plan.rejected.push(Rejection {
+            peer: merged
+                .as_ref()
+                .map(|m| m.winner().to_owned())
+                .unwrap_or_default(),
+            reason: INVALID_MERGE,
+            what: format!("the merged ServiceImport {service} ({violation})"),
+        });
+        merged = None;
+    }
 
     let mut kept = Kept::default();
     let mut desired_slices = BTreeMap::new();
@@ -278,8 +313,10 @@ fn plan_import(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
     {
         let target = Target::new(inputs, merged, &observed);
         // A new clusterset IP that only one peer asks for counts against
-        // that peer's share of this cluster's Service CIDR.
-        if observed.import.is_none()
+        // that peer's share of this cluster's Service CIDR: whenever a
+        // derived Service would be created, whatever the import's age (a
+        // Headless import flipped to ClusterSetIP asks for one too).
+        if observed.derived_ours().is_none()
             && target.want_derived
             && let [only] = merged.clusters.as_slice()
             && only != inputs.local_id
@@ -322,7 +359,9 @@ fn plan_import(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
                     plan.writes
                         .extend(derived_write(service, merged, &target, &observed, &owner));
                 }
-                if target.families_supported {
+                // A derived name that is not ours names someone else's
+                // Service: kube-proxy would put these endpoints behind it.
+                if target.families_supported && !target.name_taken {
                     let context = SliceContext {
                         service,
                         merged,
@@ -504,10 +543,13 @@ impl Target {
 }
 
 /// This cluster's export (valid or why not) and every usable cluster's
-/// valid export, this one's first: what is merged.
+/// valid export, this one's first: what is merged. A peer's export that
+/// breaks a Service rule is refused into `rejected`, never merged; one
+/// without its Service is merely not exported yet.
 fn valid_exports(
     inputs: &Inputs<'_>,
     service: &ServiceRef,
+    rejected: &mut Vec<Rejection>,
 ) -> (
     Option<Result<ExportedService, Invalid>>,
     Vec<ExportedService>,
@@ -525,8 +567,14 @@ fn valid_exports(
             continue;
         };
         let peer_service = peer.data.services.get(&service.namespace, &service.name);
-        if let Ok(exported) = project(peer.id, &export, peer_service.as_ref()) {
-            exports.push(exported);
+        match project(peer.id, &export, peer_service.as_ref()) {
+            Ok(exported) => exports.push(exported),
+            Err(Invalid::Field(violation)) => rejected.push(Rejection {
+                peer: peer.id.to_owned(),
+                reason: INVALID_EXPORT,
+                what: format!("ServiceExport {service} ({violation})"),
+            }),
+            Err(Invalid::NoService | Invalid::InvalidServiceType) => {}
         }
     }
     (local_projection, exports)

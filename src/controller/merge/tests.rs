@@ -579,3 +579,212 @@ fn field_decisions_name_who_gave_and_who_lost_each_field() {
         ]
     );
 }
+
+// --- validity: what is merged, and what the merge makes ---
+
+fn unnamed(protocol: &str, number: i32) -> ServicePort {
+    ServicePort {
+        name: None,
+        protocol: Some(protocol.into()),
+        app_protocol: None,
+        port: number,
+    }
+}
+
+#[test]
+fn an_unnamed_port_beside_named_ones_is_a_port_conflict_not_a_union() {
+    // Issue 44 (H1), between honest clusters: a's single unnamed TCP/80 and
+    // b's `metrics` TCP/9090 are both valid Services; their union is not.
+    let mut a = export("a", 0);
+    a.ports = vec![unnamed("TCP", 80)];
+    let mut b = export("b", 1);
+    b.ports = vec![port("metrics", "TCP", 9090)];
+
+    let merged = merge(&[a.clone(), b.clone()]).unwrap();
+    assert_eq!(
+        merged.spec.ports, a.ports,
+        "the oldest exporter's ports stand"
+    );
+    assert_eq!(reason(&merged), "PortConflict");
+    assert!(merged.check().is_ok());
+    assert!(merged.keeps_port("a", None));
+    assert!(!merged.keeps_port("b", Some("metrics")));
+    assert_eq!(merged.clusters, ["a", "b"], "b still takes part");
+
+    // The other way round: the named port is older and stands.
+    b.created = at(-1);
+    let merged = merge(&[a, b.clone()]).unwrap();
+    assert_eq!(merged.spec.ports, b.ports);
+    assert_eq!(reason(&merged), "PortConflict");
+    assert!(merged.check().is_ok());
+}
+
+#[test]
+fn a_service_breaking_a_service_rule_is_invalid_with_the_field_named() {
+    let cases: [(&str, ServiceSpec, &str); 5] = [
+        (
+            "protocol",
+            ServiceSpec {
+                ports: Some(vec![core_port(None, Some("XTP"), 80)]),
+                ..Default::default()
+            },
+            "ports[0].protocol",
+        ),
+        (
+            "port 0",
+            ServiceSpec {
+                ports: Some(vec![core_port(None, None, 0)]),
+                ..Default::default()
+            },
+            "ports[0].port",
+        ),
+        (
+            "families",
+            ServiceSpec {
+                ip_families: Some(vec!["IPv4".into(), "IPv4".into()]),
+                ..Default::default()
+            },
+            "ipFamilies[1]",
+        ),
+        (
+            "timeout",
+            ServiceSpec {
+                session_affinity: Some("ClientIP".into()),
+                session_affinity_config: Some(SessionAffinityConfig {
+                    client_ip: Some(ClientIPConfig {
+                        timeout_seconds: Some(0),
+                    }),
+                }),
+                ..Default::default()
+            },
+            "sessionAffinityConfig.clientIP.timeoutSeconds",
+        ),
+        (
+            "type",
+            ServiceSpec {
+                type_: Some("Tunnel".into()),
+                ..Default::default()
+            },
+            "type",
+        ),
+    ];
+    for (case, spec, field) in cases {
+        match project("a", &service_export(0), Some(&service(spec))) {
+            Err(Invalid::Field(violation)) => assert_eq!(violation.field, field, "{case}"),
+            other => panic!("{case}: {other:?}"),
+        }
+    }
+    let mut export = service_export(0);
+    export.spec.exported_annotations.insert(
+        "multicluster.kubernetes.io/derived-service".into(),
+        "kubernetes".into(),
+    );
+    let invalid = project("a", &export, Some(&service(ServiceSpec::default()))).unwrap_err();
+    assert_eq!(invalid.reason(), "InvalidExport");
+    assert!(
+        invalid.message().contains("reserved"),
+        "{}",
+        invalid.message()
+    );
+}
+
+/// A small deterministic generator (xorshift64*), so the property test
+/// needs no dependency and every failure is reproducible from its case.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+
+    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
+        from[self.below(from.len() as u64) as usize]
+    }
+}
+
+/// A random export that keeps to the Service rules, from a small pool of
+/// names, numbers and values so exporters often overlap and clash.
+fn valid_export(rng: &mut Rng, cluster: &str) -> ExportedService {
+    let mut export = export(cluster, rng.below(4) as i64);
+    export.headless = rng.below(4) == 0;
+    let count = rng.below(4) as usize;
+    let named = count > 1 || rng.below(2) == 0;
+    export.ports = Vec::new();
+    while export.ports.len() < count {
+        let port = ServicePort {
+            name: named.then(|| {
+                rng.pick(&["http", "https", "metrics", "dns", "grpc"])
+                    .into()
+            }),
+            protocol: Some(rng.pick(&["TCP", "UDP", "SCTP"]).into()),
+            app_protocol: (rng.below(3) == 0).then(|| rng.pick(&["h2c", "example.com/x"]).into()),
+            port: [53, 80, 443, 9090][rng.below(4) as usize],
+        };
+        let mut with = export.ports.clone();
+        with.push(port);
+        if service_rules::ports(&with).is_ok() {
+            export.ports = with;
+        } else if rng.below(8) == 0 {
+            break;
+        }
+    }
+    export.session_affinity = rng.pick(&["None", "ClientIP"]).into();
+    export.session_affinity_config =
+        (export.session_affinity == "ClientIP").then(|| SessionAffinityConfig {
+            client_ip: Some(ClientIPConfig {
+                timeout_seconds: Some([1, 60, 10800, 86400][rng.below(4) as usize]),
+            }),
+        });
+    export.internal_traffic_policy = rng.pick(&["Cluster", "Local"]).into();
+    export.traffic_distribution = (rng.below(2) == 0).then(|| rng.pick(&["PreferClose"]).into());
+    export.ip_families = match rng.below(5) {
+        0 => vec![],
+        1 => vec!["IPv6".into()],
+        2 => vec!["IPv4".into(), "IPv6".into()],
+        3 => vec!["IPv6".into(), "IPv4".into()],
+        _ => vec!["IPv4".into()],
+    };
+    if rng.below(3) == 0 {
+        export.labels.insert(
+            rng.pick(&["team", "app.kubernetes.io/name"]).into(),
+            "x".into(),
+        );
+    }
+    export.check().expect("the generator makes valid exports");
+    export
+}
+
+#[test]
+fn any_merge_of_valid_exports_is_a_valid_service() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for case in 0..20_000 {
+        let count = 1 + rng.below(4) as usize;
+        let exports: Vec<ExportedService> = (0..count)
+            .map(|i| valid_export(&mut rng, &format!("c{i}")))
+            .collect();
+        let merged = merge(&exports).unwrap();
+        if let Err(violation) = merged.check() {
+            panic!(
+                "case {case}: {violation}\n{exports:#?}\nmerged {:#?}",
+                merged.spec
+            );
+        }
+    }
+}
+
+#[test]
+fn the_union_stops_at_the_port_cap() {
+    let many = |cluster: &str, from: i32| {
+        let mut e = export(cluster, from as i64);
+        e.ports = (from..from + 60)
+            .map(|i| port(&format!("p{i}"), "TCP", i))
+            .collect();
+        e
+    };
+    let merged = merge(&[many("a", 1), many("b", 61)]).unwrap();
+    assert_eq!(merged.spec.ports.len(), MAX_PORTS);
+    assert_eq!(reason(&merged), "PortConflict");
+}

@@ -24,6 +24,10 @@ use crate::controller::merge::Merged;
 use crate::controller::naming::{ANNOTATION_SOURCE_SLICE, MANAGED_BY, mirrored_slice_name};
 use crate::model::ServiceRef;
 
+/// Reason of a peer slice whose computed name another slice of the
+/// service already has: both are refused.
+pub const DUPLICATE_SLICE_NAME: &str = "DuplicateSliceName";
+
 /// What every slice of one service shares.
 pub(super) struct SliceContext<'a> {
     pub(super) service: &'a ServiceRef,
@@ -47,6 +51,7 @@ impl SliceContext<'_> {
         rejected: &mut Vec<Rejection>,
     ) -> BTreeMap<String, EndpointSlice> {
         let mut desired = BTreeMap::new();
+        let mut duplicates = Vec::new();
         let hints = self.hints;
         for cluster in &self.merged.clusters {
             if cluster == inputs.local_id {
@@ -62,13 +67,27 @@ impl SliceContext<'_> {
             {
                 let screen = Screen {
                     service_cidrs: &inputs.local_only.service_ranges,
+                    own_pod_cidrs: &inputs.local_only.pod_ranges,
                     node_addresses: &inputs.local_only.node_addresses,
+                    apiserver_addresses: &inputs.local_only.apiserver_addresses,
                     peer_ranges: peer.endpoint_ranges,
                 };
                 for source in peer.data.mcs_slices.of(self.service) {
                     match self.copy(peer, &screen, &source, hints, rejected) {
                         Ok(Some(slice)) => {
-                            desired.insert(slice.name_any(), slice);
+                            let name = slice.name_any();
+                            if desired.insert(name.clone(), slice).is_some() {
+                                // Two sources under one name: neither is
+                                // written, rather than one silently replacing
+                                // the other.
+                                desired.remove(&name);
+                                duplicates.push(name);
+                                rejected.push(Rejection {
+                                    peer: peer.id.to_owned(),
+                                    reason: DUPLICATE_SLICE_NAME,
+                                    what: format!("EndpointSlice {}", source.name_any()),
+                                });
+                            }
                         }
                         Ok(None) => {}
                         Err(reason) => rejected.push(Rejection {
@@ -79,6 +98,10 @@ impl SliceContext<'_> {
                     }
                 }
             }
+        }
+        // A name taken twice stays unwritten, whatever came after.
+        for name in duplicates {
+            desired.remove(&name);
         }
         desired
     }

@@ -780,6 +780,9 @@ fn a_user_service_with_the_derived_name_is_never_touched() {
         .get(NS, &derived_service_name(NS, "web"))
         .unwrap();
     assert_eq!(kept, user, "untouched");
+    // Issue 44 (M5): slices labelled with that name would put the
+    // exporters' endpoints behind the user's Service.
+    assert!(world.slices().is_empty(), "{:?}", world.slices());
     let import = world.import("web").unwrap();
     assert!(import.spec.ips.is_empty());
     let ready = &import.status.as_ref().unwrap().conditions[0];
@@ -1013,4 +1016,108 @@ fn a_peer_alone_gets_no_more_clusterset_ips_than_its_share() {
     world.local.services.apply(service("three", 80));
     world.converge("three", 6);
     assert!(world.local_only.imports.get(NS, "three").is_some());
+}
+
+/// Issue 44 (H3): exporting Headless and flipping to ClusterSetIP once
+/// imported asks for a clusterset IP too, and counts against the share.
+#[test]
+fn a_headless_export_flipped_to_a_clusterset_ip_stays_within_the_share() {
+    let mut world = World::new();
+    world.local_only.service_ranges = vec!["10.96.0.0/30".parse().unwrap()];
+    world.ip_share = 50;
+    let names = ["one", "two", "three", "four"];
+    for name in names {
+        let mut headless = service(name, 80);
+        headless.spec.as_mut().unwrap().cluster_ip = Some("None".into());
+        let peer = world.peer("b");
+        peer.exports.apply(export(name, 0));
+        peer.services.apply(headless);
+    }
+    for name in names {
+        world.converge(name, 5);
+        assert!(world.import(name).is_some(), "headless: no IP asked");
+    }
+    for name in names {
+        world.peer("b").services.apply(service(name, 80));
+    }
+    let mut refused = Vec::new();
+    for name in names {
+        world.converge(name, 6);
+        let plan = world.plan(name);
+        if plan
+            .rejected
+            .iter()
+            .any(|r| r.reason == "ClusterSetIPShareExceeded")
+        {
+            refused.push(name);
+        }
+    }
+    let derived = names
+        .iter()
+        .filter(|name| {
+            world
+                .local
+                .services
+                .get(NS, &derived_service_name(NS, name))
+                .is_some()
+        })
+        .count();
+    assert_eq!(derived, 2, "the share: 2 of 4 addresses");
+    assert_eq!(refused, ["three", "four"]);
+}
+
+/// Issue 44 (H1): a peer's export that breaks a Service rule is refused
+/// with a reason and never merged; the honest exporter's import is
+/// written as if the peer did not export.
+#[test]
+fn a_peer_export_breaking_a_service_rule_is_refused_and_the_rest_imported() {
+    let variants: [(&str, serde_json::Value); 4] = [
+        (
+            "protocol",
+            serde_json::json!([{"name": "zz", "protocol": "XTP", "port": 1}]),
+        ),
+        (
+            "port 0",
+            serde_json::json!([{"name": "zz", "protocol": "TCP", "port": 0}]),
+        ),
+        (
+            "port 70000",
+            serde_json::json!([{"name": "zz", "protocol": "TCP", "port": 70000}]),
+        ),
+        (
+            "unnamed beside named",
+            serde_json::json!([
+                {"name": "http", "protocol": "TCP", "port": 80},
+                {"protocol": "TCP", "port": 9999},
+            ]),
+        ),
+    ];
+    for (case, ports) in variants {
+        let mut world = World::new();
+        local_export(&mut world);
+        world.converge("web", 5);
+        let honest = world.import("web").unwrap().spec;
+        let mut hostile = service("web", 80);
+        hostile.spec.as_mut().unwrap().ports = Some(serde_json::from_value(ports).unwrap());
+        let peer = world.peer("b");
+        peer.exports.apply(export("web", -10));
+        peer.services.apply(hostile);
+        peer.mcs_slices.apply(peer_slice("b", "web", &["10.3.0.1"]));
+        world.converge("web", 5);
+        let plan = world.plan("web");
+        let reasons: Vec<(&str, &str)> = plan
+            .rejected
+            .iter()
+            .map(|r| (r.peer.as_str(), r.reason))
+            .collect();
+        assert_eq!(reasons, [("b", "InvalidExport")], "{case}");
+        assert_eq!(world.import("web").unwrap().spec, honest, "{case}");
+        assert!(
+            world
+                .slices()
+                .iter()
+                .all(|s| s.labels().get(LABEL_SOURCE_CLUSTER).map(String::as_str) != Some("b")),
+            "{case}: nothing of b's imported"
+        );
+    }
 }
