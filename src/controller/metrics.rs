@@ -2,7 +2,9 @@
 //! kinds, reasons; never object names (unlike per-object gauges, which grow
 //! with the clusterset).
 
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 /// Every controller metric.
 #[derive(Debug, Clone)]
@@ -33,6 +35,9 @@ pub struct ControllerMetrics {
     pub writes: IntCounterVec,
     /// Writes that failed, by kind.
     pub write_errors: IntCounterVec,
+    /// Warning Events dropped because too many were waiting
+    /// ([`super::events`]).
+    pub events_dropped: IntCounter,
     /// ServiceImports this controller keeps.
     pub imports: IntGauge,
     /// Local ServiceExports, by `Valid` reason.
@@ -96,6 +101,18 @@ impl ControllerMetrics {
             "Writes that failed (retried), by kind.",
             &["kind"],
         );
+        catalog.push((
+            "clusterset_dns_controller_events_dropped_total".into(),
+            Vec::new(),
+        ));
+        let events_dropped = IntCounter::new(
+            "events_dropped_total",
+            "Warning Events dropped because too many were waiting to be published (the refusals are still counted and listed by /explain).",
+        )
+        .expect("static metric");
+        registry
+            .register(Box::new(events_dropped.clone()))
+            .expect("unique");
         let mut gauge_vec = |name: &str, help: &str, labels: &[&str]| {
             catalog.push((
                 format!("clusterset_dns_controller_{name}"),
@@ -177,6 +194,7 @@ impl ControllerMetrics {
             refused,
             writes,
             write_errors,
+            events_dropped,
             imports,
             exports,
             conflicts,

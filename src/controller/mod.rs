@@ -59,6 +59,7 @@ pub mod cluster;
 pub mod compact;
 pub mod conditions;
 pub mod connection;
+pub mod events;
 pub mod fence;
 pub mod ip_share;
 pub mod leader;

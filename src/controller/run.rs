@@ -27,6 +27,7 @@ use super::cluster::{
     ClusterData, ClusterWatches, LocalData, Objects, PeerLimits, Published, Touched,
 };
 use super::connection::{ClusterKey, Connection, Report, Scope, WatchEvent, connect};
+use super::events::Events;
 use super::ip_share::IpShare;
 use super::lean::Lean;
 use super::metrics::ControllerMetrics;
@@ -34,7 +35,7 @@ use super::naming::FIELD_MANAGER;
 use super::peers::{Contact, Input, Now, Peers, Settings as PeerSettings};
 use super::publication::Form;
 use super::reconcile::{Inputs, NamespaceFilter, plan};
-use super::schedule::{Gate, Schedule};
+use super::schedule::{Gate, Schedule, Source};
 use crate::api::{PublishedService, ServiceImport};
 use crate::model::ServiceRef;
 use crate::peering::membership::local_identity_problem;
@@ -135,13 +136,17 @@ pub struct Controller {
     /// This cluster's identity, read again every [`IDENTITY_CHECK`].
     local_identity: mpsc::Receiver<Identity>,
     metrics: Arc<ControllerMetrics>,
-    recorder: Recorder,
+    /// Warning Events, published off the loop ([`super::events`]).
+    events: Events,
     /// When to plan and write: the start-up gate, what is dirty, retries,
     /// the publication's tries.
     schedule: Schedule,
     /// Writes of the last cycle refused at the apiserver (an object not
     /// ours found under the name), by service, for `/explain`.
     write_refusals: BTreeMap<ServiceRef, Vec<crate::controller::reconcile::Refusal>>,
+    /// Services whose writes failed in the cycle under way: the others
+    /// planned in it end their failure streak.
+    failed_this_cycle: std::collections::BTreeSet<ServiceRef>,
     /// Peer input each service's last plan rejected: a rejection not in
     /// it is new, and counted and published once.
     rejections: BTreeMap<ServiceRef, Vec<crate::controller::reconcile::Rejection>>,
@@ -265,6 +270,7 @@ impl Controller {
                 instance: Some(settings.instance.clone()),
             },
         );
+        let events = Events::spawn(recorder, metrics.events_dropped.clone());
         let startup_sync_timeout = settings.startup_sync_timeout;
         Ok(Self {
             settings,
@@ -282,9 +288,10 @@ impl Controller {
             identities,
             local_identity,
             metrics,
-            recorder,
+            events,
             schedule: Schedule::new(Instant::now(), startup_sync_timeout),
             write_refusals: BTreeMap::new(),
+            failed_this_cycle: std::collections::BTreeSet::new(),
             rejections: BTreeMap::new(),
             summaries: BTreeMap::new(),
             fatal: None,
@@ -349,8 +356,8 @@ impl Controller {
         }
     }
 
-    fn mark(&mut self, touched: Touched) {
-        self.schedule.mark(touched, Instant::now());
+    fn mark(&mut self, source: &Source, touched: Touched) {
+        self.schedule.mark(source, touched, Instant::now());
     }
 
     fn handle(&mut self, report: Report) {
@@ -391,7 +398,7 @@ impl Controller {
                 }
                 let mut touched = self.take_local_touched();
                 touched.all |= self.local_only.take_all_touched();
-                self.mark(touched);
+                self.mark(&Source::Local, touched);
             }
             Report::Watch(ClusterKey::Peer { secret, generation }, event) => {
                 self.step(Input::Watch {
@@ -444,7 +451,7 @@ impl Controller {
     /// writes released.
     fn tick(&mut self) {
         self.step(Input::Tick);
-        self.schedule.tick();
+        self.schedule.tick(Instant::now());
         if self.schedule.release_due(false, Instant::now()) {
             crate::memory::release_freed_memory();
         }

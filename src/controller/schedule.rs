@@ -1,11 +1,13 @@
 //! When the controller plans and writes, decided in one pure type beside
 //! [`super::peers::Peers`]: the start-up gate, the services left to plan
-//! and the bounded batch a cycle takes of them, failed writes retried on
-//! the next tick, the change-to-write latency, and when the publication
+//! and the bounded batch a cycle takes of them, fairly across the clusters
+//! whose changes touched them, failed writes retried with a growing delay
+//! after fresh work, the change-to-write latency, and when the publication
 //! for peers is tried (again). The shell (`run.rs`, `run/`) feeds it what
 //! happened and asks it what to do; the tests drive it with synthetic time.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
 use super::cluster::Touched;
@@ -25,6 +27,19 @@ pub const ROUNDS_PER_CYCLE: usize = 3;
 /// How long after a failed try the publication is tried again.
 pub const PUBLISH_RETRY: Duration = Duration::from_secs(5);
 
+/// The delay before a service whose write failed is planned again; it
+/// doubles with each failure in a row, up to [`RETRY_MAX`], plus up to a
+/// quarter of jitter so that services failing together spread out.
+pub const RETRY_FIRST: Duration = Duration::from_secs(1);
+
+/// The longest delay between two tries of a service whose writes keep
+/// failing.
+pub const RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// After this many failures in a row, a service's failures are told on its
+/// import (an Event), once.
+pub const FAILURES_REPORTED: u32 = 5;
+
 /// How often, at most, the heap that cycles freed is handed back to the
 /// kernel while they write. The allocator keeps freed heap mapped, so
 /// without it the process stays as large as the most it ever held, plus
@@ -33,6 +48,94 @@ pub const PUBLISH_RETRY: Duration = Duration::from_secs(5);
 /// release walks the whole heap, and once a second made some 330 of them
 /// in a cold start ("Runs N, H2, O and P").
 pub const MEMORY_RELEASE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Whose change touched a service: each source gets its turn in a batch,
+/// so one peer's thousands of changes never delay another's few (nor this
+/// cluster's).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Source {
+    /// This cluster's own watches and writes.
+    Local,
+    /// A peer, by its Secret's name.
+    Peer(String),
+    /// A change that may affect every service (the gate opening, a peer
+    /// connection replaced, a namespace or the IP families changed).
+    Every,
+}
+
+/// The services waiting to be planned: one queue per source in the order
+/// they were touched, each service in at most one queue, and the failed
+/// ones apart, due after their delay.
+#[derive(Debug, Default)]
+struct Queues {
+    by_source: BTreeMap<Source, VecDeque<ServiceRef>>,
+    queued: HashSet<ServiceRef>,
+    /// The source served first by the next batch: the one after the last
+    /// served, so turns go round across batches too.
+    next_turn: Option<Source>,
+    /// Every service is to be planned; the caller passes them.
+    all: bool,
+}
+
+impl Queues {
+    fn push(&mut self, source: &Source, service: ServiceRef) {
+        if self.queued.insert(service.clone()) {
+            self.by_source
+                .entry(source.clone())
+                .or_default()
+                .push_back(service);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        !self.all && self.queued.is_empty()
+    }
+
+    /// Up to `max` services, one from each source in turn.
+    fn take(&mut self, max: usize) -> BTreeSet<ServiceRef> {
+        let mut batch = BTreeSet::new();
+        let mut sources: Vec<Source> = self.by_source.keys().cloned().collect();
+        if let Some(first) = &self.next_turn {
+            let at = sources.partition_point(|s| s < first);
+            sources.rotate_left(at);
+        }
+        let mut last_served = None;
+        while batch.len() < max && !self.by_source.is_empty() {
+            for source in &sources {
+                if batch.len() == max {
+                    break;
+                }
+                let Some(queue) = self.by_source.get_mut(source) else {
+                    continue;
+                };
+                if let Some(service) = queue.pop_front() {
+                    self.queued.remove(&service);
+                    batch.insert(service);
+                    last_served = Some(source.clone());
+                }
+                if queue.is_empty() {
+                    self.by_source.remove(source);
+                }
+            }
+        }
+        // The next batch starts after the last source served.
+        self.next_turn = last_served.and_then(|last| {
+            self.by_source
+                .range((std::ops::Bound::Excluded(last), std::ops::Bound::Unbounded))
+                .next()
+                .map(|(source, _)| source.clone())
+        });
+        batch
+    }
+}
+
+/// A service whose writes failed: how often in a row, and when it is due
+/// again.
+#[derive(Debug, Clone, Copy)]
+struct Failing {
+    count: u32,
+    due: Instant,
+}
 
 /// What the start-up gate waits for: this cluster listed, the peer Secrets
 /// listed, and every peer synced, or the start-up timeout passed. Without
@@ -55,9 +158,11 @@ pub struct Schedule {
     created: Instant,
     startup_timeout: Duration,
     started: bool,
-    dirty: Touched,
+    fresh: Queues,
+    /// Failed services whose delay has passed: taken after fresh work.
+    retry: VecDeque<ServiceRef>,
+    failing: HashMap<ServiceRef, Failing>,
     first_change: Option<Instant>,
-    retry: BTreeSet<ServiceRef>,
     published: bool,
     next_publish: Instant,
     last_release: Option<Instant>,
@@ -72,9 +177,10 @@ impl Schedule {
             created: now,
             startup_timeout,
             started: false,
-            dirty: Touched::default(),
+            fresh: Queues::default(),
+            retry: VecDeque::new(),
+            failing: HashMap::new(),
             first_change: None,
-            retry: BTreeSet::new(),
             published: false,
             next_publish: now,
             last_release: None,
@@ -99,7 +205,7 @@ impl Schedule {
         let opens = gate.local_listed && gate.secrets_listed && (gate.peers_synced || timed_out);
         if opens {
             self.started = true;
-            self.dirty.all = true;
+            self.fresh.all = true;
         }
         opens.then_some(gate.peers_synced)
     }
@@ -117,54 +223,88 @@ impl Schedule {
         }
     }
 
-    /// Records that `touched` changed at `now`.
-    pub fn mark(&mut self, touched: Touched, now: Instant) {
+    /// Records that a change from `source` touched `touched` at `now`.
+    pub fn mark(&mut self, source: &Source, touched: Touched, now: Instant) {
         if !touched.is_empty() && self.first_change.is_none() {
             self.first_change = Some(now);
         }
-        self.dirty.merge(touched);
+        self.fresh.all |= touched.all;
+        for service in touched.services {
+            self.fresh.push(source, service);
+        }
     }
 
     /// Every service may need planning (a peer connection replaced, a
     /// namespace or the cluster's IP families changed).
     pub fn mark_all(&mut self) {
-        self.dirty.all = true;
+        self.fresh.all = true;
     }
 
     /// Whether a cycle has work: started and something dirty.
     pub fn has_work(&self) -> bool {
-        self.started && !self.dirty.is_empty()
+        self.started && !(self.fresh.is_empty() && self.retry.is_empty())
     }
 
     /// Whether the next batch is taken from every service: the caller
     /// passes them to [`Self::take_batch`] then.
     pub fn wants_every_service(&self) -> bool {
-        self.dirty.all
+        self.fresh.all
     }
 
-    /// The services this cycle plans, at most [`SERVICES_PER_CYCLE`]: of
-    /// `every` service when [`Self::wants_every_service`], else of those
-    /// marked. The rest stays dirty for the next cycle.
+    /// The services this cycle plans, at most [`SERVICES_PER_CYCLE`]: fresh
+    /// changes first, a service of each source in turn (`every` service,
+    /// when [`Self::wants_every_service`], is one more source), then the
+    /// failed services that are due. The rest waits for the next cycle.
     pub fn take_batch(&mut self, every: Option<BTreeSet<ServiceRef>>) -> BTreeSet<ServiceRef> {
-        let touched = std::mem::take(&mut self.dirty);
-        let mut batch = match every {
-            Some(every) if touched.all => every,
-            _ => touched.services,
-        };
-        if let Some(first_left) = batch.iter().nth(SERVICES_PER_CYCLE).cloned() {
-            self.dirty.services.extend(batch.split_off(&first_left));
+        if let Some(every) = every.filter(|_| self.fresh.all) {
+            for service in every {
+                self.fresh.push(&Source::Every, service);
+            }
+        }
+        self.fresh.all = false;
+        let mut batch = self.fresh.take(SERVICES_PER_CYCLE);
+        while batch.len() < SERVICES_PER_CYCLE
+            && let Some(service) = self.retry.pop_front()
+        {
+            batch.insert(service);
         }
         batch
     }
 
-    /// A write of `service` failed: it is planned again on the next tick.
-    pub fn write_failed(&mut self, service: ServiceRef) {
-        self.retry.insert(service);
+    /// A write of `service` failed at `now`: it is planned again after a
+    /// delay that doubles with each failure in a row ([`RETRY_FIRST`] to
+    /// [`RETRY_MAX`]). Returns how many times in a row it has failed.
+    pub fn write_failed(&mut self, service: ServiceRef, now: Instant) -> u32 {
+        let count = self.failing.get(&service).map_or(1, |f| f.count + 1);
+        let due = now + retry_delay(&service, count);
+        self.failing.insert(service, Failing { count, due });
+        count
     }
 
-    /// Once a second: failed writes are due again.
-    pub fn tick(&mut self) {
-        self.dirty.services.append(&mut self.retry);
+    /// `service` was planned and none of its writes failed: its next
+    /// failure starts the delay over.
+    pub fn write_succeeded(&mut self, service: &ServiceRef) {
+        self.failing.remove(service);
+    }
+
+    /// How many services are failing (waiting out a delay or due).
+    pub fn failing(&self) -> usize {
+        self.failing.len()
+    }
+
+    /// Once a second: failed services whose delay has passed are due again.
+    pub fn tick(&mut self, now: Instant) {
+        let queued = &self.fresh.queued;
+        let retry = &mut self.retry;
+        for (service, failing) in &mut self.failing {
+            // Queued once per delay (a fresh change plans it anyway): the
+            // due time moves out of reach until the try's outcome is known,
+            // which sets the next one or ends the failure.
+            if failing.due <= now && !queued.contains(service) {
+                retry.push_back(service.clone());
+                failing.due = now + RETRY_MAX;
+            }
+        }
     }
 
     /// A cycle ended at `now`, having written something or not. Returns
@@ -208,6 +348,16 @@ impl Schedule {
         self.published = complete;
         self.next_publish = now + PUBLISH_RETRY;
     }
+}
+
+/// The delay after `service`'s `count`th failure in a row: [`RETRY_FIRST`]
+/// doubling, at most [`RETRY_MAX`], plus up to a quarter more from a hash
+/// of the service and the count (spread, yet the same on every run).
+fn retry_delay(service: &ServiceRef, count: u32) -> Duration {
+    let doubled = RETRY_FIRST.saturating_mul(1 << count.saturating_sub(1).min(16));
+    let base = doubled.min(RETRY_MAX);
+    let quarter = foldhash::fast::FixedState::with_seed(0x5eed).hash_one((service, count)) % 1024;
+    (base + base.mul_f64(quarter as f64 / 4096.0)).min(RETRY_MAX)
 }
 
 #[cfg(test)]
@@ -276,7 +426,7 @@ mod tests {
     fn nothing_is_planned_before_the_gate_and_everything_once_it_opens() {
         let t0 = Instant::now();
         let mut schedule = Schedule::new(t0, TIMEOUT);
-        schedule.mark(touched([service(1)]), t0);
+        schedule.mark(&Source::Local, touched([service(1)]), t0);
         assert!(!schedule.has_work());
         schedule.open_gate(LISTED, t0);
         assert!(schedule.wants_every_service());
@@ -292,7 +442,7 @@ mod tests {
         schedule.open_gate(LISTED, t0);
         schedule.take_batch(Some(BTreeSet::new()));
         let total = SERVICES_PER_CYCLE * 2 + 10;
-        schedule.mark(touched((0..total).map(service)), t0);
+        schedule.mark(&Source::Local, touched((0..total).map(service)), t0);
         let mut seen = BTreeSet::new();
         let mut cycles = 0;
         while schedule.has_work() {
@@ -307,39 +457,154 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_write_is_planned_again_on_the_next_tick() {
+    fn a_failed_write_is_planned_again_after_a_delay_that_doubles_to_a_cap() {
         let t0 = Instant::now();
         let mut schedule = Schedule::new(t0, TIMEOUT);
         schedule.open_gate(LISTED, t0);
         schedule.take_batch(Some(BTreeSet::new()));
-        schedule.write_failed(service(7));
-        assert!(!schedule.has_work(), "not before the tick");
-        schedule.tick();
+        let mut now = t0;
+        let mut delays = Vec::new();
+        for failure in 1..=12 {
+            assert_eq!(schedule.write_failed(service(7), now), failure);
+            let failed_at = now;
+            // Ticks once a second until the service is due again.
+            loop {
+                now += Duration::from_secs(1);
+                schedule.tick(now);
+                if schedule.has_work() {
+                    break;
+                }
+                assert!(now - failed_at <= RETRY_MAX, "due within the cap");
+            }
+            assert_eq!(schedule.take_batch(None), BTreeSet::from([service(7)]));
+            delays.push((now - failed_at).as_secs());
+        }
+        assert_eq!(delays[0], 2, "1 s and up to a quarter more, seen at a tick");
+        assert!(delays.windows(2).all(|w| w[1] >= w[0]), "{delays:?}");
+        assert!((256..=300).contains(delays.last().unwrap()), "{delays:?}");
+        // Once its writes succeed, the next failure starts over.
+        schedule.write_succeeded(&service(7));
+        assert_eq!(schedule.failing(), 0);
+        assert_eq!(schedule.write_failed(service(7), now), 1);
+    }
+
+    #[test]
+    fn a_due_retry_is_queued_once_and_comes_after_fresh_work() {
+        let t0 = Instant::now();
+        let mut schedule = Schedule::new(t0, TIMEOUT);
+        schedule.open_gate(LISTED, t0);
+        schedule.take_batch(Some(BTreeSet::new()));
+        for i in 0..SERVICES_PER_CYCLE {
+            schedule.write_failed(service(10_000 + i), t0);
+        }
+        let later = t0 + Duration::from_secs(2);
+        schedule.tick(later);
+        schedule.tick(later + Duration::from_secs(1));
+        schedule.mark(&Source::Local, touched([service(1)]), later);
+        let batch = schedule.take_batch(None);
+        assert!(batch.contains(&service(1)), "fresh work first");
+        assert_eq!(batch.len(), SERVICES_PER_CYCLE);
         assert_eq!(
-            schedule.take_batch(Some(BTreeSet::new())),
-            BTreeSet::from([service(7)])
+            schedule.take_batch(None).len(),
+            1,
+            "the retry left over, once"
         );
-        schedule.tick();
-        assert!(!schedule.has_work(), "retried once per failure");
+        assert!(!schedule.has_work());
+    }
+
+    #[test]
+    fn one_sources_backlog_does_not_delay_another_source() {
+        // Issue 44: a peer whose 25,000 exports sort first held another
+        // peer's 20 new exports back for 152 s.
+        let t0 = Instant::now();
+        let mut schedule = Schedule::new(t0, TIMEOUT);
+        schedule.open_gate(LISTED, t0);
+        schedule.take_batch(Some(BTreeSet::new()));
+        let flood = Source::Peer("a-flood".into());
+        let honest = Source::Peer("z-honest".into());
+        let flooded: Vec<ServiceRef> = (0..25_000)
+            .map(|i| ServiceRef::new("aaa", &format!("s{i}")))
+            .collect();
+        schedule.mark(&flood, touched(flooded), t0);
+        schedule.take_batch(None);
+        let new: Vec<ServiceRef> = (0..20)
+            .map(|i| ServiceRef::new("zzz", &format!("n{i}")))
+            .collect();
+        schedule.mark(&honest, touched(new.clone()), t0);
+        schedule.mark(&Source::Local, touched([ServiceRef::new("zzz", "own")]), t0);
+        let batch = schedule.take_batch(None);
+        assert!(
+            new.iter().all(|s| batch.contains(s)),
+            "every honest change in the next batch"
+        );
+        assert!(batch.contains(&ServiceRef::new("zzz", "own")));
+        assert_eq!(batch.len(), SERVICES_PER_CYCLE, "the flood fills the rest");
+    }
+
+    #[test]
+    fn turns_go_round_across_batches_and_a_service_is_queued_once() {
+        let t0 = Instant::now();
+        let mut schedule = Schedule::new(t0, TIMEOUT);
+        schedule.open_gate(LISTED, t0);
+        let every: BTreeSet<ServiceRef> = (0..SERVICES_PER_CYCLE * 4).map(service).collect();
+        let a = Source::Peer("a".into());
+        let b = Source::Peer("b".into());
+        let of = |name: &str, n: usize| -> Vec<ServiceRef> {
+            (0..n)
+                .map(|i| ServiceRef::new(name, &format!("s{i}")))
+                .collect()
+        };
+        schedule.mark(&a, touched(of("a", SERVICES_PER_CYCLE * 2)), t0);
+        schedule.mark(&b, touched(of("b", SERVICES_PER_CYCLE * 2)), t0);
+        // Touched again by another source: still queued once.
+        schedule.mark(&b, touched(of("a", 10)), t0);
+        let mut counts = Vec::new();
+        let mut seen = BTreeSet::new();
+        let mut first = true;
+        while schedule.has_work() {
+            let batch = schedule.take_batch(first.then(|| every.clone()));
+            first = false;
+            assert!(batch.is_disjoint(&seen), "nothing planned twice");
+            let count = |ns: &str| batch.iter().filter(|s| &*s.namespace == ns).count();
+            counts.push((count("a"), count("b"), count("demo")));
+            seen.extend(batch);
+        }
+        assert_eq!(seen.len(), SERVICES_PER_CYCLE * 8);
+        // Each batch shares its places among the sources that have work.
+        for (a, b, every) in &counts[..4] {
+            assert!(a.abs_diff(*b) <= 1 && a.abs_diff(*every) <= 1, "{counts:?}");
+        }
     }
 
     #[test]
     fn the_change_to_write_latency_counts_from_the_first_change_of_a_cycle_that_wrote() {
         let t0 = Instant::now();
         let mut schedule = Schedule::new(t0, TIMEOUT);
-        schedule.mark(touched([service(1)]), t0);
-        schedule.mark(touched([service(2)]), t0 + Duration::from_secs(1));
+        schedule.mark(&Source::Local, touched([service(1)]), t0);
+        schedule.mark(
+            &Source::Local,
+            touched([service(2)]),
+            t0 + Duration::from_secs(1),
+        );
         assert_eq!(
             schedule.cycle_done(true, t0 + Duration::from_secs(3)),
             Some(Duration::from_secs(3))
         );
         assert_eq!(schedule.cycle_done(true, t0 + Duration::from_secs(4)), None);
-        schedule.mark(touched([service(3)]), t0 + Duration::from_secs(5));
+        schedule.mark(
+            &Source::Local,
+            touched([service(3)]),
+            t0 + Duration::from_secs(5),
+        );
         assert_eq!(
             schedule.cycle_done(false, t0 + Duration::from_secs(6)),
             None
         );
-        schedule.mark(Touched::default(), t0 + Duration::from_secs(7));
+        schedule.mark(
+            &Source::Local,
+            Touched::default(),
+            t0 + Duration::from_secs(7),
+        );
         assert_eq!(schedule.cycle_done(true, t0 + Duration::from_secs(8)), None);
     }
 

@@ -8,15 +8,16 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::events::{Event as KubeEvent, EventType};
 
-use super::super::schedule::ROUNDS_PER_CYCLE;
+use super::super::schedule::{FAILURES_REPORTED, ROUNDS_PER_CYCLE, Source};
 use super::{Controller, WRITE_CONCURRENCY};
 use crate::api::ServiceImport;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 
 use crate::controller::apply::{Written, execute};
+use crate::controller::events::Events;
 use crate::controller::naming::{FIELD_MANAGER, LABEL_APP_MANAGED_BY, MANAGED_BY};
 use crate::controller::publication;
 use crate::controller::reconcile::{Kind, Plan, Refusal, Rejection, Write, plan, plan_publication};
@@ -40,20 +41,21 @@ impl Controller {
             .wants_every_service()
             .then(|| self.all_services());
         let mut keys = self.schedule.take_batch(every);
+        let planned = keys.clone();
         // Rounds back to back for the services that wrote (see
         // ROUNDS_PER_CYCLE).
         let mut wrote = false;
         for round in 0..ROUNDS_PER_CYCLE {
             let (plans, refused, rejected) = self.plan_round(keys, round == 0);
             for (service, refusal) in &refused {
-                refused_event(&self.recorder, service, refusal).await;
+                refused_event(&self.events, service, refusal);
             }
             let mut per_service: BTreeMap<&ServiceRef, usize> = BTreeMap::new();
             for (service, rejection) in &rejected {
                 let published = per_service.entry(service).or_default();
                 if *published < REJECTED_EVENTS_PER_SERVICE {
                     *published += 1;
-                    rejected_event(&self.recorder, service, rejection).await;
+                    rejected_event(&self.events, service, rejection);
                 }
             }
             if plans.is_empty() {
@@ -65,9 +67,13 @@ impl Controller {
         }
         // Our own writes come back as touched services; their plans are
         // empty, which ends the cycle.
+        for service in planned.difference(&self.failed_this_cycle) {
+            self.schedule.write_succeeded(service);
+        }
+        self.failed_this_cycle.clear();
         let touched = self.take_local_touched();
         let now = Instant::now();
-        self.schedule.mark(touched, now);
+        self.schedule.mark(&Source::Local, touched, now);
         if let Some(latency) = self.schedule.cycle_done(wrote, now) {
             self.metrics.change_to_write.observe(latency.as_secs_f64());
         }
@@ -174,13 +180,14 @@ impl Controller {
     }
 
     /// Carries out the plans, `WRITE_CONCURRENCY` writes at a time (each
-    /// service's writes in order, stopping at its first failure, which
-    /// queues it for a retry), and records what was written. Returns the
+    /// service's writes in order, skipping those that wait for a failed
+    /// one, [`Write::waits_for`]; a failure queues the service for a
+    /// retry), and records what was written. Returns the
     /// services whose writes all succeeded.
     async fn write_round(&mut self, plans: Vec<(ServiceRef, Plan)>) -> BTreeSet<ServiceRef> {
         let client = self.client.clone();
         let metrics = self.metrics.clone();
-        let recorder = &self.recorder;
+        let events = &self.events;
         let results: Vec<(ServiceRef, Vec<Result<Written, ()>>)> = futures::stream::iter(plans)
             .map(|(key, plan)| {
                 let client = client.clone();
@@ -190,7 +197,12 @@ impl Controller {
                     // The uid of an import this plan creates: its status
                     // write follows, and names it.
                     let mut created_import = None;
-                    for write in &plan.writes {
+                    let mut failed: Vec<&Write> = Vec::new();
+                    for planned in &plan.writes {
+                        if failed.iter().any(|f| planned.waits_for(f)) {
+                            continue;
+                        }
+                        let write = planned;
                         let op = if matches!(write, Write::Delete { .. }) { "delete" } else { "apply" };
                         tracing::debug!(service = %key, kind = write.kind().as_str(), op, "write");
                         metrics.writes.with_label_values(&[write.kind().as_str(), op]).inc();
@@ -207,7 +219,7 @@ impl Controller {
                         match execute(&client, &key, write).await {
                             Ok(Written::Refused { kind, name, reason }) => {
                                 let refusal = Refusal { kind, name, reason };
-                                refused_event(recorder, &key, &refusal).await;
+                                refused_event(events, &key, &refusal);
                                 // The rest does not hang off the object refused
                                 // (an import not ours stops at plan time).
                                 results.push(Ok(Written::Refused { kind: refusal.kind, name: refusal.name, reason }));
@@ -217,7 +229,7 @@ impl Controller {
                                     created_import = import.0.metadata.uid.clone();
                                 }
                                 if let Write::Delete { kind: Kind::Service, namespace, name, .. } = write {
-                                    vip_released(recorder, &key, namespace, name).await;
+                                    vip_released(events, &key, namespace, name);
                                 }
                                 results.push(Ok(written));
                             }
@@ -226,8 +238,9 @@ impl Controller {
                                 metrics.write_errors.with_label_values(&[write.kind().as_str()]).inc();
                                 tracing::warn!(service = %key, error = %crate::error::Chain(&error), "write failed; retrying");
                                 results.push(Err(()));
-                                // Later writes of this service may depend on it.
-                                break;
+                                // Only the writes that depend on it wait
+                                // (Write::waits_for); the retry plans again.
+                                failed.push(planned);
                             }
                         }
                     }
@@ -260,7 +273,11 @@ impl Controller {
                 }
             }
             if failed {
-                self.schedule.write_failed(key);
+                let failures = self.schedule.write_failed(key.clone(), Instant::now());
+                if failures == FAILURES_REPORTED {
+                    failing_event(&self.events, &key, failures);
+                }
+                self.failed_this_cycle.insert(key);
             } else if any {
                 succeeded.insert(key);
             }
@@ -408,7 +425,7 @@ impl Controller {
 
 /// Tells the users of an import that a write for it was refused: an
 /// object not ours holds the name (issue 31: never taken over).
-async fn refused_event(recorder: &Recorder, service: &ServiceRef, refusal: &Refusal) {
+fn refused_event(events: &Events, service: &ServiceRef, refusal: &Refusal) {
     let event = KubeEvent {
         type_: EventType::Warning,
         reason: "Refused".into(),
@@ -416,13 +433,26 @@ async fn refused_event(recorder: &Recorder, service: &ServiceRef, refusal: &Refu
         action: "Write".into(),
         secondary: None,
     };
-    if let Err(error) = recorder.publish(&event, &import_reference(service)).await {
-        tracing::debug!(error = %crate::error::Chain(&error), "could not record an Event");
-    }
+    events.publish(import_reference(service), event);
+}
+
+/// Tells the users of an import that its writes keep failing: they are
+/// retried with a growing delay, and the controller's log has each error.
+fn failing_event(events: &Events, service: &ServiceRef, failures: u32) {
+    let event = KubeEvent {
+        type_: EventType::Warning,
+        reason: "WriteFailing".into(),
+        note: Some(format!(
+            "{failures} tries in a row to write what {service} needs here failed; retrying with a growing delay (up to 5 minutes); the controller's log says why"
+        )),
+        action: "Write".into(),
+        secondary: None,
+    };
+    events.publish(import_reference(service), event);
 }
 
 /// Tells the users of an import that part of a peer's input was refused.
-async fn rejected_event(recorder: &Recorder, service: &ServiceRef, rejection: &Rejection) {
+fn rejected_event(events: &Events, service: &ServiceRef, rejection: &Rejection) {
     // The reason names the rule: the Recorder folds Events of one reason
     // and action on one object into a series, whatever their notes say.
     let event = KubeEvent {
@@ -435,9 +465,7 @@ async fn rejected_event(recorder: &Recorder, service: &ServiceRef, rejection: &R
         action: "RejectPeerInput".into(),
         secondary: None,
     };
-    if let Err(error) = recorder.publish(&event, &import_reference(service)).await {
-        tracing::debug!(error = %crate::error::Chain(&error), "could not record an Event");
-    }
+    events.publish(import_reference(service), event);
 }
 
 /// The ServiceImport of `service`, as an Event's subject.
@@ -454,7 +482,7 @@ fn import_reference(service: &ServiceRef) -> ObjectReference {
 /// Tells the users of an import that its clusterset IP is gone (the import
 /// became headless, or this cluster lost the import's families): clients
 /// holding the old VIP must resolve again.
-async fn vip_released(recorder: &Recorder, service: &ServiceRef, namespace: &str, derived: &str) {
+fn vip_released(events: &Events, service: &ServiceRef, namespace: &str, derived: &str) {
     let reference = ObjectReference {
         namespace: Some(namespace.to_owned()),
         ..import_reference(service)
@@ -468,7 +496,5 @@ async fn vip_released(recorder: &Recorder, service: &ServiceRef, namespace: &str
         action: "DeleteDerivedService".into(),
         secondary: None,
     };
-    if let Err(error) = recorder.publish(&event, &reference).await {
-        tracing::debug!(error = %crate::error::Chain(&error), "could not record an Event");
-    }
+    events.publish(reference, event);
 }

@@ -16,6 +16,7 @@ use super::{ConnTasks, Controller};
 use crate::controller::connection::{ClusterKey, Scope, connect, read_form};
 use crate::controller::naming::FIELD_MANAGER;
 use crate::controller::peers::{Contact, Effect, Input, Now};
+use crate::controller::schedule::Source;
 use crate::peering::{self, PeerSecret, lease, read_identity, reason};
 
 impl Controller {
@@ -72,15 +73,20 @@ impl Controller {
     /// Feeds one input to the peers' state and carries out its effects;
     /// then drops the I/O of connections the peers no longer have.
     pub(super) fn step(&mut self, input: Input) {
+        // What a peer's watch touched takes its turn as that peer's.
+        let source = match &input {
+            Input::Watch { secret, .. } => Source::Peer(secret.clone()),
+            _ => Source::Local,
+        };
         for effect in self.peers.handle(input, Now::current()) {
-            self.carry_out(effect);
+            self.carry_out(&source, effect);
         }
         let peers = &self.peers;
         self.tasks
             .retain(|(secret, generation), _| peers.is_live(secret, *generation));
     }
 
-    fn carry_out(&mut self, effect: Effect) {
+    fn carry_out(&mut self, source: &Source, effect: Effect) {
         match effect {
             Effect::Connect {
                 secret,
@@ -125,7 +131,7 @@ impl Controller {
                 reason,
                 message,
             } => self.record_refusal(&secret, reason, &message),
-            Effect::Touched(touched) => self.mark(touched),
+            Effect::Touched(touched) => self.mark(source, touched),
             Effect::ReplanAll => self.schedule.mark_all(),
             Effect::SyncError { peer, kind } => self
                 .metrics
@@ -238,7 +244,6 @@ impl Controller {
             .rejected
             .with_label_values(&[peer, reason])
             .inc();
-        let recorder = self.recorder.clone();
         let reference = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Secret".into()),
@@ -255,11 +260,7 @@ impl Controller {
             action: "RejectPeerInput".into(),
             secondary: None,
         };
-        tokio::spawn(async move {
-            if let Err(error) = recorder.publish(&event, &reference).await {
-                tracing::debug!(error = %crate::error::Chain(&error), "could not record an Event");
-            }
-        });
+        self.events.publish(reference, event);
     }
 
     /// Counts a refused peer Secret and records a Warning Event on it.
@@ -268,7 +269,6 @@ impl Controller {
             .peers_refused
             .with_label_values(&[reason])
             .inc();
-        let recorder = self.recorder.clone();
         let reference = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Secret".into()),
@@ -283,11 +283,7 @@ impl Controller {
             action: "Connect".into(),
             secondary: None,
         };
-        tokio::spawn(async move {
-            if let Err(error) = recorder.publish(&event, &reference).await {
-                tracing::debug!(error = %crate::error::Chain(&error), "could not record an Event");
-            }
-        });
+        self.events.publish(reference, event);
     }
 }
 
