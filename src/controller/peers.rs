@@ -6,17 +6,26 @@
 //! runtime: the tests drive it with synthetic sequences.
 //!
 //! Each peer (one per Secret) has a current connection, whose data counts,
-//! and while its Secret rotates a next one, which replaces it once synced.
+//! and while its Secret rotates a next one, which replaces it once synced
+//! and probed.
 //! A connection is named by a generation, so events of a connection that
 //! has since been replaced are ignored. A peer's data counts while it is
 //! synced and healthy, or within the grace period after it was last seen
 //! healthy (recorded in its Lease across restarts).
+//!
+//! Reconnects that relist (a watch failing on a peer that answers, a
+//! change of publication form) are spaced 1 s doubling to 60 s, and a
+//! replacement that indexed what the old connection held replans nothing.
+//! A peer that refuses its Secret's credential (401, 403), or whose
+//! credential has expired, gets an Event naming that, not only an outage;
+//! one about to expire is warned of a day ahead.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
-use super::cluster::PeerLimits;
-use super::connection::WatchEvent;
+use super::cluster::{ClusterData, Objects, PeerLimits, Touched};
+use super::compact::Compact;
+use super::connection::{ClusterEvent, WatchEvent};
 use super::reconcile::PeerView;
 use crate::model::ServiceRef;
 use crate::peering::PeerSecret;
@@ -31,6 +40,23 @@ mod peer;
 pub use input::{Contact, Effect, Input, Now, SECRET_DELETE_DEBOUNCE};
 use peer::Usability;
 pub use peer::{Peer, PeerConn};
+
+/// The reasons of the Events about a peer's credential, beside
+/// [`crate::peering::reason`]'s refusals. `CredentialRejected` and
+/// `CredentialExpired` travel as [`Effect::Refused`] (a `PeerRefused`
+/// Event, so `peer list` shows them), `CredentialExpiring` as
+/// [`Effect::Warning`].
+pub mod credential_reason {
+    /// The peer answered 401 or 403 to the Secret's credential.
+    pub const REJECTED: &str = "CredentialRejected";
+    /// The Secret's credential is past its expiry, and the peer is not up.
+    pub const EXPIRED: &str = "CredentialExpired";
+    /// The Secret's credential expires within [`super::EXPIRY_WARNING`].
+    pub const EXPIRING: &str = "CredentialExpiring";
+}
+
+/// How long before its credential expires a peer is warned of.
+pub const EXPIRY_WARNING: Duration = Duration::from_secs(24 * 3600);
 
 /// Settings of the peers.
 #[derive(Debug, Clone)]
@@ -111,7 +137,7 @@ impl Peers {
                 secret,
                 generation,
                 contact,
-            } => self.identified(&secret, generation, contact, &mut effects),
+            } => self.identified(&secret, generation, contact, now, &mut effects),
             Input::Watch {
                 secret,
                 generation,
@@ -123,7 +149,7 @@ impl Peers {
                 result,
             } => self.probed(&secret, generation, result, now, &mut effects),
             Input::Reconnect { secret, generation } => {
-                self.reconnect(&secret, generation, &mut effects)
+                self.reconnect(&secret, generation, now, &mut effects)
             }
             Input::Tick => self.tick(now, &mut effects),
         }
@@ -137,7 +163,7 @@ impl Peers {
             cluster_id,
             endpoint_ranges,
             namespace,
-            credential_expires: _,
+            credential_expires,
         } = secret;
         let known = self.peers.contains_key(&name);
         let peer = self
@@ -145,6 +171,12 @@ impl Peers {
             .entry(name.clone())
             .or_insert_with(|| Peer::new(&name));
         peer.removing_at = None;
+        if peer.kubeconfig != kubeconfig || peer.credential_expires != credential_expires {
+            // Another credential: its problems are its own.
+            peer.expiry_warned = false;
+            peer.credential_reported.clear();
+        }
+        peer.credential_expires = credential_expires;
         let endpoint_ranges = match endpoint_ranges {
             Ok(ranges) => ranges,
             Err(why) => {
@@ -221,16 +253,34 @@ impl Peers {
         });
     }
 
-    /// Connects again to the peer of connection `generation`, when that is
-    /// its current connection and no replacement is on its way.
-    fn reconnect(&mut self, secret: &str, generation: u64, effects: &mut Vec<Effect>) {
-        let Some(peer) = self.peers.get(secret) else {
+    /// Connects again to the peer of connection `generation`, which
+    /// reported a change of publication form, when that is its current
+    /// connection and no replacement is on its way (that one reads the
+    /// form afresh). Spaced as the reconnects of a failing watch (1 s
+    /// doubling to 60 s): a peer that flips its marker back and forth
+    /// would otherwise make every member relist all it publishes back to
+    /// back. Not due yet, the change waits for [`Self::tick`] to find it
+    /// due; the new connection reads the marker then, so the latest form
+    /// wins.
+    fn reconnect(&mut self, secret: &str, generation: u64, now: Now, effects: &mut Vec<Effect>) {
+        let Some(peer) = self.peers.get_mut(secret) else {
             return;
         };
         let current = peer.current.as_ref().map(|c| c.generation) == Some(generation);
         if !current || peer.next.is_some() || peer.refused.is_some() {
             return;
         }
+        if !reconnect_due(&mut peer.reconnects, now) {
+            if peer.form_changed != Some(generation) {
+                tracing::info!(
+                    secret,
+                    "the peer publishes in another form: reading it again once a reconnect is due (they are spaced)"
+                );
+            }
+            peer.form_changed = Some(generation);
+            return;
+        }
+        peer.form_changed = None;
         tracing::info!(
             secret,
             "the peer publishes in another form: reading it again"
@@ -244,6 +294,7 @@ impl Peers {
         secret: &str,
         generation: u64,
         contact: Contact,
+        now: Now,
         effects: &mut Vec<Effect>,
     ) {
         let identity = match contact {
@@ -261,7 +312,9 @@ impl Peers {
                 return;
             }
             Contact::Unreachable(error) => {
-                if let Some(peer) = self.peers.get(secret)
+                if let Some(code) = rejection_in_text(&error) {
+                    self.credential_rejected(secret, generation, code, now, effects);
+                } else if let Some(peer) = self.peers.get(secret)
                     && peer
                         .current
                         .as_ref()
@@ -319,7 +372,11 @@ impl Peers {
             id: identity.cluster_id.clone(),
         });
         conn.identity = Some(identity);
-        effects.push(Effect::ReplanAll);
+        // A plan reads the current connection only: a replacement's
+        // identity changes nothing until it is swapped in.
+        if peer.current.as_ref().map(|c| c.generation) == Some(generation) {
+            effects.push(Effect::ReplanAll);
+        }
     }
 
     /// Refuses a peer that answers with another id than the one it joined
@@ -431,6 +488,7 @@ impl Peers {
         let WatchEvent::Cluster(event) = event else {
             return;
         };
+        let rejected = rejection_in_watch(&event);
         let outcome = conn.watches.handle(&mut conn.data, event, now.at);
         // The one policy on watch failures (Verdict), read for a peer: a
         // refusal before its first list is a failing peer, not fatal here.
@@ -449,7 +507,9 @@ impl Peers {
                 kind: "watch",
             });
         }
-        if let Some(error) = reported {
+        if let Some(error) = reported
+            && rejected.is_none()
+        {
             tracing::warn!(peer = %peer_name, %error, "peer watch failing; its services stay imported within the grace period");
         }
         for (kind, count) in conn.data.take_refused() {
@@ -477,14 +537,54 @@ impl Peers {
             if !touched.is_empty() {
                 effects.push(Effect::Touched(touched));
             }
-        } else if peer.next.as_ref().is_some_and(PeerConn::synced) {
-            // The new connection has synced: it replaces the old one
-            // without a gap.
-            tracing::info!(peer = %peer_name, "peer connection replaced");
-            peer.current = peer.next.take();
-            // What froze the old connection does not concern this one.
-            peer.identity_changed = false;
+        } else {
+            self.replace_if_settled(secret, effects);
+        }
+        if let Some(code) = rejected {
+            self.credential_rejected(secret, generation, code, now, effects);
+        }
+    }
+
+    /// Swaps the peer's replacement connection in once it is settled
+    /// (synced, and probed once: whether it is up is known), without a
+    /// gap. Only the services whose data differ between the two are
+    /// replanned: a relist that found what the old connection held (a
+    /// reconnect to relist, a peer flipping its publication form back and
+    /// forth) replans nothing.
+    fn replace_if_settled(&mut self, secret: &str, effects: &mut Vec<Effect>) {
+        let Some(peer) = self.peers.get_mut(secret) else {
+            return;
+        };
+        if !peer.next.as_ref().is_some_and(PeerConn::settled) {
+            return;
+        }
+        let Some(next) = peer.next.take() else {
+            return;
+        };
+        let generation = next.generation;
+        let old = peer.current.replace(next);
+        // What froze the old connection does not concern this one.
+        peer.identity_changed = false;
+        let Some(old) = old else {
             effects.push(Effect::ReplanAll);
+            return;
+        };
+        let touched = peer
+            .current
+            .as_ref()
+            .map(|new| differing_services(&old.data, &new.data))
+            .unwrap_or_default();
+        tracing::info!(peer = %peer.name(), changed = touched.services.len(), "peer connection replaced");
+        if !touched.is_empty() {
+            effects.push(Effect::Touched(touched));
+        }
+        // The connection is part of the usability the last input left:
+        // noted as the new one, so the swap alone does not replan
+        // everything (a change of whether the peer counts still does).
+        if let Some(usability) = self.usability.get_mut(secret)
+            && usability.2 == Some(old.generation)
+        {
+            usability.2 = Some(generation);
         }
     }
 
@@ -509,13 +609,15 @@ impl Peers {
             return;
         };
         let mut reconnect = false;
+        let mut rejected = None;
         match &result {
             Err(error) => {
                 effects.push(Effect::SyncError {
                     peer: peer_name.clone(),
                     kind: "probe",
                 });
-                if conn.probe.is_ok() {
+                rejected = rejection_in_text(error);
+                if conn.probe.is_ok() && rejected.is_none() {
                     tracing::warn!(peer = %peer_name, %error, "peer probe failing");
                 }
             }
@@ -539,9 +641,151 @@ impl Peers {
             let kubeconfig = peer.kubeconfig.clone();
             self.connect(secret.to_owned(), kubeconfig, effects);
         }
+        if !current {
+            self.replace_if_settled(secret, effects);
+        }
+        if let Some(code) = rejected {
+            self.credential_rejected(secret, generation, code, now, effects);
+        }
+    }
+
+    /// Reports, once per episode, that the peer refuses its Secret's
+    /// credential (`code` 401 or 403) to connection `generation`, when
+    /// that connection holds what the Secret holds now (an old connection
+    /// whose superseded token was revoked is no news). Reported past the
+    /// credential's expiry as `CredentialExpired`, else
+    /// `CredentialRejected`. Nothing else changes: the peer is down as for
+    /// any outage, its services kept for the grace period, and its
+    /// connection goes on probing, so a credential that works again is
+    /// noticed.
+    fn credential_rejected(
+        &mut self,
+        secret: &str,
+        generation: u64,
+        code: u16,
+        now: Now,
+        effects: &mut Vec<Effect>,
+    ) {
+        let Some(peer) = self.peers.get_mut(secret) else {
+            return;
+        };
+        let frozen = peer.identity_changed
+            && peer.next.is_none()
+            && peer.current.as_ref().map(|c| c.generation) == Some(generation);
+        if peer.newest() != Some(generation) || frozen {
+            return;
+        }
+        let expired = peer.expires_at().is_some_and(|at| now.wall >= at);
+        let reason = if expired {
+            credential_reason::EXPIRED
+        } else {
+            credential_reason::REJECTED
+        };
+        if !peer.credential_reported.insert(reason) {
+            return;
+        }
+        let message = if expired {
+            expired_message(secret, peer.credential_expires)
+        } else if code == 401 {
+            format!(
+                "Secret {secret}: the peer rejects its credential (401 Unauthorized: the token was revoked, or has expired); the peer's services stay imported for the grace period, then go. {RENEW} --name {secret}` again to issue a new one"
+            )
+        } else {
+            format!(
+                "Secret {secret}: the peer denies its credential access (403 Forbidden: its reader role or binding there was removed or changed); the peer's services stay imported for the grace period, then go. {RENEW} --name {secret}` again to grant it anew"
+            )
+        };
+        tracing::error!(secret, reason, "peer credential refused: {message}");
+        effects.push(Effect::Refused {
+            secret: secret.to_owned(),
+            reason,
+            message,
+        });
+    }
+
+    /// Warns, once per credential, of a credential that expires within
+    /// [`EXPIRY_WARNING`]; reports one past its expiry as
+    /// `CredentialExpired` (once per episode) while the peer is not up,
+    /// rather than as an outage only. Ends a credential episode once the
+    /// credential works again.
+    fn credential_checks(&mut self, now: Now, effects: &mut Vec<Effect>) {
+        for peer in self.peers.values_mut() {
+            if peer.credential_works() {
+                peer.credential_reported.clear();
+            }
+            let Some(expires) = peer.expires_at() else {
+                continue;
+            };
+            let secret = peer.secret.clone();
+            let at = peer.credential_expires;
+            if now.wall >= expires {
+                // A skewed clock aside, the peer refuses it at its next
+                // probe: reported once the credential does not work.
+                if !peer.credential_works()
+                    && peer.credential_reported.insert(credential_reason::EXPIRED)
+                {
+                    let message = expired_message(&secret, at);
+                    tracing::error!(
+                        secret,
+                        reason = credential_reason::EXPIRED,
+                        "peer credential refused: {message}"
+                    );
+                    effects.push(Effect::Refused {
+                        secret,
+                        reason: credential_reason::EXPIRED,
+                        message,
+                    });
+                }
+            } else if !peer.expiry_warned
+                && let Ok(left) = expires.duration_since(now.wall)
+                && left < EXPIRY_WARNING
+            {
+                peer.expiry_warned = true;
+                let at = at.map(|t| t.to_string()).unwrap_or_default();
+                let hours = left.as_secs() / 3600;
+                let message = format!(
+                    "Secret {secret}: its credential expires at {at} (in {hours} h); then the peer refuses it, and its services stop being imported after the grace period. {RENEW} --name {secret}` before then to issue a new one"
+                );
+                tracing::warn!(
+                    secret,
+                    reason = credential_reason::EXPIRING,
+                    "peer credential expiring: {message}"
+                );
+                effects.push(Effect::Warning {
+                    secret,
+                    reason: credential_reason::EXPIRING,
+                    message,
+                });
+            }
+        }
+    }
+
+    /// Carries out the changes of publication form that waited for a
+    /// reconnect to be due ([`Self::reconnect`]).
+    fn pending_reconnects(&mut self, now: Now, effects: &mut Vec<Effect>) {
+        let mut pending = Vec::new();
+        for peer in self.peers.values_mut() {
+            let Some(generation) = peer.form_changed else {
+                continue;
+            };
+            if peer.current.as_ref().map(|c| c.generation) != Some(generation) {
+                // Replaced since: the new connection read the form afresh.
+                peer.form_changed = None;
+            } else if peer.next.is_none()
+                && peer.refused.is_none()
+                && peer.reconnects.due(tokio::time::Instant::from_std(now.at))
+            {
+                pending.push((peer.secret.clone(), generation));
+            }
+        }
+        for (secret, generation) in pending {
+            self.reconnect(&secret, generation, now, effects);
+        }
     }
 
     fn tick(&mut self, now: Now, effects: &mut Vec<Effect>) {
+        self.pending_reconnects(now, effects);
+        self.credential_checks(now, effects);
         let removed: Vec<String> = self
             .peers
             .values()
@@ -599,9 +843,11 @@ impl Peers {
     }
 
     /// Replans everything when a peer starts or stops counting (synced and
-    /// probed, lost beyond grace, replaced), or leaves its grace period
-    /// without having been read since start-up (services naming it were
-    /// left alone until then): whichever input caused it.
+    /// probed, lost beyond grace, its connection replaced by one that does
+    /// not count), or leaves its grace period without having been read
+    /// since start-up (services naming it were left alone until then):
+    /// whichever input caused it. A replacement alone replans only what
+    /// changed ([`Self::replace_if_settled`]).
     fn notice_usability(&mut self, now: Now, effects: &mut Vec<Effect>) {
         let grace = self.settings.grace;
         let usability: BTreeMap<String, Usability> = self
@@ -618,6 +864,7 @@ impl Peers {
                 tracing::warn!(
                     peer = %peer.name(),
                     problem = ?peer.current.as_ref().and_then(PeerConn::problem),
+                    credential = ?peer.credential_reported,
                     "peer no longer counts (unreachable beyond the grace period, or replaced): its services are no longer imported from it"
                 );
             }
@@ -727,6 +974,71 @@ impl Peers {
             .filter_map(|p| p.current.as_ref())
             .flat_map(|c| c.data.exports.services())
     }
+}
+
+/// How the peer-credential messages end: what to run again.
+const RENEW: &str =
+    "Run `clusterset-dns peer add --kubeconfig <this cluster> --peer-kubeconfig <the peer>";
+
+/// The message of a `CredentialExpired` report.
+fn expired_message(secret: &str, expires: Option<k8s_openapi::jiff::Timestamp>) -> String {
+    let at = expires.map(|t| t.to_string()).unwrap_or_default();
+    format!(
+        "Secret {secret}: its credential expired at {at}, so the peer refuses it (the peer is not down); the peer's services stay imported for the grace period, then go. {RENEW} --name {secret}` again to issue a new one"
+    )
+}
+
+/// The services whose objects differ between two connections' data of
+/// one peer, compared as a plan reads them (expanded, service by
+/// service; objects that belong to no service are read by no plan).
+/// Costs an expansion of every object of both: done once per swap.
+fn differing_services(old: &ClusterData, new: &ClusterData) -> Touched {
+    fn kind<K: kube::Resource + Compact + PartialEq>(
+        old: &Objects<K>,
+        new: &Objects<K>,
+        into: &mut BTreeSet<ServiceRef>,
+    ) {
+        let services: BTreeSet<&ServiceRef> = old.services().chain(new.services()).collect();
+        for service in services {
+            if !into.contains(service) && !old.of(service).eq(new.of(service)) {
+                into.insert(service.clone());
+            }
+        }
+    }
+    let mut touched = Touched::default();
+    kind(&old.exports, &new.exports, &mut touched.services);
+    kind(&old.services, &new.services, &mut touched.services);
+    kind(&old.mcs_slices, &new.mcs_slices, &mut touched.services);
+    touched
+}
+
+/// The HTTP status of a watch error that says the peer refuses the
+/// credential (401, 403).
+fn rejection_in_watch(event: &ClusterEvent) -> Option<u16> {
+    let error = match event {
+        ClusterEvent::Exports(Err(error))
+        | ClusterEvent::Services(Err(error))
+        | ClusterEvent::McsSlices(Err(error)) => error,
+        _ => return None,
+    };
+    let code = crate::watch::api_status(error)?.code;
+    matches!(code, 401 | 403).then_some(code)
+}
+
+/// The HTTP status, when 401 or 403, of an apiserver refusal in the text
+/// of a probe or identity error. They reach the state machine as text
+/// only, which holds the kube error as kube writes it: `ApiError: …
+/// (Status { status: Some(Failure), code: 401, … })`; `code` comes first
+/// after `status`, before anything the peer wrote (its message).
+fn rejection_in_text(text: &str) -> Option<u16> {
+    let status = &text[text.find("(Status { status: ")?..];
+    let code = &status[status.find(", code: ")? + ", code: ".len()..];
+    let code: u16 = code
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()?;
+    matches!(code, 401 | 403).then_some(code)
 }
 
 /// Whether a reconnect may happen now; if so, records it.

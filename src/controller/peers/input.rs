@@ -139,11 +139,23 @@ pub enum Effect {
         /// The peer's cluster id.
         id: String,
     },
-    /// The Secret is refused: count it and record a Warning Event on it.
+    /// The Secret is refused, or the peer refuses its credential: count
+    /// it and record a Warning Event on it.
     Refused {
         /// The Secret.
         secret: String,
-        /// The Event's reason (`InvalidKubeconfig`, `SelfReference`…).
+        /// The Event's reason (`InvalidKubeconfig`, `SelfReference`,
+        /// `CredentialRejected`…).
+        reason: &'static str,
+        /// Why, for a person.
+        message: String,
+    },
+    /// Record a Warning Event on the peer's Secret that refuses nothing
+    /// (its credential expires soon): the peer goes on as it was.
+    Warning {
+        /// The Secret.
+        secret: String,
+        /// The Event's reason (`CredentialExpiring`).
         reason: &'static str,
         /// Why, for a person.
         message: String,

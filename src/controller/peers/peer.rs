@@ -5,6 +5,8 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
 
+use k8s_openapi::jiff::Timestamp;
+
 use super::super::cluster::{ClusterData, ClusterWatches, PeerLimits};
 use crate::cidr::Cidr;
 use crate::peering::Identity;
@@ -94,7 +96,7 @@ pub struct Peer {
     /// The connection whose data counts.
     pub(super) current: Option<PeerConn>,
     /// A replacement (rotated Secret, or a relist) being synced; swapped in
-    /// once synced.
+    /// once synced and probed.
     pub(super) next: Option<PeerConn>,
     pub(super) refused: Option<String>,
     pub(super) removing_at: Option<Instant>,
@@ -103,8 +105,20 @@ pub struct Peer {
     pub(super) lease_renewed: Option<Instant>,
     /// The peer's id as its Lease recorded it, before the peer answers.
     pub(super) lease_id: Option<String>,
-    /// Spacing of reconnects to relist failing watches.
+    /// Spacing of reconnects, to relist failing watches or to read the
+    /// peer in another form.
     pub(super) reconnects: RestartSchedule,
+    /// A change of publication form that connection `generation` reported
+    /// before a reconnect was due: carried out once it is.
+    pub(super) form_changed: Option<u64>,
+    /// When its Secret's credential expires (`None`: never, or unknown).
+    pub(super) credential_expires: Option<Timestamp>,
+    /// Whether the coming expiry of that credential was warned of.
+    pub(super) expiry_warned: bool,
+    /// The credential problems reported in the current episode (one Event
+    /// each): from the first until the Secret's credential works again or
+    /// the Secret holds another.
+    pub(super) credential_reported: BTreeSet<&'static str>,
 }
 
 impl Peer {
@@ -125,6 +139,10 @@ impl Peer {
             lease_renewed: None,
             lease_id: None,
             reconnects: RestartSchedule::default(),
+            form_changed: None,
+            credential_expires: None,
+            expiry_warned: false,
+            credential_reported: BTreeSet::new(),
         }
     }
 
@@ -176,6 +194,29 @@ impl Peer {
     /// Healthy and still the cluster it joined as.
     pub(super) fn up(&self) -> bool {
         !self.identity_changed && self.current.as_ref().is_some_and(PeerConn::healthy)
+    }
+
+    /// The generation of the connection made with what its Secret holds
+    /// now: the replacement on its way, else the current one.
+    pub(super) fn newest(&self) -> Option<u64> {
+        self.next
+            .as_ref()
+            .or(self.current.as_ref())
+            .map(|c| c.generation)
+    }
+
+    /// Whether the Secret's present credential works: its newest
+    /// connection is healthy (a credential problem is over).
+    pub(super) fn credential_works(&self) -> bool {
+        match &self.next {
+            Some(next) => next.healthy(),
+            None => self.up(),
+        }
+    }
+
+    /// When its credential expires, if it expires.
+    pub(super) fn expires_at(&self) -> Option<SystemTime> {
+        self.credential_expires.map(SystemTime::from)
     }
 
     /// The id it must answer with: its Secret's, else the first it was

@@ -1,8 +1,10 @@
 //! [`Peers`] driven by synthetic sequences: the start-up gate, a peer
 //! flapping inside its grace period, grace expiry, a Secret rotated beside
 //! the old connection, refusal and reconsideration (a refused rotation
-//! dropping only its new connection), a watch failing and resuming, and
-//! Secrets deleted while the watch was down.
+//! dropping only its new connection), a watch failing and resuming,
+//! Secrets deleted while the watch was down, a peer toggling its
+//! publication form (M3), and credentials rejected, expiring and expired
+//! (L9).
 
 use kube::runtime::watcher::{self, Event};
 
@@ -170,6 +172,22 @@ fn replans(effects: &[Effect]) -> bool {
     effects.contains(&Effect::ReplanAll)
 }
 
+/// The services `effects` mark touched, by name.
+fn touched_services(effects: &[Effect]) -> Vec<String> {
+    let mut names: Vec<String> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Touched(touched) => Some(touched.services.iter()),
+            _ => None,
+        })
+        .flatten()
+        .map(|s| s.name.to_string())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 #[test]
 fn nothing_starts_before_the_peer_secrets_are_listed() {
     // No Secret seen yet looks like "every peer synced": it is not (the
@@ -261,16 +279,20 @@ fn a_rotated_secret_connects_beside_the_old_connection_which_counts_until_the_ne
         generation: new,
         id: "b".into()
     }));
-    // The new connection's partial list does not replace the old data.
+    // The new connection's partial list does not replace the old data
+    // (nor does its probe, which starts with its watches).
     let mut events = listed(&["api"]);
     let rest_of_list = events.split_off(4);
     let partial = run.watch("peer-b", new, events);
     assert!(!replans(&partial));
+    run.probe("peer-b", new, Ok(()));
     assert_eq!(run.exported(), ["web"]);
     assert_eq!(run.usable("b"), Some(true));
 
+    // Synced and probed, it replaces the old one: the services whose data
+    // differ are replanned.
     let rest = run.watch("peer-b", new, rest_of_list);
-    assert!(replans(&rest), "{rest:?}");
+    assert!(touched_services(&rest) == ["api", "web"], "{rest:?}");
     assert_eq!(run.exported(), ["api"]);
     assert!(
         !run.peers.is_live("peer-b", old),
@@ -745,4 +767,363 @@ fn a_refusal_of_a_replaced_connection_is_ignored() {
     run.probe("peer-b", second, Ok(()));
     assert!(!run.peers.is_live("peer-b", old), "replaced");
     assert_eq!(run.usable("b"), Some(true));
+}
+
+/// Completes connection `generation` as the shell would for a peer that
+/// exports `exports`: identity, list, probe. Returns every effect.
+fn complete(run: &mut Run, generation: u64, exports: &[&str]) -> Vec<Effect> {
+    let mut effects = run.identify("peer-b", generation, identity("b"));
+    effects.extend(run.watch("peer-b", generation, listed(exports)));
+    effects.extend(run.probe("peer-b", generation, Ok(())));
+    effects
+}
+
+/// Security review M3: a peer flips its publication marker between
+/// present and absent every 2 s for 2 minutes. Each connection's probe
+/// reports a change of form once (as `connection::probe` does); the
+/// reconnects are spaced as a failing watch's (1 s doubling to 60 s), and
+/// as each replacement indexes what the old connection held, nothing is
+/// replanned: no import is written.
+#[test]
+fn a_peer_toggling_its_marker_is_reconnected_spaced_and_replans_nothing() {
+    let mut run = Run::new();
+    let first = run.healthy_peer("peer-b", "b", &["web", "api"]);
+    // By connection: the form it read (whether the marker was there), and
+    // whether its probe reported a change.
+    let mut forms = BTreeMap::from([(first, (true, false))]);
+    let mut reconnects = 0;
+    let mut effects = Vec::new();
+    for second in 1..=120u64 {
+        let marker = (second / 2) % 2 == 0;
+        let mut now = run.wait(Duration::from_secs(1));
+        let live: Vec<u64> = forms
+            .keys()
+            .copied()
+            .filter(|g| run.peers.is_live("peer-b", *g))
+            .collect();
+        for generation in live {
+            now.extend(run.probe("peer-b", generation, Ok(())));
+            let (form, reported) = forms.get_mut(&generation).expect("known");
+            if *form != marker && !*reported {
+                *reported = true;
+                now.extend(run.input(Input::Reconnect {
+                    secret: "peer-b".into(),
+                    generation,
+                }));
+            }
+        }
+        if let Some(generation) = connected(&now) {
+            reconnects += 1;
+            forms.insert(generation, (marker, false));
+            now.extend(complete(&mut run, generation, &["web", "api"]));
+            assert!(
+                run.peers.peers["peer-b"]
+                    .current
+                    .as_ref()
+                    .is_some_and(|c| c.generation == generation),
+                "the replacement took over"
+            );
+        }
+        effects.extend(now);
+    }
+    // 1 s doubling: at 2, 4, 6, 10, 18, 34 and 66 s (unspaced: one every
+    // 2 s). Still read again: the form it publishes is followed.
+    assert!((3..=8).contains(&reconnects), "{reconnects} reconnects");
+    assert!(!replans(&effects), "{effects:?}");
+    assert!(touched_services(&effects).is_empty(), "{effects:?}");
+    assert_eq!(run.usable("b"), Some(true));
+    assert_eq!(run.exported(), ["api", "web"]);
+}
+
+/// M3: a change of form reported while a reconnect is not due waits until
+/// it is, then connects (reading the marker afresh: the latest form wins);
+/// one reported by a connection replaced since is dropped.
+#[test]
+fn a_form_change_before_a_reconnect_is_due_waits_for_it() {
+    let mut run = Run::new();
+    let first = run.healthy_peer("peer-b", "b", &["web"]);
+    let reconnect = |generation| Input::Reconnect {
+        secret: "peer-b".into(),
+        generation,
+    };
+    let second = connected(&run.input(reconnect(first))).expect("the first one is due");
+    complete(&mut run, second, &["web"]);
+    assert!(!run.peers.is_live("peer-b", first));
+    // Back again at once: not due (1 s after the last).
+    let early = run.input(reconnect(second));
+    assert_eq!(connected(&early), None, "{early:?}");
+    // A late report of the replaced connection changes nothing.
+    assert_eq!(connected(&run.input(reconnect(first))), None);
+    let due = run.wait(Duration::from_secs(1));
+    let third = connected(&due).expect("carried out once due");
+    complete(&mut run, third, &["web"]);
+    // Carried out once only.
+    assert_eq!(connected(&run.wait(Duration::from_secs(5))), None);
+    assert!(run.peers.is_live("peer-b", third) && !run.peers.is_live("peer-b", second));
+}
+
+/// M3: a replacement connection (here relisting a failing watch) that
+/// indexed what the old one held replans nothing, neither everything nor
+/// any service; one that found a change replans only the services that
+/// changed.
+#[test]
+fn a_replacement_with_the_same_data_replans_nothing_and_a_changed_one_only_what_changed() {
+    let mut run = Run::new();
+    let failing = |run: &mut Run, generation| {
+        run.watch(
+            "peer-b",
+            generation,
+            vec![ClusterEvent::Services(Err(watcher::Error::NoResourceVersion)).into()],
+        )
+    };
+    let old = run.healthy_peer("peer-b", "b", &["web", "api"]);
+    failing(&mut run, old);
+    run.wait(Duration::from_secs(1));
+    let same = connected(&run.probe("peer-b", old, Ok(()))).expect("relists");
+    let swapped = complete(&mut run, same, &["api", "web"]);
+    assert!(!run.peers.is_live("peer-b", old), "replaced");
+    assert!(!replans(&swapped), "{swapped:?}");
+    assert!(touched_services(&swapped).is_empty(), "{swapped:?}");
+    let healthy = run.wait(Duration::from_secs(1));
+    assert!(!replans(&healthy), "{healthy:?}");
+    assert_eq!(run.usable("b"), Some(true));
+
+    // Once more (spaced: 2 s later), finding `api` gone and `db` new.
+    failing(&mut run, same);
+    run.wait(Duration::from_secs(2));
+    let changed = connected(&run.probe("peer-b", same, Ok(()))).expect("relists");
+    let swapped = complete(&mut run, changed, &["db", "web"]);
+    assert!(!replans(&swapped), "{swapped:?}");
+    assert_eq!(touched_services(&swapped), ["api", "db"]);
+    assert_eq!(run.exported(), ["db", "web"]);
+}
+
+/// The text of a probe that the peer's apiserver answered with `code`,
+/// as the shell makes it (`crate::watch::probe`, then `to_string`).
+fn refused_probe(code: u16, reason: &str) -> String {
+    let status = kube::core::Status::failure(reason, reason).with_code(code);
+    let error = kube::Error::Api(status.boxed());
+    crate::watch::ProbeError::Failed(crate::error::Chain(&error).to_string()).to_string()
+}
+
+fn refusals(effects: &[Effect]) -> Vec<(&'static str, &str)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Refused {
+                reason, message, ..
+            } => Some((*reason, message.as_str())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The probe and the identity read reach the state machine as text: the
+/// status code is read back from kube's own wording (this pins it), and
+/// only from there, not from what the peer wrote.
+#[test]
+fn a_refusal_status_is_read_from_the_probe_text_as_kube_writes_it() {
+    assert_eq!(
+        rejection_in_text(&refused_probe(401, "Unauthorized")),
+        Some(401)
+    );
+    assert_eq!(
+        rejection_in_text(&refused_probe(403, "Forbidden")),
+        Some(403)
+    );
+    let identity = format!(
+        "reading ClusterProperty cluster.clusterset.k8s.io: {}",
+        refused_probe(401, "Unauthorized")
+    );
+    assert_eq!(rejection_in_text(&identity), Some(401));
+    assert_eq!(
+        rejection_in_text(&refused_probe(500, "InternalError")),
+        None
+    );
+    assert_eq!(rejection_in_text(&refused_probe(404, "code: 401, ")), None);
+    let hung = crate::watch::ProbeError::NoAnswer(Duration::from_secs(3)).to_string();
+    assert_eq!(rejection_in_text(&hung), None);
+    assert_eq!(rejection_in_text("connection refused"), None);
+}
+
+/// Security review L9: a token the peer rejects (401: expired, revoked)
+/// is reported `CredentialRejected` once per episode, saying to run `peer
+/// add` again; the imports stay for the grace period as for any outage,
+/// and the connection goes on probing. Once the credential works again the
+/// episode is over: a later rejection is reported again.
+#[test]
+fn a_credential_the_peer_rejects_is_reported_once_and_imports_stay_for_the_grace_period() {
+    let mut run = Run::new();
+    let generation = run.healthy_peer("peer-b", "b", &["web"]);
+    let unauthorized = refused_probe(401, "Unauthorized");
+    let rejected = run.probe("peer-b", generation, Err(&unauthorized));
+    let reported = refusals(&rejected);
+    assert_eq!(reported.len(), 1, "{rejected:?}");
+    let (reason, message) = reported[0];
+    assert_eq!(reason, credential_reason::REJECTED);
+    assert!(
+        message.contains("peer-b") && message.contains("401") && message.contains("peer add"),
+        "{message}"
+    );
+    // Not refused as a Secret is: still read, still within grace.
+    assert!(run.peers.is_live("peer-b", generation));
+    assert_eq!(run.usable("b"), Some(true));
+    // The watches say it too: still one Event.
+    let watched = run.watch(
+        "peer-b",
+        generation,
+        vec![
+            ClusterEvent::Exports(Err(crate::watch::testing::status_error(
+                401,
+                "Unauthorized",
+            )))
+            .into(),
+        ],
+    );
+    let mut again = watched;
+    for _ in 0..3 {
+        again.extend(run.wait(Duration::from_secs(2)));
+        again.extend(run.probe("peer-b", generation, Err(&unauthorized)));
+    }
+    assert!(refusals(&again).is_empty(), "{again:?}");
+    assert_eq!(run.usable("b"), Some(true), "within grace");
+    run.wait(GRACE);
+    assert_eq!(
+        run.usable("b"),
+        Some(false),
+        "dropped after grace, as today"
+    );
+    // The credential works again (the token was restored): episode over.
+    run.watch("peer-b", generation, listed(&["web"]));
+    run.probe("peer-b", generation, Ok(()));
+    run.wait(Duration::from_secs(1));
+    assert_eq!(run.usable("b"), Some(true));
+    let forbidden = run.probe("peer-b", generation, Err(&refused_probe(403, "Forbidden")));
+    let reported = refusals(&forbidden);
+    assert_eq!(reported.len(), 1, "{forbidden:?}");
+    assert_eq!(reported[0].0, credential_reason::REJECTED);
+    assert!(reported[0].1.contains("403"), "{}", reported[0].1);
+}
+
+/// L9: a 401 on a first connection's identity read, and one on a watch,
+/// are reported the same way; one on an old connection beside a rotated
+/// Secret's new one is no news (its superseded token was revoked).
+#[test]
+fn a_rejected_credential_is_reported_from_the_identity_read_and_watches_but_not_for_an_old_one() {
+    let mut run = Run::new();
+    let generation = run.connect("peer-b", "kubeconfig-1");
+    let unauthorized = refused_probe(401, "Unauthorized");
+    let text = format!("reading ClusterProperty cluster.clusterset.k8s.io: {unauthorized}");
+    let first = run.identify("peer-b", generation, Contact::Unreachable(text.clone()));
+    assert_eq!(refusals(&first).len(), 1, "{first:?}");
+    assert!(refusals(&run.identify("peer-b", generation, Contact::Unreachable(text))).is_empty());
+
+    let mut run = Run::new();
+    let old = run.healthy_peer("peer-b", "b", &["web"]);
+    let new = run.connect("peer-b", "kubeconfig-2");
+    run.identify("peer-b", new, identity("b"));
+    let stale = run.probe("peer-b", old, Err(&unauthorized));
+    assert!(refusals(&stale).is_empty(), "{stale:?}");
+    let watched = run.watch(
+        "peer-b",
+        new,
+        vec![
+            ClusterEvent::McsSlices(Err(crate::watch::testing::status_error(403, "Forbidden")))
+                .into(),
+        ],
+    );
+    assert_eq!(
+        refusals(&watched).first().map(|r| r.0),
+        Some(credential_reason::REJECTED),
+        "{watched:?}"
+    );
+}
+
+/// L9: the Secret records when its credential expires. Less than 24 h
+/// ahead it is warned of once (`CredentialExpiring`, not a refusal); past
+/// it, the peer refusing it is reported `CredentialExpired` (once) rather
+/// than `CredentialRejected` or a mere outage, its imports kept for the
+/// grace period. A new credential starts afresh.
+#[test]
+fn an_expiring_credential_is_warned_of_a_day_ahead_and_an_expired_one_reported_as_such() {
+    let mut run = Run::new();
+    let at = |wall: SystemTime| k8s_openapi::jiff::Timestamp::try_from(wall).unwrap();
+    let secret = |kubeconfig: &str, expires| Input::SecretApplied {
+        name: "peer-b".into(),
+        secret: PeerSecret {
+            kubeconfig: kubeconfig.into(),
+            credential_expires: Some(expires),
+            ..PeerSecret::default()
+        },
+        listed: false,
+    };
+    let hour = Duration::from_secs(3600);
+    let expires = at(run.now.wall + 25 * hour);
+    let generation = connected(&run.input(secret("kubeconfig-1", expires))).unwrap();
+    complete(&mut run, generation, &["web"]);
+    let warnings = |effects: &[Effect]| -> Vec<String> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Warning {
+                    reason, message, ..
+                } => {
+                    assert_eq!(*reason, credential_reason::EXPIRING);
+                    Some(message.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(
+        warnings(&run.wait(Duration::from_secs(1))).is_empty(),
+        "25 h ahead"
+    );
+    let warned = warnings(&run.wait(2 * hour));
+    assert_eq!(warned.len(), 1);
+    assert!(
+        warned[0].contains("peer-b") && warned[0].contains("peer add"),
+        "{}",
+        warned[0]
+    );
+    run.probe("peer-b", generation, Ok(()));
+    let mut later = run.wait(hour);
+    later.extend(run.wait(Duration::from_secs(1)));
+    assert!(warnings(&later).is_empty(), "once: {later:?}");
+    assert!(refusals(&later).is_empty(), "a warning, not a refusal");
+
+    // Past it, while the peer still answers (clocks differ): nothing yet.
+    run.wait(22 * hour);
+    run.probe("peer-b", generation, Ok(()));
+    assert!(refusals(&run.wait(Duration::from_secs(1))).is_empty());
+    // It rejects the token: CredentialExpired, once.
+    let rejected = run.probe(
+        "peer-b",
+        generation,
+        Err(&refused_probe(401, "Unauthorized")),
+    );
+    let reported = refusals(&rejected);
+    assert_eq!(reported.len(), 1, "{rejected:?}");
+    assert_eq!(reported[0].0, credential_reason::EXPIRED);
+    assert!(
+        reported[0].1.contains("expired") && reported[0].1.contains("peer add"),
+        "{}",
+        reported[0].1
+    );
+    let ticked = run.wait(Duration::from_secs(1));
+    assert!(refusals(&ticked).is_empty(), "{ticked:?}");
+    assert_eq!(run.usable("b"), Some(true), "within grace");
+
+    // A new credential, expired already, on a peer that does not answer at
+    // all: reported expired by the tick, without any 401.
+    let renewed = at(run.now.wall - hour);
+    let next = connected(&run.input(secret("kubeconfig-2", renewed))).unwrap();
+    run.identify("peer-b", next, Contact::Unreachable("timed out".into()));
+    let ticked = run.wait(Duration::from_secs(1));
+    assert_eq!(
+        refusals(&ticked).first().map(|r| r.0),
+        Some(credential_reason::EXPIRED),
+        "{ticked:?}"
+    );
+    assert!(warnings(&ticked).is_empty(), "past it: no warning");
 }

@@ -131,6 +131,11 @@ impl Controller {
                 reason,
                 message,
             } => self.record_refusal(&secret, reason, &message),
+            Effect::Warning {
+                secret,
+                reason,
+                message,
+            } => self.record_warning(&secret, reason, message),
             Effect::Touched(touched) => self.mark(source, touched),
             Effect::ReplanAll => self.schedule.mark_all(),
             Effect::SyncError { peer, kind } => self
@@ -281,6 +286,27 @@ impl Controller {
             reason: reason::PEER_REFUSED.into(),
             note: Some(format!("{reason}: {message}")),
             action: "Connect".into(),
+            secondary: None,
+        };
+        self.events.publish(reference, event);
+    }
+
+    /// Records a Warning Event on a peer Secret that refuses nothing (its
+    /// credential expires soon): `reason` is the Event's own, so `peer
+    /// list` does not take it for a refusal.
+    fn record_warning(&self, secret: &str, reason: &'static str, message: String) {
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Secret".into()),
+            name: Some(secret.to_owned()),
+            namespace: Some(self.settings.namespace.clone()),
+            ..ObjectReference::default()
+        };
+        let event = KubeEvent {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(message),
+            action: "CheckCredential".into(),
             secondary: None,
         };
         self.events.publish(reference, event);
