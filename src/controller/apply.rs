@@ -2,14 +2,18 @@
 //! apply with our field manager (so apiserver defaults and other managers'
 //! fields never fight ours), deletes with a uid precondition.
 //!
-//! Every apply follows [`super::ownership`]'s rule: forced only to an
-//! object the plan has shown to be ours, with its uid as a precondition; a
-//! create otherwise, which refuses what it finds in the way unless that is
-//! ours.
+//! Every write follows [`super::ownership`]'s rule: a forced apply only to
+//! an object the plan has shown to be ours, with its uid as a precondition;
+//! otherwise a create (POST), which leaves alone what it finds in the way
+//! and refuses it unless that is ours. A plain apply would not do: it
+//! merges into any object whose fields do not conflict.
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
+};
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -104,13 +108,41 @@ impl<K> Compactable for K where
 {
 }
 
-/// Applies `object` (its status alone with `status`) by the ownership
-/// rule: with a uid (the plan showed the live object is ours) the apply is
-/// forced, and the uid in the body makes the apiserver refuse any other
-/// object; without one it is a plain apply, and a conflict means some
-/// object holds the name: it is read back, and kept in the store if ours,
-/// refused if not. The apiserver's answer is decoded stripped, as the
-/// watches decode it, for the store.
+/// How a write reaches the apiserver, by the ownership rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Method {
+    /// Forced server-side apply to an object the plan showed is ours: the
+    /// uid in the body makes the apiserver refuse any other object.
+    ForcedApply,
+    /// POST of the whole object: nothing of ours is known at the name, so
+    /// the write must only ever create; what is in the way is left alone.
+    Create,
+    /// Server-side apply of the status subresource, forced only with a
+    /// uid. A subresource write never creates: its object exists.
+    Status {
+        /// Whether the apply is forced (the object's uid is known).
+        force: bool,
+    },
+}
+
+/// How a write of an object (its status alone with `status`) whose uid the
+/// plan knows (`uid`: it showed the object is ours) or not reaches the
+/// apiserver.
+fn method(status: bool, uid: Option<&str>) -> Method {
+    match (status, uid) {
+        (true, uid) => Method::Status {
+            force: uid.is_some(),
+        },
+        (false, Some(_)) => Method::ForcedApply,
+        (false, None) => Method::Create,
+    }
+}
+
+/// Writes `object` (its status alone with `status`) by [`method`]: a
+/// forced apply, a status apply, or a create, which on finding an object at
+/// the name reads it back: kept in the store if ours (our own earlier
+/// write, not yet seen by the watch), refused if not. The apiserver's
+/// answer is decoded stripped, as the watches decode it, for the store.
 async fn apply<K>(
     client: &Client,
     object: &K,
@@ -126,43 +158,161 @@ where
     let name = object.meta().name.clone().unwrap_or_default();
     let uid = object.meta().uid.clone();
     let api: Api<Lean<K>> = Api::namespaced(client.clone(), &namespace);
-    let params = match uid {
-        Some(_) => PatchParams::apply(FIELD_MANAGER).force(),
-        None => PatchParams::apply(FIELD_MANAGER),
-    };
-    // Server-side apply needs apiVersion and kind in the body.
+    // Server-side apply needs apiVersion and kind in the body; the create
+    // sends the same body, so it writes exactly what an apply would.
     let body = crate::api::apply_body(object).map_err(kube::Error::SerdeError)?;
-    if status {
-        // The status subresource ignores everything but `status`: send only
-        // that (and the object's identity), not the spec again.
-        let mut metadata = serde_json::json!({"name": name, "namespace": namespace});
-        if let Some(uid) = &uid {
-            metadata["uid"] = uid.as_str().into();
+    match method(status, uid.as_deref()) {
+        Method::Status { force } => {
+            let params = match force {
+                true => PatchParams::apply(FIELD_MANAGER).force(),
+                false => PatchParams::apply(FIELD_MANAGER),
+            };
+            // The status subresource ignores everything but `status`: send
+            // only that (and the object's identity), not the spec again.
+            let mut metadata = serde_json::json!({"name": name, "namespace": namespace});
+            if let Some(uid) = &uid {
+                metadata["uid"] = uid.as_str().into();
+            }
+            let body = serde_json::json!({
+                "apiVersion": body["apiVersion"],
+                "kind": body["kind"],
+                "metadata": metadata,
+                "status": body["status"],
+            });
+            api.patch_status(&name, &params, &Patch::Apply(body))
+                .await
+                .map(Applied::Stored)
         }
-        let body = serde_json::json!({
-            "apiVersion": body["apiVersion"],
-            "kind": body["kind"],
-            "metadata": metadata,
-            "status": body["status"],
-        });
-        return api
-            .patch_status(&name, &params, &Patch::Apply(body))
+        Method::ForcedApply => api
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(body),
+            )
             .await
-            .map(Applied::Stored);
-    }
-    match api.patch(&name, &params, &Patch::Apply(body)).await {
-        Ok(stored) => Ok(Applied::Stored(stored)),
-        // A create that met an object: ours (our own earlier write, not
-        // yet seen by the watch) is stored, anything else refused.
-        Err(kube::Error::Api(status)) if uid.is_none() && status.code == 409 => {
-            match api.get_opt(&name).await? {
-                Some(live) if owns(kind, &live, service) => Ok(Applied::Stored(live)),
-                Some(_) => Ok(Applied::NotOurs),
-                None => Err(kube::Error::Api(status)),
+            .map(Applied::Stored),
+        Method::Create => {
+            let raw: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), &namespace, &ApiResource::erase::<K>(&()));
+            let object: DynamicObject =
+                serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
+            // Our manager on the create, so the fields it sets are ours
+            // from the start (see `adopt` for the operation it records).
+            let params = PostParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PostParams::default()
+            };
+            match raw.create(&params, &object).await {
+                Ok(created) => adopt(&api, &raw, created).await.map(Applied::Stored),
+                // Something holds the name: never written to, only read.
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    match api.get_opt(&name).await? {
+                        Some(live) if owns(kind, &live, service) => Ok(Applied::Stored(live)),
+                        Some(_) => Ok(Applied::NotOurs),
+                        None => Err(kube::Error::Api(status)),
+                    }
+                }
+                Err(error) => Err(error),
             }
         }
-        Err(error) => Err(error),
     }
+}
+
+/// Conflicts (the object changed since read) retried by [`adopt`] before
+/// it gives up.
+const ADOPT_RETRIES: usize = 2;
+
+/// Turns the fields our create recorded into fields we applied, and
+/// returns the object as stored.
+///
+/// A create records its fields under our manager with operation `Update`;
+/// the forced applies that follow add a second, `Apply`, entry. Each field
+/// is then owned twice, and a field an apply stops sending stays, held by
+/// the `Update` entry (a dropped port or label would never go). Relabelling
+/// the entry `Apply` makes the applies its sole owner. The patch carries
+/// the uid and resourceVersion, so it changes nothing but that entry of
+/// this very object. If it cannot be done, the object is deleted again
+/// (by uid) and the error returned: the next round creates it afresh
+/// rather than keep fields that cannot be removed.
+async fn adopt<K>(
+    api: &Api<Lean<K>>,
+    raw: &Api<DynamicObject>,
+    created: DynamicObject,
+) -> Result<Lean<K>, kube::Error>
+where
+    K: Compactable,
+    Lean<K>: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let name = created.metadata.name.clone().unwrap_or_default();
+    let uid = created.metadata.uid.clone();
+    let mut current = created;
+    let mut retries = 0;
+    let error = loop {
+        let Some(patch) = adoption_patch(&current.metadata) else {
+            // Nothing recorded as an update of ours: already as wanted.
+            let value = serde_json::to_value(current).map_err(kube::Error::SerdeError)?;
+            return serde_json::from_value(value).map_err(kube::Error::SerdeError);
+        };
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(stored) => return Ok(stored),
+            Err(kube::Error::Api(status)) if status.code == 409 && retries < ADOPT_RETRIES => {
+                retries += 1;
+                match raw.get_opt(&name).await {
+                    Ok(Some(live)) if live.metadata.uid == uid => current = live,
+                    // Gone or replaced: nothing of ours left to fix.
+                    Ok(_) => return Err(kube::Error::Api(status)),
+                    Err(error) => break error,
+                }
+            }
+            Err(error) => break error,
+        }
+    };
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    if let Err(undo) = raw.delete(&name, &params).await {
+        tracing::warn!(
+            name,
+            error = %crate::error::Chain(&undo),
+            "deleting an object whose fields could not be adopted"
+        );
+    }
+    Err(error)
+}
+
+/// The merge patch that relabels our manager's `Update` entry of the
+/// object (not a subresource's) as `Apply`, with the object's uid and
+/// resourceVersion as preconditions; `None` when there is no such entry,
+/// or when an `Apply` entry of ours exists already (two entries of one
+/// manager and operation are not valid).
+fn adoption_patch(meta: &ObjectMeta) -> Option<serde_json::Value> {
+    let ours = |entry: &ManagedFieldsEntry, operation: &str| {
+        entry.manager.as_deref() == Some(FIELD_MANAGER)
+            && entry.operation.as_deref() == Some(operation)
+            && entry.subresource.as_deref().unwrap_or_default().is_empty()
+    };
+    // Without both preconditions the patch could land on another object.
+    let (uid, resource_version) = (meta.uid.as_ref()?, meta.resource_version.as_ref()?);
+    let mut entries = meta.managed_fields.clone()?;
+    if entries.iter().any(|entry| ours(entry, "Apply")) {
+        return None;
+    }
+    let update = entries.iter_mut().find(|entry| ours(entry, "Update"))?;
+    update.operation = Some("Apply".to_owned());
+    Some(serde_json::json!({
+        "metadata": {
+            "uid": uid,
+            "resourceVersion": resource_version,
+            "managedFields": entries,
+        }
+    }))
 }
 
 async fn delete<K>(
@@ -320,3 +470,6 @@ pub async fn execute(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
