@@ -36,6 +36,17 @@ pub const RETRY_FIRST: Duration = Duration::from_secs(1);
 /// failing.
 pub const RETRY_MAX: Duration = Duration::from_secs(300);
 
+/// How many services one peer's changes may have planned per second,
+/// once its burst is spent: a peer rewriting its endpoints every second
+/// makes every member write, so its churn is coalesced (a service changed
+/// again while it waits is planned once) instead of passed on at its
+/// pace. This cluster's own changes have no budget.
+pub const PEER_CHANGES_PER_SECOND: f64 = 200.0;
+
+/// How many services one peer's changes may have planned at once: the
+/// default export limit, so a peer's whole first list is taken at once.
+pub const PEER_CHANGE_BURST: f64 = 2_000.0;
+
 /// After this many failures in a row, a service's failures are told on its
 /// import (an Event), once.
 pub const FAILURES_REPORTED: u32 = 5;
@@ -75,6 +86,30 @@ struct Queues {
     next_turn: Option<Source>,
     /// Every service is to be planned; the caller passes them.
     all: bool,
+    /// Each peer's budget of services taken.
+    budgets: HashMap<Source, Budget>,
+}
+
+/// A token bucket: how many of a peer's changed services may be taken now.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Budget {
+    fn full(now: Instant) -> Self {
+        Self {
+            tokens: PEER_CHANGE_BURST,
+            at: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * PEER_CHANGES_PER_SECOND).min(PEER_CHANGE_BURST);
+        self.at = now;
+    }
 }
 
 impl Queues {
@@ -91,19 +126,33 @@ impl Queues {
         !self.all && self.queued.is_empty()
     }
 
-    /// Up to `max` services, one from each source in turn.
-    fn take(&mut self, max: usize) -> BTreeSet<ServiceRef> {
+    /// Up to `max` services, one from each source in turn; a peer whose
+    /// change budget is spent at `now` waits, its changes coalescing.
+    fn take(&mut self, max: usize, now: Instant) -> BTreeSet<ServiceRef> {
         let mut batch = BTreeSet::new();
         let mut sources: Vec<Source> = self.by_source.keys().cloned().collect();
         if let Some(first) = &self.next_turn {
             let at = sources.partition_point(|s| s < first);
             sources.rotate_left(at);
         }
+        for source in &sources {
+            if let Source::Peer(_) = source {
+                self.budgets
+                    .entry(source.clone())
+                    .or_insert_with(|| Budget::full(now))
+                    .refill(now);
+            }
+        }
         let mut last_served = None;
-        while batch.len() < max && !self.by_source.is_empty() {
+        loop {
+            let mut took = false;
             for source in &sources {
                 if batch.len() == max {
                     break;
+                }
+                let budget = self.budgets.get_mut(source);
+                if budget.as_ref().is_some_and(|b| b.tokens < 1.0) {
+                    continue;
                 }
                 let Some(queue) = self.by_source.get_mut(source) else {
                     continue;
@@ -112,12 +161,23 @@ impl Queues {
                     self.queued.remove(&service);
                     batch.insert(service);
                     last_served = Some(source.clone());
+                    took = true;
+                    if let Some(budget) = budget {
+                        budget.tokens -= 1.0;
+                    }
                 }
                 if queue.is_empty() {
                     self.by_source.remove(source);
                 }
             }
+            if !took || batch.len() == max {
+                break;
+            }
         }
+        // A peer gone quiet with a full budget needs no entry.
+        self.budgets.retain(|source, budget| {
+            self.by_source.contains_key(source) || budget.tokens < PEER_CHANGE_BURST
+        });
         // The next batch starts after the last source served.
         self.next_turn = last_served.and_then(|last| {
             self.by_source
@@ -255,14 +315,18 @@ impl Schedule {
     /// changes first, a service of each source in turn (`every` service,
     /// when [`Self::wants_every_service`], is one more source), then the
     /// failed services that are due. The rest waits for the next cycle.
-    pub fn take_batch(&mut self, every: Option<BTreeSet<ServiceRef>>) -> BTreeSet<ServiceRef> {
+    pub fn take_batch(
+        &mut self,
+        every: Option<BTreeSet<ServiceRef>>,
+        now: Instant,
+    ) -> BTreeSet<ServiceRef> {
         if let Some(every) = every.filter(|_| self.fresh.all) {
             for service in every {
                 self.fresh.push(&Source::Every, service);
             }
         }
         self.fresh.all = false;
-        let mut batch = self.fresh.take(SERVICES_PER_CYCLE);
+        let mut batch = self.fresh.take(SERVICES_PER_CYCLE, now);
         while batch.len() < SERVICES_PER_CYCLE
             && let Some(service) = self.retry.pop_front()
         {
@@ -431,7 +495,7 @@ mod tests {
         schedule.open_gate(LISTED, t0);
         assert!(schedule.wants_every_service());
         let every = BTreeSet::from([service(1), service(2)]);
-        assert_eq!(schedule.take_batch(Some(every.clone())), every);
+        assert_eq!(schedule.take_batch(Some(every.clone()), t0), every);
         assert!(!schedule.has_work());
     }
 
@@ -440,14 +504,14 @@ mod tests {
         let t0 = Instant::now();
         let mut schedule = Schedule::new(t0, TIMEOUT);
         schedule.open_gate(LISTED, t0);
-        schedule.take_batch(Some(BTreeSet::new()));
+        schedule.take_batch(Some(BTreeSet::new()), t0);
         let total = SERVICES_PER_CYCLE * 2 + 10;
         schedule.mark(&Source::Local, touched((0..total).map(service)), t0);
         let mut seen = BTreeSet::new();
         let mut cycles = 0;
         while schedule.has_work() {
             assert!(!schedule.wants_every_service());
-            let batch = schedule.take_batch(None);
+            let batch = schedule.take_batch(None, t0);
             assert!(batch.len() <= SERVICES_PER_CYCLE);
             assert!(batch.is_disjoint(&seen));
             seen.extend(batch);
@@ -461,7 +525,7 @@ mod tests {
         let t0 = Instant::now();
         let mut schedule = Schedule::new(t0, TIMEOUT);
         schedule.open_gate(LISTED, t0);
-        schedule.take_batch(Some(BTreeSet::new()));
+        schedule.take_batch(Some(BTreeSet::new()), t0);
         let mut now = t0;
         let mut delays = Vec::new();
         for failure in 1..=12 {
@@ -476,7 +540,7 @@ mod tests {
                 }
                 assert!(now - failed_at <= RETRY_MAX, "due within the cap");
             }
-            assert_eq!(schedule.take_batch(None), BTreeSet::from([service(7)]));
+            assert_eq!(schedule.take_batch(None, now), BTreeSet::from([service(7)]));
             delays.push((now - failed_at).as_secs());
         }
         assert_eq!(delays[0], 2, "1 s and up to a quarter more, seen at a tick");
@@ -493,7 +557,7 @@ mod tests {
         let t0 = Instant::now();
         let mut schedule = Schedule::new(t0, TIMEOUT);
         schedule.open_gate(LISTED, t0);
-        schedule.take_batch(Some(BTreeSet::new()));
+        schedule.take_batch(Some(BTreeSet::new()), t0);
         for i in 0..SERVICES_PER_CYCLE {
             schedule.write_failed(service(10_000 + i), t0);
         }
@@ -501,11 +565,11 @@ mod tests {
         schedule.tick(later);
         schedule.tick(later + Duration::from_secs(1));
         schedule.mark(&Source::Local, touched([service(1)]), later);
-        let batch = schedule.take_batch(None);
+        let batch = schedule.take_batch(None, t0);
         assert!(batch.contains(&service(1)), "fresh work first");
         assert_eq!(batch.len(), SERVICES_PER_CYCLE);
         assert_eq!(
-            schedule.take_batch(None).len(),
+            schedule.take_batch(None, t0).len(),
             1,
             "the retry left over, once"
         );
@@ -519,26 +583,71 @@ mod tests {
         let t0 = Instant::now();
         let mut schedule = Schedule::new(t0, TIMEOUT);
         schedule.open_gate(LISTED, t0);
-        schedule.take_batch(Some(BTreeSet::new()));
+        schedule.take_batch(Some(BTreeSet::new()), t0);
         let flood = Source::Peer("a-flood".into());
         let honest = Source::Peer("z-honest".into());
         let flooded: Vec<ServiceRef> = (0..25_000)
             .map(|i| ServiceRef::new("aaa", &format!("s{i}")))
             .collect();
         schedule.mark(&flood, touched(flooded), t0);
-        schedule.take_batch(None);
+        schedule.take_batch(None, t0);
         let new: Vec<ServiceRef> = (0..20)
             .map(|i| ServiceRef::new("zzz", &format!("n{i}")))
             .collect();
         schedule.mark(&honest, touched(new.clone()), t0);
         schedule.mark(&Source::Local, touched([ServiceRef::new("zzz", "own")]), t0);
-        let batch = schedule.take_batch(None);
+        let batch = schedule.take_batch(None, t0);
         assert!(
             new.iter().all(|s| batch.contains(s)),
             "every honest change in the next batch"
         );
         assert!(batch.contains(&ServiceRef::new("zzz", "own")));
         assert_eq!(batch.len(), SERVICES_PER_CYCLE, "the flood fills the rest");
+    }
+
+    #[test]
+    fn a_peers_churn_past_its_budget_waits_and_coalesces() {
+        let t0 = Instant::now();
+        let mut schedule = Schedule::new(t0, TIMEOUT);
+        schedule.open_gate(LISTED, t0);
+        schedule.take_batch(Some(BTreeSet::new()), t0);
+        let churn = Source::Peer("churn".into());
+        let services: Vec<ServiceRef> = (0..3_000).map(service).collect();
+        // Its first burst is taken whole, batch by batch.
+        schedule.mark(&churn, touched(services.clone()), t0);
+        let mut taken = 0;
+        while schedule.has_work() {
+            let batch = schedule.take_batch(None, t0);
+            if batch.is_empty() {
+                break;
+            }
+            taken += batch.len();
+        }
+        assert_eq!(
+            taken, PEER_CHANGE_BURST as usize,
+            "the burst, then it waits"
+        );
+        // It rewrites everything every second for 10 s: 200 a second are
+        // planned, each waiting service once however often it changed.
+        let mut planned = 0;
+        for second in 1..=10 {
+            let now = t0 + Duration::from_secs(second);
+            schedule.mark(&churn, touched(services.clone()), now);
+            while let batch = schedule.take_batch(None, now)
+                && !batch.is_empty()
+            {
+                planned += batch.len();
+            }
+        }
+        assert_eq!(planned, 10 * PEER_CHANGES_PER_SECOND as usize);
+        // This cluster's own change is not held back meanwhile.
+        let now = t0 + Duration::from_secs(10);
+        schedule.mark(&Source::Local, touched([ServiceRef::new("own", "x")]), now);
+        assert!(
+            schedule
+                .take_batch(None, now)
+                .contains(&ServiceRef::new("own", "x"))
+        );
     }
 
     #[test]
@@ -562,7 +671,7 @@ mod tests {
         let mut seen = BTreeSet::new();
         let mut first = true;
         while schedule.has_work() {
-            let batch = schedule.take_batch(first.then(|| every.clone()));
+            let batch = schedule.take_batch(first.then(|| every.clone()), t0);
             first = false;
             assert!(batch.is_disjoint(&seen), "nothing planned twice");
             let count = |ns: &str| batch.iter().filter(|s| &*s.namespace == ns).count();

@@ -40,7 +40,7 @@ impl Controller {
             .schedule
             .wants_every_service()
             .then(|| self.all_services());
-        let mut keys = self.schedule.take_batch(every);
+        let mut keys = self.schedule.take_batch(every, Instant::now());
         let planned = keys.clone();
         // Rounds back to back for the services that wrote (see
         // ROUNDS_PER_CYCLE).
@@ -220,8 +220,9 @@ impl Controller {
                             Ok(Written::Refused { kind, name, reason }) => {
                                 let refusal = Refusal { kind, name, reason };
                                 refused_event(events, &key, &refusal);
-                                // The rest does not hang off the object refused
-                                // (an import not ours stops at plan time).
+                                // What needs the object refused waits, as for a
+                                // failure (no status written into a foreign import).
+                                failed.push(planned);
                                 results.push(Ok(Written::Refused { kind: refusal.kind, name: refusal.name, reason }));
                             }
                             Ok(written) => {
