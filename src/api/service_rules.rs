@@ -20,8 +20,12 @@ use super::limits::{MAX_IP_FAMILIES, MAX_LABEL_VALUE_LEN, Violation, is_dns1123_
 /// on every node and SRV names in every DNS pod of every member.
 pub const MAX_PORTS: usize = 100;
 
-/// The apiserver's limit on all of an object's annotations together.
-pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+/// The most an export's `exportedLabels` and `exportedAnnotations` may
+/// hold together, keys and values: they are copied onto the import in
+/// every member and held by every member's controller, so a peer may not
+/// make them large (the apiserver alone would allow 256 KiB of
+/// annotations).
+pub const MAX_EXPORTED_METADATA_BYTES: usize = 4 * 1024;
 
 /// Label and annotation key prefixes an exporter may not put on an import:
 /// Kubernetes reserves `kubernetes.io/` and `k8s.io/` for its own
@@ -195,8 +199,8 @@ pub fn ip_families(families: &[String]) -> Result<(), Violation> {
 
 /// An export's `exportedLabels` and `exportedAnnotations`, which are put on
 /// the ServiceImport of every member: keys are qualified names outside the
-/// [`RESERVED_PREFIXES`], label values valid label values, annotations at
-/// most [`MAX_ANNOTATIONS_BYTES`] in all.
+/// [`RESERVED_PREFIXES`], label values valid label values, both at most
+/// [`MAX_EXPORTED_METADATA_BYTES`] together.
 pub fn exported_metadata(
     labels: &BTreeMap<String, String>,
     annotations: &BTreeMap<String, String>,
@@ -228,11 +232,17 @@ pub fn exported_metadata(
             ));
         }
     }
-    let bytes: usize = annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
-    if bytes > MAX_ANNOTATIONS_BYTES {
+    let bytes: usize = labels
+        .iter()
+        .chain(annotations)
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    if bytes > MAX_EXPORTED_METADATA_BYTES {
         return Err(violation(
             "exportedAnnotations",
-            format!("{bytes} bytes, at most {MAX_ANNOTATIONS_BYTES} allowed"),
+            format!(
+                "labels and annotations hold {bytes} bytes, at most {MAX_EXPORTED_METADATA_BYTES} allowed"
+            ),
         ));
     }
     Ok(())

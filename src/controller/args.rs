@@ -53,18 +53,14 @@ pub struct ControllerArgs {
     /// The most ServiceExports read from one peer; beyond it a peer's
     /// objects are refused and counted
     /// (`peer_objects_rejected_total{reason="peer-limit"}`).
-    #[arg(
-        long,
-        env = "CLUSTERSET_DNS_PEER_MAX_EXPORTS",
-        default_value_t = 20_000
-    )]
+    #[arg(long, env = "CLUSTERSET_DNS_PEER_MAX_EXPORTS", default_value_t = 2_000)]
     pub peer_max_exports: usize,
     /// The most Services read from one peer (all its Services but the
     /// derived ones, exported or not).
     #[arg(
         long,
         env = "CLUSTERSET_DNS_PEER_MAX_SERVICES",
-        default_value_t = 100_000
+        default_value_t = 2_000
     )]
     pub peer_max_services: usize,
     /// The percentage of this cluster's Service CIDR (its primary family)
@@ -79,13 +75,15 @@ pub struct ControllerArgs {
     )]
     pub peer_clusterset_ip_share: u8,
     /// The most mirrored EndpointSlices read from one peer.
-    #[arg(long, env = "CLUSTERSET_DNS_PEER_MAX_SLICES", default_value_t = 50_000)]
+    #[arg(long, env = "CLUSTERSET_DNS_PEER_MAX_SLICES", default_value_t = 10_000)]
     pub peer_max_slices: usize,
-    /// The most endpoints, over all its slices, read from one peer.
+    /// The most endpoint addresses, over all its slices, read from one
+    /// peer. The defaults hold one peer at its limits to about 90 MiB of
+    /// this controller's memory (docs/controller.md, "Limits and budgets").
     #[arg(
         long,
         env = "CLUSTERSET_DNS_PEER_MAX_ENDPOINTS",
-        default_value_t = 500_000
+        default_value_t = 100_000
     )]
     pub peer_max_endpoints: usize,
     /// HTTP address for /metrics, /ready, /live and

@@ -14,7 +14,7 @@
 //! reconciler recomputes only those. Objects rest compacted
 //! ([`super::compact`]) and are expanded when a decision reads them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -23,7 +23,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::ResourceExt;
 
-use super::compact::{Compact, Interner, RestSlice};
+use super::compact::{Compact, Interner, RestExport, RestService, RestSlice};
 use super::lean::Lean;
 use crate::api::well_known::{
     LABEL_KUBERNETES_SERVICE_NAME, LABEL_SERVICE_NAME, LABEL_TOPOLOGY_ZONE,
@@ -80,17 +80,69 @@ pub struct Listed<K: Compact> {
 }
 
 /// The most a peer may make this controller hold of one kind: a number of
-/// objects and a total weight (endpoints, for slices). An object that would
-/// pass either is refused, not stored, and counted; a complete list keeps
-/// the first objects in (namespace, name) order, so every controller of the
-/// clusterset keeps the same ones.
+/// objects, a total weight (endpoint addresses, for slices) and a size of
+/// one object at rest. An object that would pass any is refused, not
+/// stored, and counted; a complete list keeps the first objects in
+/// (namespace, name) order, so every controller of the clusterset keeps
+/// the same ones. While a list arrives, objects past the count are not
+/// even buffered (the apiserver lists in key order, the same order), so a
+/// peer listing millions costs one page at a time, not the whole list.
 #[derive(Debug)]
 struct Cap<K: Compact> {
     max_objects: usize,
     max_weight: usize,
     weight: fn(&K::Rest) -> usize,
+    max_object_bytes: usize,
+    bytes: fn(&K::Rest) -> usize,
     total_weight: usize,
+    /// The list under way: its first `max_objects` objects in (namespace,
+    /// name) order so far, the last of them on top, so one that sorts
+    /// before it takes its place.
+    listing: BinaryHeap<ByKey<K>>,
     refused: u64,
+}
+
+/// A listed object ordered by its key (namespace, name).
+struct ByKey<K: Compact>(Listed<K>);
+
+impl<K: Compact> ByKey<K> {
+    fn key(&self) -> (&str, &str) {
+        (&self.0.namespace, &self.0.name)
+    }
+}
+
+impl<K: Compact> PartialEq for ByKey<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl<K: Compact> Eq for ByKey<K> {}
+
+impl<K: Compact> PartialOrd for ByKey<K> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<K: Compact> Ord for ByKey<K> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+impl<K: Compact> std::fmt::Debug for ByKey<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.0.namespace, self.0.name)
+    }
+}
+
+/// How a capped kind weighs and sizes its objects at rest.
+struct Measure<K: Compact> {
+    max_weight: usize,
+    weight: fn(&K::Rest) -> usize,
+    max_object_bytes: usize,
+    bytes: fn(&K::Rest) -> usize,
 }
 
 impl<K: kube::Resource + Compact> Objects<K> {
@@ -106,20 +158,47 @@ impl<K: kube::Resource + Compact> Objects<K> {
         }
     }
 
-    fn capped(
-        mut self,
-        max_objects: usize,
-        max_weight: usize,
-        weight: fn(&K::Rest) -> usize,
-    ) -> Self {
+    fn capped(mut self, max_objects: usize, measure: Measure<K>) -> Self {
         self.cap = Some(Cap {
             max_objects,
-            max_weight,
-            weight,
+            max_weight: measure.max_weight,
+            weight: measure.weight,
+            max_object_bytes: measure.max_object_bytes,
+            bytes: measure.bytes,
             total_weight: 0,
+            listing: BinaryHeap::new(),
             refused: 0,
         });
         self
+    }
+
+    /// A list begins: nothing of it is held yet.
+    fn start_listing(&mut self) {
+        if let Some(cap) = &mut self.cap {
+            cap.listing.clear();
+        }
+    }
+
+    /// `object` compacted for the list under way. A capped store keeps
+    /// it itself, among the first `max_objects` in key order so far
+    /// (those it displaces, and objects over the size limit, are counted
+    /// as refused), and hands nothing to the caller's buffer: a peer
+    /// listing millions of objects costs this many, whatever the order.
+    fn listed_within_cap(&mut self, object: K) -> Option<Listed<K>> {
+        let listed = self.compacted(object);
+        let Some(cap) = &mut self.cap else {
+            return Some(listed);
+        };
+        if (cap.bytes)(&listed.stored.rest) > cap.max_object_bytes {
+            cap.refused += 1;
+            return None;
+        }
+        cap.listing.push(ByKey(listed));
+        if cap.listing.len() > cap.max_objects {
+            cap.listing.pop();
+            cap.refused += 1;
+        }
+        None
     }
 
     /// How many objects the cap refused since the last call.
@@ -227,6 +306,7 @@ impl<K: kube::Resource + Compact> Objects<K> {
             let weight = (cap.weight)(&stored.rest);
             if self.len >= cap.max_objects
                 || cap.total_weight.saturating_add(weight) > cap.max_weight
+                || (cap.bytes)(&stored.rest) > cap.max_object_bytes
             {
                 // Refused: whatever the old version contributed is gone
                 // too (removed above), as for a deletion.
@@ -289,6 +369,9 @@ impl<K: kube::Resource + Compact> Objects<K> {
     }
 
     fn replace(&mut self, mut listed: Vec<Listed<K>>) {
+        if let Some(cap) = &mut self.cap {
+            listed.extend(cap.listing.drain().map(|keyed| keyed.0));
+        }
         for service in std::mem::take(&mut self.by_service).into_keys() {
             self.touched.service(service);
         }
@@ -400,6 +483,30 @@ impl Default for ClusterData {
         }
     }
 }
+/// The most one peer's ServiceExport may take at rest (its spec and
+/// status as JSON): its conditions are a few KiB at most, and its
+/// exported labels and annotations at most
+/// [`crate::api::service_rules::MAX_EXPORTED_METADATA_BYTES`] (4 KiB).
+pub const MAX_EXPORT_BYTES: usize = 16 * 1024;
+
+/// The most one peer's Service (or the Service view of its
+/// PublishedService) may take at rest, its spec as JSON: 100 ports with
+/// long names and app protocols come to about 8 KiB.
+pub const MAX_SERVICE_BYTES: usize = 16 * 1024;
+
+/// What one peer at its limits can make this controller hold at most, in
+/// bytes: every export and Service at its size limit, and every endpoint
+/// address at its size at rest ([`BYTES_PER_ENDPOINT`]). docs/controller.md,
+/// "Limits and budgets", sums it against the shipped memory limit.
+pub fn peer_budget_bytes(limits: &PeerLimits) -> usize {
+    limits.exports * MAX_EXPORT_BYTES
+        + limits.services * MAX_SERVICE_BYTES
+        + limits.endpoints * BYTES_PER_ENDPOINT
+}
+
+/// An endpoint address at rest with its share of its slice, as measured by
+/// the controller bench (docs/benchmarks-controller.md), rounded up.
+pub const BYTES_PER_ENDPOINT: usize = 256;
 
 /// How much of a peer's data this controller holds at most (peer input is
 /// untrusted: a broken or hostile peer must not exhaust our memory or fill
@@ -420,12 +527,34 @@ impl ClusterData {
     /// The store of a peer's data, within `limits`.
     pub fn for_peer(limits: PeerLimits) -> Self {
         Self {
-            exports: Objects::new(named).capped(limits.exports, usize::MAX, |_| 0),
-            services: Objects::new(service_owner).capped(limits.services, usize::MAX, |_| 0),
+            exports: Objects::new(named).capped(
+                limits.exports,
+                Measure {
+                    max_weight: usize::MAX,
+                    weight: |_| 0,
+                    max_object_bytes: MAX_EXPORT_BYTES,
+                    bytes: RestExport::bytes,
+                },
+            ),
+            services: Objects::new(service_owner).capped(
+                limits.services,
+                Measure {
+                    max_weight: usize::MAX,
+                    weight: |_| 0,
+                    max_object_bytes: MAX_SERVICE_BYTES,
+                    bytes: RestService::bytes,
+                },
+            ),
+            // Addresses, not endpoints: an endpoint may carry up to 100,
+            // and each is held.
             mcs_slices: Objects::new(mcs_slice_owner).capped(
                 limits.slices,
-                limits.endpoints,
-                RestSlice::endpoint_count,
+                Measure {
+                    max_weight: limits.endpoints,
+                    weight: RestSlice::address_count,
+                    max_object_bytes: usize::MAX,
+                    bytes: |_| 0,
+                },
             ),
         }
     }
@@ -523,8 +652,12 @@ macro_rules! objects_store {
                 self.remove(&object.namespace().unwrap_or_default(), &object.name_any());
             }
 
+            fn list_started(&mut self) {
+                self.start_listing();
+            }
+
             fn listed(&mut self, object: Lean<$kind>) -> Option<Listed<$kind>> {
-                Some(self.compacted(object.0))
+                self.listed_within_cap(object.0)
             }
 
             fn reset(&mut self, listed: Vec<Listed<$kind>>) {
@@ -821,7 +954,13 @@ mod tests {
                 ..ObjectMeta::default()
             },
             address_type: "IPv4".into(),
-            endpoints: vec![Endpoint::default(); endpoints],
+            endpoints: vec![
+                Endpoint {
+                    addresses: vec!["10.1.0.1".into()],
+                    ..Endpoint::default()
+                };
+                endpoints
+            ],
             ports: None,
         }
     }
@@ -887,6 +1026,62 @@ mod tests {
         };
         assert_eq!(listed(&["e", "d", "c", "b", "a"]), ["a", "b", "c"]);
         assert_eq!(listed(&["b", "a", "e", "c", "d"]), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_list_past_the_limit_holds_no_more_than_the_limit_while_it_arrives() {
+        // Issue 44 (H2): 300,000 objects listed cost the limit, not the list.
+        let mut data = peer();
+        let store = &mut data.mcs_slices;
+        IndexResource::<Lean<EndpointSlice>>::list_started(store);
+        for i in (0..300_000).rev() {
+            let kept = IndexResource::listed(store, Lean::new(slice(&format!("s{i:06}"), 0)));
+            assert!(kept.is_none(), "the store holds it, not the caller");
+            assert!(store.cap.as_ref().unwrap().listing.len() <= 3);
+        }
+        IndexResource::<Lean<EndpointSlice>>::reset(store, Vec::new());
+        assert_eq!(names(&data.mcs_slices), ["s000000", "s000001", "s000002"]);
+        assert_eq!(data.take_refused()[2].1, 300_000 - 3);
+    }
+
+    #[test]
+    fn a_peers_export_or_service_over_its_size_limit_is_refused_and_counted() {
+        use crate::api::ServiceExport;
+        let export = |name: &str, annotation_bytes: usize| {
+            let mut export = ServiceExport::new(name, Default::default());
+            export.metadata.namespace = Some("shop".into());
+            export
+                .spec
+                .exported_annotations
+                .insert("padding".into(), "x".repeat(annotation_bytes));
+            export
+        };
+        let mut data = peer();
+        IndexResource::apply(&mut data.exports, Lean::new(export("small", 1000)));
+        IndexResource::apply(
+            &mut data.exports,
+            Lean::new(export("big", MAX_EXPORT_BYTES)),
+        );
+        assert!(data.exports.get("shop", "small").is_some());
+        assert!(data.exports.get("shop", "big").is_none());
+        // A list, too.
+        let store = &mut data.exports;
+        IndexResource::<Lean<ServiceExport>>::list_started(store);
+        for (name, bytes) in [("a", 10), ("b", MAX_EXPORT_BYTES * 64), ("c", 10)] {
+            IndexResource::listed(store, Lean::new(export(name, bytes)));
+        }
+        IndexResource::<Lean<ServiceExport>>::reset(store, Vec::new());
+        assert_eq!(data.exports.len(), 2);
+        assert_eq!(data.take_refused()[0], ("serviceexports", 2));
+        assert!(
+            peer_budget_bytes(&PeerLimits {
+                exports: 2_000,
+                services: 2_000,
+                slices: 10_000,
+                endpoints: 100_000,
+            }) < 100 * 1024 * 1024,
+            "the defaults' budget, docs/controller.md"
+        );
     }
 
     #[test]

@@ -140,6 +140,18 @@ pub struct Json<T> {
     kind: PhantomData<fn() -> T>,
 }
 
+impl<T> Json<T> {
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether it is empty (never, for a serialized value).
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
 impl<T: Serialize + DeserializeOwned> Json<T> {
     fn new(value: &T) -> Self {
         let bytes = serde_json::to_vec(value).expect("an API value serializes");
@@ -511,6 +523,13 @@ pub struct RestService {
     spec: Option<Json<ServiceSpec>>,
 }
 
+impl RestService {
+    /// Its spec's size at rest, in bytes.
+    pub fn bytes(&self) -> usize {
+        self.spec.as_ref().map_or(0, Json::len)
+    }
+}
+
 impl Compact for Service {
     type Rest = RestService;
 
@@ -536,6 +555,13 @@ pub struct RestExport {
     meta: RestMeta,
     spec: Json<ServiceExportSpec>,
     status: Option<Json<ServiceExportStatus>>,
+}
+
+impl RestExport {
+    /// Its spec's and status's size at rest, in bytes.
+    pub fn bytes(&self) -> usize {
+        self.spec.len() + self.status.as_ref().map_or(0, Json::len)
+    }
 }
 
 impl Compact for ServiceExport {

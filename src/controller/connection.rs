@@ -287,6 +287,12 @@ where
 /// objects listed.
 pub const LIST_PAGE: u32 = 500;
 
+/// Objects per list page read from a peer: its objects are untrusted in
+/// size as in number, and a page is read whole (bounded by
+/// [`crate::peering::body_limit::MAX_RESPONSE_BYTES`]), so a peer's page is
+/// small.
+pub const PEER_LIST_PAGE: u32 = 50;
+
 /// Starts the watches of one cluster.
 pub fn connect(
     client: Client,
@@ -294,7 +300,11 @@ pub fn connect(
     scope: Scope,
     reports: mpsc::Sender<Report>,
 ) -> Connection {
-    let all = watcher::Config::default().page_size(LIST_PAGE);
+    let page = match &scope {
+        Scope::Local { .. } => LIST_PAGE,
+        Scope::Peer { .. } => PEER_LIST_PAGE,
+    };
+    let all = watcher::Config::default().page_size(page);
     let ours = format!("{LABEL_MANAGED_BY}={MANAGED_BY}");
     let mut tasks = Tasks {
         key: key.clone(),

@@ -196,6 +196,7 @@ pub async fn run(
             endpoints: args.peer_max_endpoints,
         },
     };
+    log_peer_budget(&settings.peer_limits);
     // Renewals start with the controller: its start-up reads the cluster
     // and may take longer than a renewal period.
     let hold = async {
@@ -219,5 +220,87 @@ pub async fn run(
         lost = hold => Err(ControllerError::LostLeadership(lost)),
         stopped = work => stopped,
         () = &mut shutdown => Ok(()),
+    }
+}
+
+/// How many peers at `limits` a memory limit of `limit` bytes has room
+/// for beside [`BASE_MEMORY_BYTES`].
+pub fn peers_at_limits(limits: &PeerLimits, limit: usize) -> usize {
+    limit.saturating_sub(BASE_MEMORY_BYTES) / cluster::peer_budget_bytes(limits).max(1)
+}
+
+/// Says at start what one peer at its limits can make this controller
+/// hold, and how many such peers the container's memory limit (cgroup v2
+/// `memory.max`) has room for beside [`BASE_MEMORY_BYTES`]; warns when it
+/// is fewer than two.
+fn log_peer_budget(limits: &PeerLimits) {
+    let per_peer = cluster::peer_budget_bytes(limits);
+    let mib = |bytes: usize| bytes / (1024 * 1024);
+    let limit = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|text| text.trim().parse::<usize>().ok());
+    match limit {
+        Some(limit) => {
+            let peers = peers_at_limits(limits, limit);
+            if peers < 2 {
+                tracing::warn!(
+                    per_peer_mib = mib(per_peer),
+                    memory_limit_mib = mib(limit),
+                    peers_at_limits = peers,
+                    "the memory limit has room for fewer than two peers at their limits: raise it or lower --peer-max-*"
+                );
+            } else {
+                tracing::info!(
+                    per_peer_mib = mib(per_peer),
+                    memory_limit_mib = mib(limit),
+                    peers_at_limits = peers,
+                    "peer limits"
+                );
+            }
+        }
+        None => tracing::info!(per_peer_mib = mib(per_peer), "peer limits"),
+    }
+}
+
+/// What the controller holds besides its peers' data: this cluster's own
+/// objects and the process, as the controller bench measured it at 2,000
+/// exports (docs/benchmarks-controller.md), rounded up.
+pub const BASE_MEMORY_BYTES: usize = 96 * 1024 * 1024;
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// `clusterset-dns controller` alone, as the binary parses it.
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: ControllerArgs,
+    }
+
+    #[test]
+    fn the_default_peer_limits_fit_four_peers_in_the_shipped_limit() {
+        // docs/controller.md, "Limits and budgets"; deploy/controller.yaml
+        // ships `limits: {memory: 512Mi}`.
+        let args = Command::parse_from(["controller"]).args;
+        let limits = PeerLimits {
+            exports: args.peer_max_exports,
+            services: args.peer_max_services,
+            slices: args.peer_max_slices,
+            endpoints: args.peer_max_endpoints,
+        };
+        assert_eq!(cluster::peer_budget_bytes(&limits) / (1024 * 1024), 86);
+        assert_eq!(peers_at_limits(&limits, 512 * 1024 * 1024), 4);
+        let shipped = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/deploy/controller.yaml"
+        ))
+        .unwrap();
+        assert!(
+            shipped.contains("memory: 512Mi"),
+            "the shipped limit changed"
+        );
     }
 }

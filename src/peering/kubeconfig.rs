@@ -313,7 +313,12 @@ impl StoredKubeconfig {
         let config = kube::Config::from_custom_kubeconfig(self.kubeconfig, &options)
             .await
             .map_err(|e| KubeconfigError::Config(Chain(&e).to_string()))?;
-        Client::try_from(config).map_err(|e| KubeconfigError::Client(Chain(&e).to_string()))
+        // A peer's answers are bounded in size (issue 44, H2).
+        let builder = kube::client::ClientBuilder::try_from(config)
+            .map_err(|e| KubeconfigError::Client(Chain(&e).to_string()))?;
+        Ok(builder
+            .with_layer(&super::body_limit::BodyLimitLayer)
+            .build())
     }
 }
 

@@ -18,7 +18,9 @@
 //!   controller repeats and `peer list` runs once.
 //! - A refused peer gets a Warning Event [`reason::PEER_REFUSED`], its note
 //!   starting with one of the [`reason`]s.
+//! - Every answer a peer sends is bounded in size ([`body_limit`]).
 
+pub mod body_limit;
 pub mod contact;
 pub mod credential;
 pub mod kubeconfig;

@@ -187,7 +187,7 @@ fn exported_metadata_keeps_to_valid_keys_outside_the_reserved_prefixes() {
         exported_metadata(&empty, &map(&[("k", &long_value)])),
         Ok(())
     );
-    let huge = "x".repeat(MAX_ANNOTATIONS_BYTES);
+    let huge = "x".repeat(MAX_EXPORTED_METADATA_BYTES);
     assert_eq!(
         field_of(exported_metadata(&empty, &map(&[("k", &huge)]))),
         "exportedAnnotations"
