@@ -1013,7 +1013,10 @@ fn differing_services(old: &ClusterData, new: &ClusterData) -> Touched {
 }
 
 /// The HTTP status of a watch error that says the peer refuses the
-/// credential (401, 403).
+/// credential: 401 only. A 403 on a watch is what reading a peer of the
+/// previous release's form with the narrow reader role gives before that
+/// peer publishes (docs/upgrade.md), not a credential taken away; the
+/// probe and the identity read, which the role always allows, report 403.
 fn rejection_in_watch(event: &ClusterEvent) -> Option<u16> {
     let error = match event {
         ClusterEvent::Exports(Err(error))
@@ -1022,7 +1025,7 @@ fn rejection_in_watch(event: &ClusterEvent) -> Option<u16> {
         _ => return None,
     };
     let code = crate::watch::api_status(error)?.code;
-    matches!(code, 401 | 403).then_some(code)
+    (code == 401).then_some(code)
 }
 
 /// The HTTP status, when 401 or 403, of an apiserver refusal in the text

@@ -1024,12 +1024,26 @@ fn a_rejected_credential_is_reported_from_the_identity_read_and_watches_but_not_
     run.identify("peer-b", new, identity("b"));
     let stale = run.probe("peer-b", old, Err(&unauthorized));
     assert!(refusals(&stale).is_empty(), "{stale:?}");
+    // A 403 on a watch is the narrow reader role meeting a peer that has
+    // not published yet (the previous release's form): no credential news.
+    let forbidden = run.watch(
+        "peer-b",
+        new,
+        vec![
+            ClusterEvent::Services(Err(crate::watch::testing::status_error(403, "Forbidden")))
+                .into(),
+        ],
+    );
+    assert!(refusals(&forbidden).is_empty(), "{forbidden:?}");
     let watched = run.watch(
         "peer-b",
         new,
         vec![
-            ClusterEvent::McsSlices(Err(crate::watch::testing::status_error(403, "Forbidden")))
-                .into(),
+            ClusterEvent::McsSlices(Err(crate::watch::testing::status_error(
+                401,
+                "Unauthorized",
+            )))
+            .into(),
         ],
     );
     assert_eq!(

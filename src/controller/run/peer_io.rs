@@ -285,7 +285,11 @@ impl Controller {
             type_: EventType::Warning,
             reason: reason::PEER_REFUSED.into(),
             note: Some(format!("{reason}: {message}")),
-            action: "Connect".into(),
+            // The refusal's own reason as the action: Events of one reason
+            // and action on one object are folded into a series that keeps
+            // its first note, so a later refusal of the same Secret for
+            // another reason would otherwise never be told.
+            action: reason.into(),
             secondary: None,
         };
         self.events.publish(reference, event);
