@@ -182,6 +182,18 @@ fn main() {
             "each_field_a_service_may_not_have_is_refused_and_the_honest_exporters_changes_still_arrive",
             |pair| Box::pin(invalid_fields_refused(pair)),
         ),
+        (
+            "an_import_made_first_by_someone_else_is_refused_and_never_written",
+            |pair| Box::pin(unlabelled_import_refused(pair)),
+        ),
+        (
+            "headless_imports_flipped_to_clusterset_ip_count_against_the_peers_share",
+            |pair| Box::pin(headless_flip_past_share(pair)),
+        ),
+        (
+            "a_broken_rotation_of_a_peer_secret_is_refused_and_keeps_the_imports",
+            |pair| Box::pin(broken_rotation_keeps_imports(pair)),
+        ),
         // Last: the hostile peer stays refused afterwards.
         (
             "a_peer_that_changes_its_cluster_id_is_refused_and_its_imports_go_after_grace",
@@ -198,6 +210,12 @@ fn main() {
 /// A selector-less Service and its ServiceExport in the hostile cluster,
 /// and the PublishedService its controller would write.
 async fn export_selectorless(client: &Client, ns: &str, name: &str) {
+    export_selectorless_as(client, ns, name, false).await;
+}
+
+/// [`export_selectorless`], of a headless Service (`clusterIP: None`)
+/// when `headless`.
+async fn export_selectorless_as(client: &Client, ns: &str, name: &str, headless: bool) {
     Api::<PublishedService>::namespaced(client.clone(), controlplane::CONTROLLER_NAMESPACE)
         .create(
             &PostParams::default(),
@@ -208,6 +226,7 @@ async fn export_selectorless(client: &Client, ns: &str, name: &str) {
                 "spec": {
                     "namespace": ns,
                     "name": name,
+                    "headless": headless,
                     "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
                     "ipFamilies": ["IPv4"],
                 },
@@ -215,14 +234,15 @@ async fn export_selectorless(client: &Client, ns: &str, name: &str) {
         )
         .await
         .unwrap();
+    let mut spec = json!({"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]});
+    if headless {
+        spec["clusterIP"] = json!("None");
+    }
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
     services
         .create(
             &PostParams::default(),
-            &object(json!({
-                "metadata": {"name": name},
-                "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
-            })),
+            &object(json!({"metadata": {"name": name}, "spec": spec})),
         )
         .await
         .unwrap();
@@ -947,7 +967,10 @@ async fn identity_change_refused(pair: &mut Pair) {
         if event && counted > 0.0 {
             Ok(())
         } else {
-            Err(format!("event {event}, counted {counted}"))
+            Err(format!(
+                "event {event}, counted {counted}, PeerRefused notes {:?}",
+                refusal_notes(victim, &format!("peer-{hostile_id}")).await
+            ))
         }
     })
     .await;
@@ -1439,4 +1462,389 @@ async fn invalid_fields_refused(pair: &mut Pair) {
     }
     let errors_after = counter(port, "clusterset_dns_controller_write_errors_total", &[]).await;
     assert_eq!(errors_after, errors_before, "no write failed");
+}
+
+/// The last lines of the victim's controller log, for a failure message.
+fn victim_log(pair: &Pair) -> String {
+    let log = pair.controller(VICTIM).log();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// Issue 31 (L5): a ServiceImport under the name the controller would
+/// create, made first by someone else (no labels, the spec the merge
+/// would write). The controller only ever creates an import it does not
+/// own: it refuses (`NotOurs`, a Warning Event and
+/// `refused_total{kind="serviceimport"}`), writes neither the object nor
+/// its status, and nothing that would be owned by it.
+async fn unlabelled_import_refused(pair: &mut Pair) {
+    use clusterset_dns::controller::naming::{FIELD_MANAGER, derived_service_name};
+    let ns = "default";
+    let name = "squat-import";
+    let (victim, hostile) = (pair.client(VICTIM).clone(), pair.client(HOSTILE).clone());
+    let hostile_id = pair.hostile_id().to_owned();
+    let port = pair.controller(VICTIM).admin_port();
+    let imports: Api<ServiceImport> = Api::namespaced(victim.clone(), ns);
+    // The spec the merge writes for an export like the one below, as the
+    // controller wrote it for another service (without its clusterset IP).
+    honest_export_imports(pair, "squat-import-model").await;
+    let model = imports.get("squat-import-model").await.unwrap();
+    let mut spec = serde_json::to_value(&model.spec).unwrap();
+    spec.as_object_mut().unwrap().remove("ips");
+    assert_eq!(
+        spec,
+        json!({
+            "type": "ClusterSetIP",
+            "ports": [{"name": "http", "protocol": "TCP", "port": 80}],
+            "ipFamilies": ["IPv4"],
+            "sessionAffinity": "None",
+            "internalTrafficPolicy": "Cluster",
+        }),
+        "the model import's spec"
+    );
+    let metric = "clusterset_dns_controller_refused_total";
+    let labels = ["kind=\"serviceimport\"", "reason=\"NotOurs\""];
+    let refused_before = counter(port, metric, &labels).await;
+    let squatter = imports
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "apiVersion": "multicluster.x-k8s.io/v1beta1",
+                "kind": "ServiceImport",
+                "metadata": {"name": name},
+                "spec": spec,
+            })),
+        )
+        .await
+        .unwrap();
+    export_selectorless(&hostile, ns, name).await;
+    publish_slice(
+        &hostile,
+        &forged_slice(&hostile_id, ns, name, "squat-import-slice", "10.244.63.1"),
+    )
+    .await;
+    support::wait_for("the import not ours refused", WAIT, || async {
+        let event = event_with(&victim, ns, "Refused", name, &["NotOurs"]).await;
+        let refused = counter(port, metric, &labels).await;
+        if event && refused > refused_before {
+            Ok(())
+        } else {
+            Err(format!(
+                "event {event}, refused {refused} (was {refused_before}); log:\n{}",
+                victim_log(pair)
+            ))
+        }
+    })
+    .await;
+    let check = |when: &'static str| {
+        let imports = imports.clone();
+        let squatter = squatter.clone();
+        async move {
+            let after = imports.get(name).await.unwrap();
+            assert!(
+                after.metadata.labels.as_ref().is_none_or(|l| l.is_empty()),
+                "{when}: labelled: {:?}",
+                after.metadata.labels
+            );
+            let managers: Vec<Option<String>> = after
+                .metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .map(|entry| entry.manager.clone())
+                .collect();
+            assert!(
+                !managers.iter().any(|m| m.as_deref() == Some(FIELD_MANAGER)),
+                "{when}: managed by the controller: {managers:?}"
+            );
+            assert_eq!(
+                after.metadata.resource_version, squatter.metadata.resource_version,
+                "{when}: written: {after:?}"
+            );
+        }
+    };
+    check("at the refusal").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    check("3 s later").await;
+    // Nothing that would need the import as its owner was written.
+    let derived = Api::<Service>::namespaced(victim.clone(), ns)
+        .get_opt(&derived_service_name(ns, name))
+        .await
+        .unwrap();
+    assert!(derived.is_none(), "a derived Service: {derived:?}");
+    let slices = imported(&victim, ns, name, &hostile_id).await;
+    assert!(slices.is_empty(), "imported slices: {slices:?}");
+}
+
+/// How many clusterset IPs one peer alone may hold in cluster `i` with
+/// `--peer-clusterset-ip-share percent`: that share of its (IPv4) Service
+/// CIDR's addresses, rounded down, as the controller computes it.
+fn share_limit(pair: &Pair, i: usize, percent: u64) -> u64 {
+    let cidr = &pair.plane.clusters[i].spec.service_cidrs[0];
+    let prefix: u32 = cidr.split_once('/').unwrap().1.parse().unwrap();
+    let addresses = 1u64 << (32 - prefix);
+    addresses / 100 * percent + addresses % 100 * percent / 100
+}
+
+/// The controller's ClusterSetIP imports in the victim exported by `peer`
+/// alone: what counts against that peer's share.
+async fn held_by(client: &Client, peer: &str) -> u64 {
+    use clusterset_dns::api::ServiceImportType;
+    use clusterset_dns::controller::cluster::is_ours;
+    Api::<ServiceImport>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|import| is_ours(*import) && import.spec.type_ == ServiceImportType::ClusterSetIp)
+        .filter(|import| {
+            import
+                .status
+                .as_ref()
+                .is_some_and(|s| matches!(s.clusters.as_slice(), [only] if only.cluster == peer))
+        })
+        .count() as u64
+}
+
+/// Issue 31 (H3): the share of clusterset IPs holds when an import is
+/// not new but changes type. The hostile peer exports three headless
+/// services (no clusterset IP, nothing counted), then flips all three to
+/// ClusterSetIP: each would now need a derived Service, and only as many
+/// as its share has room for get one; the others are refused
+/// (`ClusterSetIPShareExceeded`, Event and metric).
+async fn headless_flip_past_share(pair: &mut Pair) {
+    use clusterset_dns::api::ServiceImportType;
+    use clusterset_dns::controller::naming::derived_service_name;
+    let ns = "default";
+    let names = ["flip-a", "flip-b", "flip-c"];
+    let hostile_id = pair.hostile_id().to_owned();
+    let limit = share_limit(pair, VICTIM, 1);
+    pair.restart_victim(&["--peer-clusterset-ip-share", "1"]);
+    let (victim, hostile) = (pair.client(VICTIM).clone(), pair.client(HOSTILE).clone());
+    let port = pair.controller(VICTIM).admin_port();
+    let imports: Api<ServiceImport> = Api::namespaced(victim.clone(), ns);
+    for (i, name) in names.iter().enumerate() {
+        export_selectorless_as(&hostile, ns, name, true).await;
+        publish_slice(
+            &hostile,
+            &forged_slice(
+                &hostile_id,
+                ns,
+                name,
+                &format!("{name}-slice"),
+                &format!("10.244.64.{}", i + 1),
+            ),
+        )
+        .await;
+    }
+    support::wait_for("the three headless imports", WAIT, || async {
+        let mut types = Vec::new();
+        for name in names {
+            types.push(imports.get_opt(name).await.unwrap().map(|i| i.spec.type_));
+        }
+        if types
+            .iter()
+            .all(|t| *t == Some(ServiceImportType::Headless))
+        {
+            Ok(())
+        } else {
+            Err(format!("{types:?}; log:\n{}", victim_log(pair)))
+        }
+    })
+    .await;
+    let held = held_by(&victim, &hostile_id).await;
+    let allowed = limit.saturating_sub(held);
+    assert!(
+        allowed < names.len() as u64,
+        "the share ({limit}, {held} held) has room for all three"
+    );
+    let metric = "clusterset_dns_controller_peer_objects_rejected_total";
+    let peer_label = format!("peer=\"{hostile_id}\"");
+    let labels = [peer_label.as_str(), "reason=\"ClusterSetIPShareExceeded\""];
+    let rejected_before = counter(port, metric, &labels).await;
+    let published: Api<PublishedService> =
+        Api::namespaced(hostile.clone(), controlplane::CONTROLLER_NAMESPACE);
+    for name in names {
+        published
+            .patch(
+                &format!("{ns}.{name}"),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"headless": false}})),
+            )
+            .await
+            .unwrap();
+    }
+    let derived = || async {
+        let services: Api<Service> = Api::namespaced(victim.clone(), ns);
+        let mut with = Vec::new();
+        for name in names {
+            if services
+                .get_opt(&derived_service_name(ns, name))
+                .await
+                .unwrap()
+                .is_some()
+            {
+                with.push(name);
+            }
+        }
+        with
+    };
+    support::wait_for(
+        "a flip past the share refused, the others given a clusterset IP",
+        WAIT,
+        || async {
+            let mut events = Vec::new();
+            for name in names {
+                if event_with(
+                    &victim,
+                    ns,
+                    "ClusterSetIPShareExceeded",
+                    name,
+                    &["ServiceExport"],
+                )
+                .await
+                {
+                    events.push(name);
+                }
+            }
+            let counted = counter(port, metric, &labels).await;
+            let with = derived().await;
+            if !events.is_empty() && counted > rejected_before && with.len() as u64 == allowed {
+                Ok(())
+            } else {
+                Err(format!(
+                    "refused {events:?}, counted {counted} (was {rejected_before}), derived {with:?} (share {limit}, {held} held); log:\n{}",
+                    victim_log(pair)
+                ))
+            }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let with = derived().await;
+    assert!(
+        with.len() as u64 <= allowed,
+        "derived Services for {with:?}, past the share ({limit}, {held} held)"
+    );
+    eprintln!("headless flip: share {limit}, {held} held, derived Services for {with:?}");
+    pair.restart_victim(&[]);
+}
+
+/// The `PeerRefused` notes on Secret `secret` of the controller's
+/// namespace.
+async fn refusal_notes(client: &Client, secret: &str) -> Vec<String> {
+    Api::<Event>::namespaced(client.clone(), controlplane::CONTROLLER_NAMESPACE)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("PeerRefused")
+                && e.type_.as_deref() == Some("Warning")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(secret)
+        })
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+/// Issue 31 (M8): the victim's peer Secret for the hostile cluster is
+/// rotated to a kubeconfig that does not parse. The new credential is
+/// refused (`PeerRefused` on the Secret, quoting none of its text); the
+/// peer's imports stay, read by the connection the Secret held before.
+/// The Secret restored, the peer is read again.
+async fn broken_rotation_keeps_imports(pair: &mut Pair) {
+    use k8s_openapi::api::core::v1::Secret;
+    let ns = "default";
+    let service = "rotation-kept";
+    let hostile_id = pair.hostile_id().to_owned();
+    let port = pair.controller(VICTIM).admin_port();
+    honest_export_imports(pair, service).await;
+    let victim = pair.client(VICTIM).clone();
+    let held = imported(&victim, ns, service, &hostile_id).await;
+    let secrets: Api<Secret> = Api::namespaced(victim.clone(), controlplane::CONTROLLER_NAMESPACE);
+    let secret = format!("peer-{hostile_id}");
+    let original = secrets.get(&secret).await.unwrap();
+    let kubeconfig = original
+        .data
+        .as_ref()
+        .and_then(|d| d.get("kubeconfig"))
+        .cloned()
+        .expect("the peer Secret's kubeconfig");
+    let refused_metric = "clusterset_dns_controller_peers_refused_total";
+    let refused_labels = ["reason=\"InvalidKubeconfig\""];
+    let refused_before = counter(port, refused_metric, &refused_labels).await;
+    let peer_up = format!("peer=\"{hostile_id}\"");
+    secrets
+        .patch(
+            &secret,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"stringData": {"kubeconfig": "not yaml"}})),
+        )
+        .await
+        .unwrap();
+    let rotated = std::time::Instant::now();
+    let notes = support::wait_for("the broken rotation refused", WAIT, || async {
+        let notes = refusal_notes(&victim, &secret).await;
+        let refused = counter(port, refused_metric, &refused_labels).await;
+        if notes.iter().any(|n| n.starts_with("InvalidKubeconfig")) && refused > refused_before {
+            Ok(notes)
+        } else {
+            Err(format!(
+                "notes {notes:?}, refused {refused} (was {refused_before}); log:\n{}",
+                victim_log(pair)
+            ))
+        }
+    })
+    .await;
+    assert!(
+        notes.iter().all(|n| !n.contains("not yaml")),
+        "a note quotes the Secret: {notes:?}"
+    );
+    // 4 s after the rotation (the grace is 8 s): the import and its slice
+    // are all there.
+    tokio::time::sleep_until((rotated + Duration::from_secs(4)).into()).await;
+    assert!(
+        Api::<ServiceImport>::namespaced(victim.clone(), ns)
+            .get_opt(service)
+            .await
+            .unwrap()
+            .is_some(),
+        "the import went; log:\n{}",
+        victim_log(pair)
+    );
+    assert_eq!(
+        imported(&victim, ns, service, &hostile_id).await,
+        held,
+        "the imported slices changed; log:\n{}",
+        victim_log(pair)
+    );
+    eprintln!(
+        "broken rotation: 4 s later peer_up {}",
+        counter(port, "clusterset_dns_controller_peer_up", &[&peer_up]).await
+    );
+    // Restored: the peer is read with it again.
+    secrets
+        .patch(
+            &secret,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"data": {"kubeconfig": kubeconfig}})),
+        )
+        .await
+        .unwrap();
+    support::wait_for("the peer usable again", WAIT, || async {
+        let up = counter(port, "clusterset_dns_controller_peer_up", &[&peer_up]).await;
+        let found = imported(&victim, ns, service, &hostile_id).await;
+        if up == 1.0 && found == held {
+            Ok(())
+        } else {
+            Err(format!(
+                "peer_up {up}, imported {found:?}; log:\n{}",
+                victim_log(pair)
+            ))
+        }
+    })
+    .await;
+    honest_export_imports(pair, "rotation-restored").await;
 }
