@@ -138,6 +138,8 @@ pub struct Controller {
     metrics: Arc<ControllerMetrics>,
     /// Warning Events, published off the loop ([`super::events`]).
     events: Events,
+    /// The log lines of refused peer input: one a second.
+    rejection_logs: crate::log_limit::LogLimiter,
     /// When to plan and write: the start-up gate, what is dirty, retries,
     /// the publication's tries.
     schedule: Schedule,
@@ -289,6 +291,9 @@ impl Controller {
             local_identity,
             metrics,
             events,
+            rejection_logs: crate::log_limit::LogLimiter::new(
+                crate::log_limit::NETWORK_LOG_INTERVAL,
+            ),
             schedule: Schedule::new(Instant::now(), startup_sync_timeout),
             write_refusals: BTreeMap::new(),
             failed_this_cycle: std::collections::BTreeSet::new(),

@@ -153,13 +153,18 @@ impl Controller {
     }
 
     fn count_rejected(&self, service: &ServiceRef, rejection: &Rejection) {
-        tracing::warn!(
-            %service,
-            peer = %rejection.peer,
-            reason = rejection.reason,
-            what = %rejection.what,
-            "refused untrusted peer input"
-        );
+        // A peer decides how many there are: one line a second, counting
+        // the rest; the metric and `/explain` have them all.
+        if let Some(suppressed) = self.rejection_logs.allow() {
+            tracing::warn!(
+                %service,
+                peer = %rejection.peer,
+                reason = rejection.reason,
+                what = %rejection.what,
+                suppressed,
+                "refused untrusted peer input"
+            );
+        }
         self.metrics
             .rejected
             .with_label_values(&[rejection.peer.as_str(), rejection.reason])

@@ -244,18 +244,14 @@ impl Controller {
         let ClusterKey::Peer { secret, .. } = key else {
             return;
         };
-        tracing::warn!(%peer, reason, what, "refused untrusted peer input");
+        if let Some(suppressed) = self.rejection_logs.allow() {
+            tracing::warn!(%peer, reason, what, suppressed, "refused untrusted peer input");
+        }
         self.metrics
             .rejected
             .with_label_values(&[peer, reason])
             .inc();
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Secret".into()),
-            name: Some(secret.clone()),
-            namespace: Some(self.settings.namespace.clone()),
-            ..ObjectReference::default()
-        };
+        let reference = self.secret_reference(secret);
         let event = KubeEvent {
             type_: EventType::Warning,
             reason: reason.into(),
@@ -268,19 +264,24 @@ impl Controller {
         self.events.publish(reference, event);
     }
 
+    /// The peer Secret `secret`, as an Event's subject.
+    fn secret_reference(&self, secret: &str) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Secret".into()),
+            name: Some(secret.to_owned()),
+            namespace: Some(self.settings.namespace.clone()),
+            ..ObjectReference::default()
+        }
+    }
+
     /// Counts a refused peer Secret and records a Warning Event on it.
     fn record_refusal(&self, secret: &str, reason: &'static str, message: &str) {
         self.metrics
             .peers_refused
             .with_label_values(&[reason])
             .inc();
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Secret".into()),
-            name: Some(secret.to_owned()),
-            namespace: Some(self.settings.namespace.clone()),
-            ..ObjectReference::default()
-        };
+        let reference = self.secret_reference(secret);
         let event = KubeEvent {
             type_: EventType::Warning,
             reason: reason::PEER_REFUSED.into(),
@@ -299,13 +300,7 @@ impl Controller {
     /// credential expires soon): `reason` is the Event's own, so `peer
     /// list` does not take it for a refusal.
     fn record_warning(&self, secret: &str, reason: &'static str, message: String) {
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Secret".into()),
-            name: Some(secret.to_owned()),
-            namespace: Some(self.settings.namespace.clone()),
-            ..ObjectReference::default()
-        };
+        let reference = self.secret_reference(secret);
         let event = KubeEvent {
             type_: EventType::Warning,
             reason: reason.into(),
