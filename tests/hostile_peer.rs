@@ -24,7 +24,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 use support::trials::{self, Behaviour};
-use support::{http_get, object};
+use support::{counter, http_get, object};
 
 use clusterset_dns::api::{PublishedService, ServiceExport, ServiceImport};
 use clusterset_dns::controller::naming::mirrored_slice_name;
@@ -328,17 +328,6 @@ async fn imported(client: &Client, ns: &str, service: &str, source: &str) -> Vec
         .collect();
     found.sort();
     found
-}
-
-/// The sum of a counter's samples whose labels contain every one of `labels`.
-async fn counter(port: u16, name: &str, labels: &[&str]) -> f64 {
-    http_get(port, "/metrics")
-        .await
-        .lines()
-        .filter(|line| line.starts_with(&format!("{name}{{")))
-        .filter(|line| labels.iter().all(|label| line.contains(label)))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// The measured attack: cluster1 publishes mirrored slices named

@@ -25,7 +25,7 @@ use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use support::trials::{self, Behaviour};
-use support::{http_get, object};
+use support::{counter, object};
 
 use clusterset_dns::api::{PublishedService, ServiceExport, ServiceImport};
 use clusterset_dns::controller::naming::derived_service_name;
@@ -169,19 +169,6 @@ fn peak_mib(pid: u32) -> f64 {
         .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
         .unwrap();
     kib / 1024.0
-}
-
-/// The sum of a counter's samples whose labels contain every one of `labels`.
-async fn counter(port: u16, name: &str, labels: &[&str]) -> f64 {
-    http_get(port, "/metrics")
-        .await
-        .lines()
-        .filter(|line| {
-            line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
-        })
-        .filter(|line| labels.iter().all(|label| line.contains(label)))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// A ValidatingAdmissionPolicy and its binding refusing every create of
@@ -335,11 +322,12 @@ async fn publish_slice(client: &Client, peer: &str, ns: &str, name: &str, addres
         .unwrap();
 }
 
-/// The honest peer exports `default/<name>` (one port), and the victim
-/// imports it within [`PROMPT`]: one peer's volume does not delay another's.
-async fn honest_export_is_prompt(honest: &Client, victim: &Client, name: &str) -> Duration {
+/// `exporter` (the victim itself, or the honest peer) exports
+/// `default/<name>` with one port, and the victim imports it within
+/// [`PROMPT`]: one peer's volume delays no one else's change.
+async fn export_is_prompt(exporter: &Client, victim: &Client, name: &str) -> Duration {
     let started = Instant::now();
-    Api::<Service>::namespaced(honest.clone(), "default")
+    Api::<Service>::namespaced(exporter.clone(), "default")
         .create(
             &PostParams::default(),
             &object(
@@ -348,7 +336,7 @@ async fn honest_export_is_prompt(honest: &Client, victim: &Client, name: &str) -
         )
         .await
         .unwrap();
-    Api::<ServiceExport>::namespaced(honest.clone(), "default")
+    Api::<ServiceExport>::namespaced(exporter.clone(), "default")
         .create(
             &PostParams::default(),
             &object(json!({"metadata": {"name": name}})),
@@ -356,49 +344,12 @@ async fn honest_export_is_prompt(honest: &Client, victim: &Client, name: &str) -
         .await
         .unwrap();
     let imports = Api::<ServiceImport>::namespaced(victim.clone(), "default");
-    support::wait_for(
-        &format!("the honest peer's {name} imported"),
-        PROMPT,
-        || async {
-            match imports.get_opt(name).await {
-                Ok(Some(_)) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
-    started.elapsed()
-}
-
-/// This cluster exports `default/<name>` (one port), and waits at most
-/// [`PROMPT`] for its own ServiceImport: its change is not held back.
-async fn own_export_is_prompt(victim: &Client, name: &str) -> Duration {
-    let started = Instant::now();
-    Api::<Service>::namespaced(victim.clone(), "default")
-        .create(
-            &PostParams::default(),
-            &object(json!({"metadata": {"name": name}, "spec": {"ports": [{"name": "http", "port": 80}]}})),
-        )
-        .await
-        .unwrap();
-    Api::<ServiceExport>::namespaced(victim.clone(), "default")
-        .create(
-            &PostParams::default(),
-            &object(json!({"metadata": {"name": name}})),
-        )
-        .await
-        .unwrap();
-    let imports = Api::<ServiceImport>::namespaced(victim.clone(), "default");
-    support::wait_for(
-        &format!("this cluster's own {name} imported"),
-        PROMPT,
-        || async {
-            match imports.get_opt(name).await {
-                Ok(Some(_)) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
+    support::wait_for(&format!("{name} imported"), PROMPT, || async {
+        match imports.get_opt(name).await {
+            Ok(Some(_)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
     .await;
     started.elapsed()
 }
@@ -453,9 +404,9 @@ async fn oversized_and_overcapped(pair: &mut Pair) {
             .await;
         }
     }
-    let took = own_export_is_prompt(&victim, "own-during-flood").await;
+    let took = export_is_prompt(&victim, &victim, "own-during-flood").await;
     println!("own export imported {took:?} after the flood was written");
-    let took = honest_export_is_prompt(&pair.client(HONEST), &victim, "honest-during-flood").await;
+    let took = export_is_prompt(&pair.client(HONEST), &victim, "honest-during-flood").await;
     println!("the honest peer's export imported {took:?} after the flood was written");
     support::wait_for("the caps counted", WAIT, || async {
         let refused = counter(
@@ -556,10 +507,9 @@ async fn failing_writes(pair: &mut Pair) {
         }
     })
     .await;
-    let took = own_export_is_prompt(&victim, "own-beside-failures").await;
+    let took = export_is_prompt(&victim, &victim, "own-beside-failures").await;
     println!("own export imported {took:?} beside 1,000 failing services");
-    let took =
-        honest_export_is_prompt(&pair.client(HONEST), &victim, "honest-beside-failures").await;
+    let took = export_is_prompt(&pair.client(HONEST), &victim, "honest-beside-failures").await;
     println!("the honest peer's export imported {took:?} beside 1,000 failing services");
     // The slice of a service whose derived Service is refused is written.
     let slices = Api::<EndpointSlice>::namespaced(victim.clone(), "noservices");

@@ -97,6 +97,21 @@ pub fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
     serde_json::from_value(value).unwrap()
 }
 
+/// The sum of the samples of metric `name` on the admin endpoint at
+/// `port` whose labels contain every one of `labels`; 0 when there is none
+/// (a counter not yet incremented) or nothing answers.
+pub async fn counter(port: u16, name: &str, labels: &[&str]) -> f64 {
+    http_get(port, "/metrics")
+        .await
+        .lines()
+        .filter(|line| {
+            line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
+        })
+        .filter(|line| labels.iter().all(|label| line.contains(label)))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// `GET path` on `127.0.0.1:port` (an admin endpoint): the body; empty
 /// when nothing answers.
 pub async fn http_get(port: u16, path: &str) -> String {
