@@ -5,17 +5,17 @@
 //! own Services would get no IP. Imports exported only by one peer count
 //! against that peer's share (`--peer-clusterset-ip-share`, a percentage
 //! of the primary family's Service CIDR addresses); past it, further
-//! imports from that peer alone are refused. An import another cluster
-//! exports too counts against no one: the peer cannot make it exist.
+//! clusterset IPs for that peer alone are refused, whenever a derived
+//! Service would be created, however old its import. An import another
+//! cluster exports too counts against no one: the peer cannot make it
+//! exist. What a peer holds is counted from what holds the addresses: the
+//! derived Services of ours (`reconcile::single_peer_vips`).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use super::cluster::LocalData;
-use super::ownership::Kind;
-use super::ownership::owns;
-use crate::api::ServiceImportType;
 
 /// Reason of an import refused for the share (`peer_objects_rejected_total`,
 /// its Event).
@@ -59,11 +59,20 @@ impl IpShare {
             + addresses % 100 * u64::from(self.percent) / 100
     }
 
-    /// Whether `peer` may make one more import here; if so, it is counted.
-    pub fn admit(&self, peer: &str, local: &LocalData) -> bool {
+    /// Whether `peer` may make this cluster allocate one more clusterset
+    /// IP; if so, it is counted. What each peer holds is counted once per
+    /// planning round, when first asked, by `held` (the derived Services
+    /// of ours whose service only that peer exports), then kept current as
+    /// the round admits more.
+    pub fn admit(
+        &self,
+        peer: &str,
+        local: &LocalData,
+        held: impl FnOnce() -> BTreeMap<String, usize>,
+    ) -> bool {
         let limit = self.limit(local);
         let mut used = self.used.borrow_mut();
-        let used = used.get_or_insert_with(|| single_peer_imports(local));
+        let used = used.get_or_insert_with(held);
         let count = used.entry(peer.to_owned()).or_default();
         if (*count as u64) < limit {
             *count += 1;
@@ -76,28 +85,6 @@ impl IpShare {
 
 fn family_of(ip: IpAddr) -> &'static str {
     if ip.is_ipv4() { "IPv4" } else { "IPv6" }
-}
-
-/// Our ClusterSetIP imports exported by exactly one cluster, by that
-/// cluster.
-fn single_peer_imports(local: &LocalData) -> BTreeMap<String, usize> {
-    let mut used = BTreeMap::new();
-    for service in local.imports.services() {
-        let Some(import) = local.imports.get(&service.namespace, &service.name) else {
-            continue;
-        };
-        if !owns(Kind::ServiceImport, &import, service)
-            || import.spec.type_ != ServiceImportType::ClusterSetIp
-        {
-            continue;
-        }
-        if let Some(status) = &import.status
-            && let [only] = status.clusters.as_slice()
-        {
-            *used.entry(only.cluster.clone()).or_default() += 1;
-        }
-    }
-    used
 }
 
 #[cfg(test)]
@@ -135,9 +122,12 @@ mod tests {
         let local = local(&["10.0.0.0/30"], &["IPv4"]);
         let share = IpShare::new(50);
         assert_eq!(share.limit(&local), 2);
-        assert!(share.admit("b", &local));
-        assert!(share.admit("b", &local));
-        assert!(!share.admit("b", &local), "past the share");
-        assert!(share.admit("c", &local), "each peer has its own");
+        assert!(share.admit("b", &local, BTreeMap::new));
+        assert!(share.admit("b", &local, BTreeMap::new));
+        assert!(!share.admit("b", &local, BTreeMap::new), "past the share");
+        assert!(
+            share.admit("c", &local, BTreeMap::new),
+            "each peer has its own"
+        );
     }
 }

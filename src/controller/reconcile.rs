@@ -320,7 +320,9 @@ fn plan_import(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
             && target.want_derived
             && let [only] = merged.clusters.as_slice()
             && only != inputs.local_id
-            && !inputs.ip_share.admit(only, inputs.local_only)
+            && !inputs
+                .ip_share
+                .admit(only, inputs.local_only, || single_peer_vips(inputs))
         {
             plan.rejected.push(Rejection {
                 peer: only.clone(),
@@ -408,6 +410,33 @@ fn plan_import(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
     plan.merged = merged;
     plan.exports = exports;
     plan
+}
+
+/// The clusterset IPs each peer alone holds here: our derived Services
+/// whose service that peer exports and no other cluster does (the
+/// [`IpShare`] count). Counted from the Services themselves, so an import
+/// whose VIP is not yet in its status counts as soon as the VIP exists.
+fn single_peer_vips(inputs: &Inputs<'_>) -> BTreeMap<String, usize> {
+    let mut held = BTreeMap::new();
+    for service in inputs.local.services.services_with_ours() {
+        let here = inputs
+            .local
+            .exports
+            .get(&service.namespace, &service.name)
+            .is_some();
+        let mut exporters = inputs.peers.iter().filter(|peer| {
+            peer.usable
+                && peer
+                    .data
+                    .exports
+                    .get(&service.namespace, &service.name)
+                    .is_some()
+        });
+        if let (false, Some(only), None) = (here, exporters.next(), exporters.next()) {
+            *held.entry(only.id.to_owned()).or_default() += 1;
+        }
+    }
+    held
 }
 
 /// The hints of a clusterset IP in this cluster, from this cluster's

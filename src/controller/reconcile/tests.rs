@@ -1121,3 +1121,33 @@ fn a_peer_export_breaking_a_service_rule_is_refused_and_the_rest_imported() {
         );
     }
 }
+
+/// Issue 44 (item 6): the share counts the derived Services that hold the
+/// addresses, so an import whose status does not yet name its exporter
+/// (its VIP on the way) still counts.
+#[test]
+fn the_share_counts_derived_services_whatever_the_imports_status_says() {
+    let mut world = World::new();
+    world.local_only.service_ranges = vec!["10.96.0.0/30".parse().unwrap()];
+    world.ip_share = 50;
+    for name in ["one", "two", "three"] {
+        let peer = world.peer("b");
+        peer.exports.apply(export(name, 0));
+        peer.services.apply(service(name, 80));
+    }
+    world.converge("one", 5);
+    world.converge("two", 5);
+    for name in ["one", "two"] {
+        let mut import = world.import(name).unwrap();
+        import.status = None;
+        world.local_only.imports.apply(import);
+    }
+    let refused = world.plan("three");
+    let reasons: Vec<&str> = refused.rejected.iter().map(|r| r.reason).collect();
+    assert_eq!(
+        reasons,
+        ["ClusterSetIPShareExceeded"],
+        "{:?}",
+        refused.writes
+    );
+}
