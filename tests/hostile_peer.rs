@@ -194,6 +194,10 @@ fn main() {
             "a_broken_rotation_of_a_peer_secret_is_refused_and_keeps_the_imports",
             |pair| Box::pin(broken_rotation_keeps_imports(pair)),
         ),
+        (
+            "a_publication_marker_toggled_every_2_s_causes_a_handful_of_reconnects_and_no_import_write",
+            |pair| Box::pin(marker_toggled(pair)),
+        ),
         // Last: the hostile peer stays refused afterwards.
         (
             "a_peer_that_changes_its_cluster_id_is_refused_and_its_imports_go_after_grace",
@@ -1836,4 +1840,57 @@ async fn broken_rotation_keeps_imports(pair: &mut Pair) {
     })
     .await;
     honest_export_imports(pair, "rotation-restored").await;
+}
+
+/// Issue 44 (M3): the hostile peer deletes and recreates its publication
+/// marker every 2 s for 40 s, so that every member would switch how it
+/// reads the peer back and forth. Reconnects are spaced like those of a
+/// failing watch (at most 8 in the 40 s), and no ServiceImport is written.
+async fn marker_toggled(pair: &mut Pair) {
+    let hostile = pair.client(HOSTILE).clone();
+    let port = pair.controller(VICTIM).admin_port();
+    let markers: Api<ConfigMap> =
+        Api::namespaced(hostile.clone(), controlplane::CONTROLLER_NAMESPACE);
+    let marker = markers
+        .get(clusterset_dns::peering::PUBLICATION_MARKER)
+        .await
+        .unwrap();
+    let reconnects = |log: &str| log.matches("reading the peer").count();
+    let writes = || {
+        counter(
+            port,
+            "clusterset_dns_controller_writes_total",
+            &["kind=\"serviceimport\""],
+        )
+    };
+    let (reconnects_before, writes_before) =
+        (reconnects(&pair.controller(VICTIM).log()), writes().await);
+    for _ in 0..10 {
+        markers
+            .delete(
+                clusterset_dns::peering::PUBLICATION_MARKER,
+                &DeleteParams::default(),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let mut again = marker.clone();
+        again.metadata.resource_version = None;
+        again.metadata.uid = None;
+        again.metadata.creation_timestamp = None;
+        again.metadata.managed_fields = None;
+        markers
+            .create(&PostParams::default(), &again)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // Settled: the marker is back, as it was before.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let made = reconnects(&pair.controller(VICTIM).log()) - reconnects_before;
+    let written = writes().await - writes_before;
+    println!("marker toggled 20 times in 40 s: {made} reconnects, {written} import writes");
+    assert!(made <= 8, "{made} reconnects");
+    assert_eq!(written, 0.0, "imports written while the marker toggled");
+    pair.controller(VICTIM).assert_running();
 }
