@@ -9,6 +9,11 @@
 //! does; a.kubeconfig skips TLS verification, so the CA of the token
 //! Secret is used for a.
 //!
+//! The member clusters' fake Nodes start without `spec.podCIDRs` (node IPAM
+//! is off), as under a CNI that allocates pod addresses elsewhere: `peer
+//! add` is refused until the trial that shows it gives them ranges, as
+//! node IPAM would.
+//!
 //! Each behaviour is a named trial (`harness = false`, libtest-mimic), in
 //! the order of the documented sequence on one pair of clusters: a trial
 //! starts from what the one before left, and a failing one is reported
@@ -23,13 +28,13 @@ use std::time::{Duration, Instant};
 use clusterset_dns::api::{ClusterProperty, ServiceExport, ServiceImport};
 use controlplane::{
     ADMIN_TOKEN, CONTROLLER_NAMESPACE, Cluster, ControlPlane, ControllerProcess, PEER_LABEL,
-    apiserver_url, apply_file, client_from_yaml, deploy_file, install_controller,
+    apiserver_url, apply_file, apply_yaml, client_from_yaml, deploy_file, install_controller,
     set_cluster_properties, spawn_controller,
 };
 use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use support::trials::{self, Behaviour};
@@ -37,6 +42,15 @@ use support::trials::{self, Behaviour};
 const CLUSTERSET: &str = "demo-set";
 const READER: &str = "clusterset-dns-peer-reader";
 const READER_FOR: &str = "clusterset-dns.io/peer-reader-for";
+const ENDPOINT_CIDRS: &str = "clusterset-dns.io/endpoint-cidrs";
+const ENDPOINT_CIDRS_FROM: &str = "clusterset-dns.io/endpoint-cidrs-from";
+/// The pod ranges the trials give each cluster's two Nodes (a /24 each,
+/// as node IPAM would), and what `peer add` records from them.
+const NODE_POD_CIDRS: [[&str; 2]; 2] = [
+    ["10.200.0.0/24", "10.200.1.0/24"],
+    ["10.201.0.0/24", "10.201.1.0/24"],
+];
+const MERGED_POD_CIDRS: [&str; 2] = ["10.200.0.0/23", "10.201.0.0/23"];
 /// How long the controller may take to import or drop a service.
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -361,6 +375,10 @@ fn main() {
             Box::pin(refusals(env))
         }),
         (
+            "without_pod_ranges_on_the_peers_nodes_add_is_refused_naming_both_flags",
+            |env| Box::pin(no_pod_ranges(env)),
+        ),
+        (
             "the_documented_join_both_ways_gives_a_read_only_token_that_expires",
             |env| Box::pin(join(env)),
         ),
@@ -388,6 +406,9 @@ fn main() {
         }),
         ("endpoint_cidrs_are_checked_recorded_and_listed", |env| {
             Box::pin(endpoint_cidrs(env))
+        }),
+        ("allow_any_endpoint_records_no_ranges", |env| {
+            Box::pin(allow_any_endpoint(env))
         }),
         (
             "the_controller_reads_with_the_latest_token_and_never_drops_the_import",
@@ -475,6 +496,98 @@ async fn refusals(env: &mut Env) {
     );
 }
 
+/// The peer's Nodes carry no pod ranges (nor may a kubeconfig that cannot
+/// list Nodes read them): `peer add` is refused, says why and names
+/// --endpoint-cidr and --allow-any-endpoint, and writes nothing. Then both
+/// clusters' Nodes get their ranges, for the documented join.
+async fn no_pod_ranges(env: &mut Env) {
+    let b = &env.plane.clusters[1];
+    let dir = env.dir.path();
+    let admin_a = &env.admin_a;
+    let admin_b = &env.admin_b;
+    let check = |run: &Run, why: &str| {
+        assert!(!run.ok, "added without pod ranges:\n{}", run.stdout);
+        for said in [
+            "the peer's pod ranges are not known: ",
+            why,
+            "--endpoint-cidr <cidr>",
+            "--allow-any-endpoint",
+            "Nothing was written",
+        ] {
+            assert!(run.stderr.contains(said), "{said}: {}", run.stderr);
+        }
+    };
+    let run = add_b_to_a(dir, &[]).await;
+    check(&run, "none of its 2 Nodes has spec.podCIDRs");
+    // A peer kubeconfig that reads b's identity but may not list Nodes.
+    apply_yaml(
+        admin_b,
+        r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: no-nodes, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: no-nodes}
+rules:
+- apiGroups: [about.k8s.io]
+  resources: [clusterproperties]
+  verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: no-nodes}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: no-nodes}
+subjects:
+- {kind: ServiceAccount, name: no-nodes, namespace: default}
+"#,
+    )
+    .await
+    .unwrap();
+    std::fs::write(
+        dir.join("no-nodes.kubeconfig"),
+        controlplane::service_account_kubeconfig(b, "default", "no-nodes", 3600).await,
+    )
+    .unwrap();
+    let run = cli(
+        dir,
+        &[
+            "peer",
+            "add",
+            "--kubeconfig",
+            "a.kubeconfig",
+            "--peer-kubeconfig",
+            "no-nodes.kubeconfig",
+        ],
+    )
+    .await;
+    check(&run, "was forbidden (403: ");
+    assert!(peer_secrets(admin_a).await.is_empty());
+    assert!(token_secrets(admin_b, "cluster-a").await.is_empty());
+    assert!(
+        Api::<ServiceAccount>::namespaced(admin_b.clone(), CONTROLLER_NAMESPACE)
+            .get_opt(READER)
+            .await
+            .unwrap()
+            .is_none(),
+        "refused, yet the reader ServiceAccount was written in the peer"
+    );
+    for (client, ranges) in [admin_a, admin_b].into_iter().zip(NODE_POD_CIDRS) {
+        let nodes: Api<Node> = Api::all(client.clone());
+        for (i, range) in ranges.into_iter().enumerate() {
+            nodes
+                .patch(
+                    &format!("kwok-node-{i}"),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"podCIDR": range, "podCIDRs": [range]}})),
+                )
+                .await
+                .unwrap();
+        }
+    }
+}
+
 /// Join both ways, as documented.
 async fn join(env: &mut Env) {
     let b = &env.plane.clusters[1];
@@ -486,6 +599,13 @@ async fn join(env: &mut Env) {
     let out = run_doc(dir, &docs[0]).await;
     assert!(out.contains(reader_objects), "{out}");
     assert!(out.contains("(CA from the peer kubeconfig)"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "the peer's endpoints accepted only in {} (from the peer's Nodes' spec.podCIDRs)",
+            MERGED_POD_CIDRS[1]
+        )),
+        "{out}"
+    );
     let out = run_doc(dir, &docs[1]).await;
     assert!(out.contains(reader_objects), "{out}");
     assert!(
@@ -503,6 +623,17 @@ async fn join(env: &mut Env) {
     assert_eq!(
         secrets[0].annotations()["clusterset-dns.io/cluster-id"],
         "cluster-b"
+    );
+    // The pod ranges of the peer's Nodes, merged, recorded by default.
+    assert_eq!(
+        secrets[0].annotations()[ENDPOINT_CIDRS],
+        MERGED_POD_CIDRS[1]
+    );
+    assert_eq!(secrets[0].annotations()[ENDPOINT_CIDRS_FROM], "nodes");
+    let secrets_b = peer_secrets(admin_b).await;
+    assert_eq!(
+        secrets_b[0].annotations()[ENDPOINT_CIDRS],
+        MERGED_POD_CIDRS[0]
     );
     assert_eq!(
         peer_secrets(admin_b)
@@ -797,16 +928,71 @@ async fn endpoint_cidrs(env: &mut Env) {
     )
     .await;
     assert!(run.ok, "{}", run.stderr);
+    // Given explicitly, they win over the Nodes'.
     let list = list_json(dir, "a.kubeconfig").await;
+    let ranged = entry(&list, "peer-cluster-b");
     assert_eq!(
-        entry(&list, "peer-cluster-b")["endpoint_cidrs"],
+        ranged["endpoint_cidrs"],
         json!(["10.1.0.0/16", "fd00:1::/64"])
     );
+    assert_eq!(ranged["endpoint_cidrs_from"], "endpoint-cidr");
+    assert_eq!(ranged["any_endpoint"], false);
     let table = cli(dir, &["peer", "list", "--kubeconfig", "a.kubeconfig"]).await;
     assert!(
-        table
-            .stdout
-            .contains("peer-cluster-b: endpoints only in 10.1.0.0/16, fd00:1::/64"),
+        table.stdout.contains(
+            "peer-cluster-b: endpoints only in 10.1.0.0/16, fd00:1::/64 (from --endpoint-cidr)"
+        ),
+        "{}",
+        table.stdout
+    );
+}
+
+/// --allow-any-endpoint: no ranges recorded, said so by `peer add` and
+/// `peer list`; it cannot be given with --endpoint-cidr.
+async fn allow_any_endpoint(env: &mut Env) {
+    let dir = env.dir.path();
+    let admin_a = &env.admin_a;
+    let run = add_b_to_a(
+        dir,
+        &["--allow-any-endpoint", "--endpoint-cidr", "10.1.0.0/16"],
+    )
+    .await;
+    assert!(!run.ok, "both flags accepted");
+    assert!(
+        run.stderr.contains("--allow-any-endpoint") && run.stderr.contains("cannot be used with"),
+        "{}",
+        run.stderr
+    );
+    let run = add_b_to_a(dir, &["--allow-any-endpoint"]).await;
+    assert!(run.ok, "{}", run.stderr);
+    assert!(
+        run.stdout
+            .contains("no endpoint ranges recorded (--allow-any-endpoint)"),
+        "{}",
+        run.stdout
+    );
+    let secret = Api::<Secret>::namespaced(admin_a.clone(), CONTROLLER_NAMESPACE)
+        .get("peer-cluster-b")
+        .await
+        .unwrap();
+    assert!(
+        !secret.annotations().contains_key(ENDPOINT_CIDRS),
+        "{:?}",
+        secret.annotations()
+    );
+    assert_eq!(
+        secret.annotations()[ENDPOINT_CIDRS_FROM],
+        "allow-any-endpoint"
+    );
+    let list = list_json(dir, "a.kubeconfig").await;
+    let any = entry(&list, "peer-cluster-b");
+    assert_eq!(any["endpoint_cidrs"], json!([]));
+    assert_eq!(any["any_endpoint"], true);
+    let table = cli(dir, &["peer", "list", "--kubeconfig", "a.kubeconfig"]).await;
+    assert!(
+        table.stdout.contains(
+            "peer-cluster-b: endpoints anywhere the controller's other rules allow (--allow-any-endpoint)"
+        ),
         "{}",
         table.stdout
     );
@@ -849,10 +1035,11 @@ async fn latest_token(env: &mut Env) {
         imports_a.get_opt("web").await.unwrap().is_some(),
         "the import dropped during rotations"
     );
+    let listed = entry(&list_json(dir, "a.kubeconfig").await, "peer-cluster-b").clone();
     assert_eq!(
-        entry(&list_json(dir, "a.kubeconfig").await, "peer-cluster-b")["endpoint_cidrs"],
-        json!([]),
-        "re-run without --endpoint-cidr: the ranges are cleared"
+        (&listed["endpoint_cidrs"], &listed["endpoint_cidrs_from"]),
+        (&json!([MERGED_POD_CIDRS[1]]), &json!("nodes")),
+        "re-run without a range flag: the Nodes' ranges again"
     );
 }
 
@@ -964,7 +1151,9 @@ async fn down(env: &mut Env) {
         run.stdout
     );
     assert!(
-        run.stdout.contains("\npeer-cluster-a: "),
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("peer-cluster-a: ") && !l.contains("endpoints")),
         "the reason under the table: {}",
         run.stdout
     );

@@ -4,6 +4,12 @@
 //! peer's older anchors for this cluster are deleted (so a re-run is a
 //! clean rotation, and the old token stops working at once).
 //!
+//! The peer Secret records the peer's pod ranges, outside which this
+//! cluster's controller refuses the peer's endpoints: `--endpoint-cidr`
+//! when given, else the `spec.podCIDRs` of the peer's Nodes (read with the
+//! peer's admin kubeconfig), else `peer add` refuses before writing
+//! anything, unless `--allow-any-endpoint` says to record none.
+//!
 //! The token is a TokenRequest of the peer-reader ServiceAccount that
 //! expires after `--token-ttl` (90 days by default) and is bound to the
 //! anchor: one anchor per reading cluster (labelled with its id), and
@@ -16,17 +22,17 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 
 use super::cluster::{
     Endpoint, apply, apply_forced, check_peer, connect_local, connect_peer, delete_tokens,
     require_namespace,
 };
-use super::rules::{self, Member, PeerKubeconfig, Target};
+use super::rules::{self, Member, PeerKubeconfig, PeerNodes, RangeSource, Target};
 use super::{AddArgs, FIELD_MANAGER, PeerError, list, reader};
 use crate::cidr::Cidr;
 use crate::label_selector::LabelSelector;
@@ -47,7 +53,7 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
             crate::config::duration::format(args.token_ttl)
         )));
     }
-    let endpoint_cidrs = args
+    let flag_cidrs = args
         .endpoint_cidrs
         .iter()
         .map(|text| {
@@ -115,6 +121,7 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
         })?),
         None => None,
     };
+    let (endpoint_cidrs, ranges_from) = endpoint_ranges(args, flag_cidrs, &peer.client).await?;
     let kubeconfig_ca = match &peer.cluster.ca {
         Some(CaSource::Data(pem)) => Some(pem.clone()),
         Some(CaSource::File(path)) => Some(std::fs::read(path).map_err(|e| {
@@ -203,7 +210,7 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
         );
     }
 
-    let secret = NewPeerSecret {
+    let mut secret = NewPeerSecret {
         name: &name,
         namespace: local_ns,
         labels,
@@ -214,6 +221,10 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
         endpoint_cidrs: &endpoint_cidrs,
     }
     .build();
+    secret.metadata.annotations.get_or_insert_default().insert(
+        rules::ANNOTATION_ENDPOINT_CIDRS_FROM.to_owned(),
+        ranges_from.annotation().to_owned(),
+    );
     let secrets: Api<Secret> = Api::namespaced(local.clone(), local_ns);
     // Forced: the Secret is this command's; a hand-made one it replaces
     // was checked above to name the same cluster.
@@ -232,6 +243,16 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
         });
     }
     out += &format!("this cluster: peer Secret {local_ns}/{name} applied (server {server})\n");
+    out += &if endpoint_cidrs.is_empty() {
+        format!(
+            "this cluster: no endpoint ranges recorded ({ranges_from}): the controller accepts the peer's endpoints anywhere its other rules allow\n"
+        )
+    } else {
+        format!(
+            "this cluster: the peer's endpoints accepted only in {} (from {ranges_from})\n",
+            endpoint_cidrs.join(", ")
+        )
+    };
 
     // The rotation: older tokens of this cluster in the peer go (their
     // anchors, or an earlier release's token Secrets).
@@ -240,6 +261,55 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
         out += &format!("peer: older token of Secret {peer_ns}/{old} revoked\n");
     }
     Ok(out)
+}
+
+/// The endpoint ranges to record for the peer, and where they come from:
+/// none with `--allow-any-endpoint`, `flags` (`--endpoint-cidr`, parsed)
+/// when given, else the pod ranges of the peer's Nodes; an error saying
+/// what to do when they carry none.
+async fn endpoint_ranges(
+    args: &AddArgs,
+    flags: Vec<String>,
+    peer: &Client,
+) -> Result<(Vec<String>, RangeSource), PeerError> {
+    if args.allow_any_endpoint {
+        return Ok((Vec::new(), RangeSource::AllowAny));
+    }
+    if !flags.is_empty() {
+        return Ok((flags, RangeSource::Flag));
+    }
+    let ranges = rules::pod_ranges_of_nodes(&peer_nodes(peer).await?).map_err(PeerError::Failed)?;
+    Ok((
+        ranges.iter().map(ToString::to_string).collect(),
+        RangeSource::Nodes,
+    ))
+}
+
+/// The peer's Nodes, listed in pages; [`PeerNodes::Forbidden`] when the
+/// admin kubeconfig may not list them.
+async fn peer_nodes(peer: &Client) -> Result<PeerNodes, PeerError> {
+    let api = Api::<Node>::all(peer.clone());
+    let mut nodes = Vec::new();
+    let mut page = ListParams::default().limit(500);
+    loop {
+        let list = match api.list(&page).await {
+            Ok(list) => list,
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                return Ok(PeerNodes::Forbidden(status.message));
+            }
+            Err(error) => {
+                return Err(PeerError::Kube {
+                    what: "listing the peer's Nodes (for their spec.podCIDRs)".into(),
+                    source: error,
+                });
+            }
+        };
+        nodes.extend(list.items);
+        match list.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => page = page.continue_token(&token),
+            None => return Ok(PeerNodes::Read(nodes)),
+        }
+    }
 }
 
 /// What Secret `name` is now, and the cluster id it names as far as

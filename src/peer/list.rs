@@ -96,12 +96,21 @@ pub async fn inspect(
             // shown by its refusal).
             endpoint_cidrs: read
                 .endpoint_ranges
+                .as_ref()
                 .ok()
+                .and_then(Option::as_ref)
+                .into_iter()
                 .flatten()
-                .unwrap_or_default()
-                .iter()
                 .map(ToString::to_string)
                 .collect(),
+            endpoint_cidrs_from: secret
+                .annotations()
+                .get(rules::ANNOTATION_ENDPOINT_CIDRS_FROM)
+                .cloned(),
+            any_endpoint: read
+                .endpoint_ranges
+                .as_ref()
+                .is_ok_and(|ranges| ranges.as_ref().is_none_or(Vec::is_empty)),
         });
     }
     Ok(peers)

@@ -4,8 +4,10 @@
 //!   checks both identities with the controller's rules
 //!   ([`crate::peering::membership`]), writes the peer-reader
 //!   ServiceAccount, role, binding and a token Secret into the peer, and the
-//!   peer Secret (label `clusterset-dns.io/peer=true`, `data.kubeconfig`)
-//!   here. Run again, it rotates the token.
+//!   peer Secret (label `clusterset-dns.io/peer=true`, `data.kubeconfig`,
+//!   the peer's pod ranges: `--endpoint-cidr`, else its Nodes'
+//!   `spec.podCIDRs`, or none with `--allow-any-endpoint`) here. Run
+//!   again, it rotates the token.
 //! - `peer list`: each peer Secret, whether the peer answers with it now
 //!   (the controller's identity read and probe), its id, the controller's
 //!   Lease and refusals.
@@ -118,11 +120,22 @@ pub struct AddArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// A pod range of the peer (repeat for each, e.g. `10.1.0.0/16` and
-    /// `fd00:1::/64`): this cluster's controller then refuses any endpoint
-    /// the peer publishes outside them. Recorded on the peer Secret; a
-    /// re-run without it clears them.
+    /// `fd00:1::/64`): this cluster's controller refuses any endpoint the
+    /// peer publishes outside the ranges recorded on the peer Secret.
+    /// Default: the `spec.podCIDRs` of the peer's Nodes, merged; when they
+    /// carry none (many CNIs allocate pod addresses elsewhere: Cilium
+    /// cluster-pool, Calico IPAM, VPC-native) `peer add` refuses, and this
+    /// flag gives the CNI's pod ranges instead.
     #[arg(long = "endpoint-cidr", value_name = "CIDR")]
     pub endpoint_cidrs: Vec<String>,
+    /// Record no endpoint ranges: this cluster's controller then accepts
+    /// any endpoint address of the peer that its other rules allow (not
+    /// this cluster's own Service, pod, Node or apiserver addresses, nor
+    /// loopback, link-local, multicast, metadata or reserved ones), so the
+    /// peer may point this cluster's clients at any other host they reach.
+    /// For a peer whose pod ranges are not known; prefer --endpoint-cidr.
+    #[arg(long, conflicts_with = "endpoint_cidrs")]
+    pub allow_any_endpoint: bool,
     /// How long the new credential is valid (at least 10m; the peer's
     /// apiserver may cap it with --service-account-max-token-expiration).
     /// `peer list` and the metric

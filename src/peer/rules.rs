@@ -1,12 +1,17 @@
 //! The pure rules of `clusterset-dns peer`: which cluster a kubeconfig
-//! names, which CA a peer kubeconfig gets, what it looks like, whether a
-//! join is allowed, whether the controller's latest refusal still holds,
-//! and how `peer list` prints. No I/O: the commands read, these decide.
+//! names, which CA a peer kubeconfig gets, which endpoint ranges a peer
+//! Secret records, what it looks like, whether a join is allowed, whether
+//! the controller's latest refusal still holds, and how `peer list`
+//! prints. No I/O: the commands read, these decide.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use data_encoding::BASE64;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff;
 use serde::Serialize;
 
+use crate::cidr::Cidr;
 use crate::peering::membership::{Refusal, local_identity_problem, peer_refusal};
 use crate::peering::reason;
 
@@ -57,6 +62,196 @@ pub fn choose_ca(
         return Err(format!("the CA from {origin} holds no PEM certificate"));
     }
     Ok((pem, origin))
+}
+
+/// Annotation on a peer Secret written by `peer add`: where its endpoint
+/// ranges came from ([`RangeSource::annotation`]). Informational (`peer
+/// list` shows it); the controller reads only
+/// [`crate::peering::ANNOTATION_ENDPOINT_CIDRS`].
+pub const ANNOTATION_ENDPOINT_CIDRS_FROM: &str = "clusterset-dns.io/endpoint-cidrs-from";
+
+/// Where the endpoint ranges `peer add` records for a peer came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeSource {
+    /// `--endpoint-cidr`, given explicitly.
+    Flag,
+    /// The `spec.podCIDRs` of the peer's Nodes (the default).
+    Nodes,
+    /// `--allow-any-endpoint`: none recorded.
+    AllowAny,
+}
+
+impl RangeSource {
+    /// Its value of [`ANNOTATION_ENDPOINT_CIDRS_FROM`].
+    pub fn annotation(self) -> &'static str {
+        match self {
+            Self::Flag => "endpoint-cidr",
+            Self::Nodes => "nodes",
+            Self::AllowAny => "allow-any-endpoint",
+        }
+    }
+
+    /// The source an annotation value names, if any.
+    pub fn from_annotation(value: &str) -> Option<Self> {
+        [Self::Flag, Self::Nodes, Self::AllowAny]
+            .into_iter()
+            .find(|source| source.annotation() == value)
+    }
+}
+
+impl std::fmt::Display for RangeSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Flag => "--endpoint-cidr",
+            Self::Nodes => "the peer's Nodes' spec.podCIDRs",
+            Self::AllowAny => "--allow-any-endpoint",
+        })
+    }
+}
+
+/// What reading the peer's Nodes gave.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PeerNodes {
+    /// The Nodes.
+    Read(Vec<Node>),
+    /// The admin kubeconfig may not list Nodes (403): the apiserver's
+    /// message.
+    Forbidden(String),
+}
+
+/// The pod ranges the peer's Nodes carry (`spec.podCIDRs`, else
+/// `spec.podCIDR`), merged ([`merge_ranges`]); what to do instead when they
+/// carry none or may not be read ([`no_pod_ranges`]). A range that does not
+/// parse is an error naming its Node.
+pub fn pod_ranges_of_nodes(nodes: &PeerNodes) -> Result<Vec<Cidr>, String> {
+    let nodes = match nodes {
+        PeerNodes::Read(nodes) => nodes,
+        PeerNodes::Forbidden(message) => {
+            return Err(no_pod_ranges(&format!(
+                "listing the peer's Nodes with --peer-kubeconfig was forbidden (403: {message})"
+            )));
+        }
+    };
+    let mut ranges = Vec::new();
+    for node in nodes {
+        let spec = node.spec.as_ref();
+        let listed = spec
+            .and_then(|s| s.pod_cidrs.clone())
+            .filter(|list| !list.is_empty())
+            .or_else(|| spec.and_then(|s| s.pod_cidr.clone()).map(|one| vec![one]))
+            .unwrap_or_default();
+        for text in listed {
+            ranges.push(text.parse::<Cidr>().map_err(|e| {
+                format!(
+                    "Node {} of the peer: spec.podCIDRs: {e}; pass --endpoint-cidr <cidr> for each pod range of the peer",
+                    node.metadata.name.as_deref().unwrap_or("?")
+                )
+            })?);
+        }
+    }
+    if ranges.is_empty() {
+        let why = match nodes.len() {
+            0 => "the peer has no Nodes".to_owned(),
+            1 => "its one Node has no spec.podCIDRs".to_owned(),
+            n => format!("none of its {n} Nodes has spec.podCIDRs"),
+        };
+        return Err(no_pod_ranges(&why));
+    }
+    Ok(merge_ranges(&ranges))
+}
+
+/// Why `peer add` stops when it does not know the peer's pod ranges
+/// (`why`), and the two ways on.
+pub fn no_pod_ranges(why: &str) -> String {
+    format!(
+        "the peer's pod ranges are not known: {why}. peer add records them on the peer Secret \
+         (from the podCIDRs of the peer's Nodes by default) so that this cluster's controller \
+         refuses any endpoint the peer publishes outside them; many CNIs allocate pod addresses \
+         elsewhere (Cilium cluster-pool, Calico IPAM, VPC-native clusters). Pass \
+         --endpoint-cidr <cidr> for each of the peer's pod ranges (its CNI's pod pools), or \
+         --allow-any-endpoint to record none: the controller then accepts any endpoint address \
+         of the peer that its other rules allow (not this cluster's own Service, pod, Node or \
+         apiserver addresses, nor loopback, link-local, multicast, metadata or reserved ones), \
+         so the peer may point this cluster's clients at any other host they reach. \
+         Nothing was written"
+    )
+}
+
+/// `ranges` as few CIDRs as cover exactly the same addresses: duplicates
+/// and ranges inside another dropped, sibling halves joined (`10.1.0.0/24`
+/// and `10.1.1.0/24` are `10.1.0.0/23`); IPv4 first, each family in
+/// address order.
+pub fn merge_ranges(ranges: &[Cidr]) -> Vec<Cidr> {
+    let mut merged = Vec::new();
+    for v4 in [true, false] {
+        let width: u32 = if v4 { 32 } else { 128 };
+        // (network as a number, prefix length), in address order, the
+        // wider of two ranges at one address first.
+        let mut family: Vec<(u128, u32)> = ranges
+            .iter()
+            .filter(|cidr| cidr.network().is_ipv4() == v4)
+            .map(|cidr| {
+                let network = match cidr.network() {
+                    IpAddr::V4(ip) => u128::from(u32::from(ip)),
+                    IpAddr::V6(ip) => u128::from(ip),
+                };
+                (network, prefix_len(cidr))
+            })
+            .collect();
+        family.sort_unstable();
+        // Whether the range (network, prefix) holds `address`.
+        let holds = |network: u128, prefix: u32, address: u128| {
+            prefix == 0 || network >> (width - prefix) == address >> (width - prefix)
+        };
+        let mut kept: Vec<(u128, u32)> = Vec::new();
+        for (network, prefix) in family {
+            // CIDRs are nested or disjoint, and none kept starts later:
+            // one that starts inside the last kept range is inside it.
+            if let Some(&(last, last_prefix)) = kept.last()
+                && holds(last, last_prefix, network)
+            {
+                continue;
+            }
+            kept.push((network, prefix));
+            // Join sibling halves into their parent, as long as there are
+            // two on top.
+            while let [.., (low, low_prefix), (high, high_prefix)] = kept[..] {
+                let joins = low_prefix == high_prefix
+                    && low_prefix > 0
+                    && (low >> (width - low_prefix)) & 1 == 0
+                    && high == low + (1u128 << (width - low_prefix));
+                if !joins {
+                    break;
+                }
+                kept.truncate(kept.len() - 2);
+                kept.push((low, low_prefix - 1));
+            }
+        }
+        merged.extend(kept.into_iter().map(|(network, prefix)| {
+            let ip = if v4 {
+                IpAddr::V4(Ipv4Addr::from(u32::try_from(network).unwrap_or_default()))
+            } else {
+                IpAddr::V6(Ipv6Addr::from(network))
+            };
+            cidr(ip, prefix)
+        }));
+    }
+    merged
+}
+
+/// The prefix length of `cidr`.
+fn prefix_len(cidr: &Cidr) -> u32 {
+    cidr.to_string()
+        .rsplit_once('/')
+        .and_then(|(_, prefix)| prefix.parse().ok())
+        .unwrap_or_default()
+}
+
+/// The CIDR of network `ip` and length `prefix`.
+fn cidr(ip: IpAddr, prefix: u32) -> Cidr {
+    format!("{ip}/{prefix}")
+        .parse()
+        .unwrap_or_else(|_| unreachable!("{ip}/{prefix} is a CIDR"))
 }
 
 /// What a peer kubeconfig holds.
@@ -244,9 +439,17 @@ pub struct PeerStatus {
     pub last_seen_seconds_ago: Option<i64>,
     /// The controller's refusal that still holds (the `PeerRefused` note).
     pub refused: Option<String>,
-    /// The pod ranges recorded for it (`peer add --endpoint-cidr`): its
-    /// endpoints outside them are refused. Empty when none are recorded.
+    /// The pod ranges recorded for it (`peer add`): its endpoints outside
+    /// them are refused. Empty when none are recorded.
     pub endpoint_cidrs: Vec<String>,
+    /// Where `peer add` took them from ([`RangeSource::annotation`]:
+    /// `nodes`, `endpoint-cidr`, `allow-any-endpoint`); `None` for a
+    /// Secret that does not say (hand-made, or from an earlier release).
+    pub endpoint_cidrs_from: Option<String>,
+    /// True when the Secret records no ranges (and none that fail to
+    /// parse): the controller accepts any endpoint address of the peer
+    /// that its other rules allow.
+    pub any_endpoint: bool,
     /// When the Secret's credential expires, RFC 3339; `None` when it never
     /// does (a token Secret of an earlier release).
     pub credential_expires: Option<String>,
@@ -339,11 +542,25 @@ pub fn render_table(peers: &[PeerStatus]) -> String {
         out += &line(&row.each_ref().map(String::as_str));
     }
     for p in peers {
+        let from = p
+            .endpoint_cidrs_from
+            .as_deref()
+            .and_then(RangeSource::from_annotation);
         if !p.endpoint_cidrs.is_empty() {
+            let from = from.map(|f| format!(" (from {f})")).unwrap_or_default();
             out += &format!(
-                "{}: endpoints only in {}\n",
+                "{}: endpoints only in {}{from}\n",
                 p.name,
                 p.endpoint_cidrs.join(", ")
+            );
+        } else if p.any_endpoint {
+            let why = match from {
+                Some(RangeSource::AllowAny) => "--allow-any-endpoint",
+                _ => "no ranges recorded",
+            };
+            out += &format!(
+                "{}: endpoints anywhere the controller's other rules allow ({why})\n",
+                p.name
             );
         }
         if let Some(error) = &p.error {

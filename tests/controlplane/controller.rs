@@ -417,10 +417,20 @@ pub async fn write_token_kubeconfig(
 /// Joins every pair of clusters the supported way: `clusterset-dns peer add`
 /// with the two admin kubeconfigs (docs/controller.md, "Joining clusters"),
 /// which makes the peer-reader token in the peer and the peer Secret here.
+/// The peer's pod ranges are recorded from its spec (kwok's `--cidr`,
+/// which the Nodes of a single-stack cluster do not carry); a cluster
+/// without pods (apiserver only) is joined with `--allow-any-endpoint`.
 pub async fn join_peers(clusters: &[Cluster]) {
     let binary = clusterset_dns_binary();
     for local in clusters {
         for peer in clusters.iter().filter(|p| p.name != local.name) {
+            let mut ranges: Vec<&str> = Vec::new();
+            for cidr in &peer.spec.pod_cidrs {
+                ranges.extend(["--endpoint-cidr", cidr]);
+            }
+            if ranges.is_empty() {
+                ranges.push("--allow-any-endpoint");
+            }
             let output = tokio::process::Command::new(&binary)
                 .arg("peer")
                 .arg("add")
@@ -428,6 +438,7 @@ pub async fn join_peers(clusters: &[Cluster]) {
                 .arg(&local.admin_kubeconfig)
                 .arg("--peer-kubeconfig")
                 .arg(&peer.admin_kubeconfig)
+                .args(&ranges)
                 .output()
                 .await
                 .expect("running clusterset-dns peer add");

@@ -254,6 +254,8 @@ fn status(name: &str, healthy: bool) -> PeerStatus {
         last_seen_seconds_ago: Some(4),
         refused: None,
         endpoint_cidrs: Vec::new(),
+        endpoint_cidrs_from: None,
+        any_endpoint: false,
         credential_expires: Some("2027-04-15T08:00:00Z".into()),
         credential_expires_in_seconds: Some(89 * 86400 + 7),
     }
@@ -270,6 +272,7 @@ fn the_table_aligns_columns_and_lists_problems_after_it() {
     down.credential_expires_in_seconds = None;
     let mut ranged = status("peer-cluster-b", true);
     ranged.endpoint_cidrs = vec!["10.1.0.0/16".into(), "fd00:1::/64".into()];
+    ranged.endpoint_cidrs_from = Some("endpoint-cidr".into());
     let table = render_table(&[ranged, down]);
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(
@@ -295,7 +298,7 @@ fn the_table_aligns_columns_and_lists_problems_after_it() {
     );
     assert_eq!(
         lines[3],
-        "peer-cluster-b: endpoints only in 10.1.0.0/16, fd00:1::/64"
+        "peer-cluster-b: endpoints only in 10.1.0.0/16, fd00:1::/64 (from --endpoint-cidr)"
     );
     assert_eq!(lines[4], "peer-cluster-c: connection refused");
     assert_eq!(
@@ -328,4 +331,205 @@ fn the_controller_column_says_refused_accepted_or_nothing() {
 #[test]
 fn secret_names_default_to_the_peer_id() {
     assert_eq!(secret_name("cluster-b"), "peer-cluster-b");
+}
+
+#[test]
+fn peer_list_says_where_the_ranges_came_from_and_when_there_are_none() {
+    let mut nodes = status("peer-n", true);
+    nodes.endpoint_cidrs = vec!["10.244.0.0/23".into()];
+    nodes.endpoint_cidrs_from = Some("nodes".into());
+    let mut any = status("peer-any", true);
+    any.any_endpoint = true;
+    any.endpoint_cidrs_from = Some("allow-any-endpoint".into());
+    let mut old = status("peer-old", true);
+    old.any_endpoint = true;
+    // Ranges that do not parse: neither (the refusal says why).
+    let broken = status("peer-broken", true);
+    let table = render_table(&[nodes, any, old, broken]);
+    let below: Vec<&str> = table.lines().skip(5).collect();
+    assert_eq!(
+        below,
+        [
+            "peer-n: endpoints only in 10.244.0.0/23 (from the peer's Nodes' spec.podCIDRs)",
+            "peer-any: endpoints anywhere the controller's other rules allow (--allow-any-endpoint)",
+            "peer-old: endpoints anywhere the controller's other rules allow (no ranges recorded)",
+        ]
+    );
+    for source in [RangeSource::Flag, RangeSource::Nodes, RangeSource::AllowAny] {
+        assert_eq!(
+            RangeSource::from_annotation(source.annotation()),
+            Some(source)
+        );
+    }
+    assert_eq!(RangeSource::from_annotation("guess"), None);
+}
+
+fn cidrs(list: &[&str]) -> Vec<Cidr> {
+    list.iter().map(|c| c.parse().unwrap()).collect()
+}
+
+fn texts(list: &[Cidr]) -> Vec<String> {
+    list.iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn ranges_merge_into_as_few_cidrs_as_cover_exactly_the_same_addresses() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (&[], &[]),
+        // Duplicates, and a range inside another.
+        (&["10.1.0.0/24", "10.1.0.0/24"], &["10.1.0.0/24"]),
+        (&["10.1.0.128/25", "10.1.0.0/16"], &["10.1.0.0/16"]),
+        // Sibling halves join, again and again.
+        (&["10.1.1.0/24", "10.1.0.0/24"], &["10.1.0.0/23"]),
+        (
+            &["10.1.0.0/24", "10.1.1.0/24", "10.1.2.0/24", "10.1.3.0/24"],
+            &["10.1.0.0/22"],
+        ),
+        (
+            &["10.1.0.0/24", "10.1.2.0/24", "10.1.3.0/24"],
+            &["10.1.0.0/24", "10.1.2.0/23"],
+        ),
+        // Adjacent but not siblings: 10.1.1.0/24 and 10.1.2.0/24 are no /23.
+        (
+            &["10.1.2.0/24", "10.1.1.0/24"],
+            &["10.1.1.0/24", "10.1.2.0/24"],
+        ),
+        // Each family apart, IPv4 first; halves of the whole space join.
+        (
+            &[
+                "fd00:1:0:1::/64",
+                "10.2.0.0/16",
+                "fd00:1::/64",
+                "10.1.0.0/16",
+            ],
+            &["10.1.0.0/16", "10.2.0.0/16", "fd00:1::/63"],
+        ),
+        (&["0.0.0.0/1", "128.0.0.0/1", "10.0.0.0/8"], &["0.0.0.0/0"]),
+        (&["::/1", "8000::/1"], &["::/0"]),
+        (
+            &["255.255.255.255/32", "255.255.255.254/32"],
+            &["255.255.255.254/31"],
+        ),
+    ];
+    for (given, merged) in cases {
+        assert_eq!(texts(&merge_ranges(&cidrs(given))), *merged, "{given:?}");
+    }
+}
+
+#[test]
+fn merging_never_changes_which_addresses_are_covered() {
+    // Pseudo-random /25 to /32 ranges of one /24, duplicates and nested
+    // ones among them: each address of the /24 is covered after the merge
+    // exactly when it was before, merging again changes nothing, and no
+    // two merged ranges overlap.
+    let mut state: u32 = 0x2545_f491;
+    for _ in 0..200 {
+        let mut given = Vec::new();
+        for _ in 0..12 {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            let prefix = 25 + state % 8;
+            let offset = (state >> 8) % 256;
+            given.push(format!("10.9.0.{offset}/{prefix}").parse::<Cidr>().unwrap());
+        }
+        let merged = merge_ranges(&given);
+        for last in 0..=255u8 {
+            let ip = IpAddr::V4(Ipv4Addr::new(10, 9, 0, last));
+            assert_eq!(
+                merged.iter().any(|c| c.contains(ip)),
+                given.iter().any(|c| c.contains(ip)),
+                "{ip}: {given:?} -> {merged:?}"
+            );
+        }
+        assert_eq!(
+            merge_ranges(&merged),
+            merged,
+            "merging again changes nothing"
+        );
+        for (i, a) in merged.iter().enumerate() {
+            for b in &merged[i + 1..] {
+                assert!(
+                    !a.contains(b.network()) && !b.contains(a.network()),
+                    "{merged:?}"
+                );
+            }
+        }
+    }
+}
+
+fn node(name: &str, spec: serde_json::Value) -> Node {
+    serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+}
+
+#[test]
+fn the_pod_ranges_of_the_peers_nodes_are_their_pod_cidrs_merged() {
+    let nodes = PeerNodes::Read(vec![
+        node(
+            "n0",
+            serde_json::json!({"podCIDR": "10.244.0.0/24", "podCIDRs": ["10.244.0.0/24", "fd00:244::/64"]}),
+        ),
+        node(
+            "n1",
+            serde_json::json!({"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24", "fd00:244:0:1::/64"]}),
+        ),
+        // An older apiserver's Node: spec.podCIDR alone.
+        node("n2", serde_json::json!({"podCIDR": "10.244.2.0/24"})),
+        // A Node not yet given a range.
+        node("n3", serde_json::json!({})),
+    ]);
+    assert_eq!(
+        texts(&pod_ranges_of_nodes(&nodes).unwrap()),
+        ["10.244.0.0/23", "10.244.2.0/24", "fd00:244::/63"]
+    );
+    let bad = PeerNodes::Read(vec![node(
+        "n0",
+        serde_json::json!({"podCIDRs": ["10.244.0.0"]}),
+    )]);
+    let error = pod_ranges_of_nodes(&bad).unwrap_err();
+    assert!(
+        error.contains("Node n0") && error.contains("--endpoint-cidr"),
+        "{error}"
+    );
+}
+
+#[test]
+fn without_pod_ranges_on_the_peers_nodes_add_says_why_and_what_to_pass() {
+    let none = |nodes| pod_ranges_of_nodes(&nodes).unwrap_err();
+    let cases = [
+        (none(PeerNodes::Read(Vec::new())), "the peer has no Nodes"),
+        (
+            none(PeerNodes::Read(vec![node("n0", serde_json::json!({}))])),
+            "its one Node has no spec.podCIDRs",
+        ),
+        (
+            none(PeerNodes::Read(vec![
+                node("n0", serde_json::json!({"podCIDRs": []})),
+                node("n1", serde_json::json!({})),
+            ])),
+            "none of its 2 Nodes has spec.podCIDRs",
+        ),
+        (
+            none(PeerNodes::Forbidden(
+                "nodes is forbidden: User \"x\" cannot list resource \"nodes\"".into(),
+            )),
+            "forbidden (403: nodes is forbidden",
+        ),
+    ];
+    for (message, why) in cases {
+        assert!(
+            message.starts_with("the peer's pod ranges are not known: "),
+            "{message}"
+        );
+        assert!(message.contains(why), "{why}: {message}");
+        for what in [
+            "--endpoint-cidr <cidr>",
+            "--allow-any-endpoint",
+            "Cilium cluster-pool, Calico IPAM, VPC-native",
+            "accepts any endpoint address of the peer that its other rules allow",
+            "Nothing was written",
+        ] {
+            assert!(message.contains(what), "{what}: {message}");
+        }
+    }
 }
