@@ -62,9 +62,6 @@ pub const INVALID_EXPORT: &str = crate::api::well_known::export_reason::INVALID_
 /// A merged spec that breaks a Service rule: never written (a bug guard).
 pub const INVALID_MERGE: &str = "InvalidMerge";
 
-/// The most endpoints the API allows in one EndpointSlice.
-pub const MAX_SLICE_ENDPOINTS: usize = 1000;
-
 /// One peer as the reconciler sees it.
 #[derive(Debug)]
 pub struct PeerView<'a> {

@@ -14,7 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::ResourceExt;
 
 use super::hints::Hints;
-use super::{Inputs, MAX_SLICE_ENDPOINTS, PeerView, Rejection};
+use super::{Inputs, PeerView, Rejection};
+use crate::api::limits::MAX_SLICE_ENDPOINTS;
 use crate::api::stripped::cross_cluster;
 use crate::api::well_known::{
     LABEL_KUBERNETES_SERVICE_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_SOURCE_CLUSTER,
