@@ -27,18 +27,8 @@ impl FromStr for Cidr {
         let (address, prefix) = text.split_once('/').ok_or_else(error)?;
         let network: IpAddr = address.parse().map_err(|_| error())?;
         let prefix: u8 = prefix.parse().map_err(|_| error())?;
-        let bits = match network {
-            IpAddr::V4(_) => 32,
-            IpAddr::V6(_) => 128,
-        };
-        if prefix > bits {
-            return Err(error());
-        }
         // Host bits set (10.1.2.3/16) still name the network they are in.
-        Ok(Self {
-            network: mask(network, prefix),
-            prefix,
-        })
+        Self::new(network, prefix).ok_or_else(error)
     }
 }
 
@@ -49,6 +39,21 @@ impl fmt::Display for Cidr {
 }
 
 impl Cidr {
+    /// The prefix of length `prefix` that `ip` is in; `None` when the
+    /// length is past the family's width.
+    pub fn new(ip: IpAddr, prefix: u8) -> Option<Self> {
+        let bits = if ip.is_ipv4() { 32 } else { 128 };
+        (prefix <= bits).then(|| Self {
+            network: mask(ip, prefix),
+            prefix,
+        })
+    }
+
+    /// Its prefix length.
+    pub fn prefix_len(&self) -> u8 {
+        self.prefix
+    }
+
     /// Its network address.
     pub fn network(&self) -> IpAddr {
         self.network

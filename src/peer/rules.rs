@@ -195,7 +195,7 @@ pub fn merge_ranges(ranges: &[Cidr]) -> Vec<Cidr> {
                     IpAddr::V4(ip) => u128::from(u32::from(ip)),
                     IpAddr::V6(ip) => u128::from(ip),
                 };
-                (network, prefix_len(cidr))
+                (network, u32::from(cidr.prefix_len()))
             })
             .collect();
         family.sort_unstable();
@@ -233,25 +233,12 @@ pub fn merge_ranges(ranges: &[Cidr]) -> Vec<Cidr> {
             } else {
                 IpAddr::V6(Ipv6Addr::from(network))
             };
-            cidr(ip, prefix)
+            // Joining halves never widens past the family: a valid prefix.
+            Cidr::new(ip, u8::try_from(prefix).unwrap_or_default())
+                .unwrap_or_else(|| unreachable!("{ip}/{prefix} is a CIDR"))
         }));
     }
     merged
-}
-
-/// The prefix length of `cidr`.
-fn prefix_len(cidr: &Cidr) -> u32 {
-    cidr.to_string()
-        .rsplit_once('/')
-        .and_then(|(_, prefix)| prefix.parse().ok())
-        .unwrap_or_default()
-}
-
-/// The CIDR of network `ip` and length `prefix`.
-fn cidr(ip: IpAddr, prefix: u32) -> Cidr {
-    format!("{ip}/{prefix}")
-        .parse()
-        .unwrap_or_else(|_| unreachable!("{ip}/{prefix} is a CIDR"))
 }
 
 /// What a peer kubeconfig holds.
