@@ -248,6 +248,39 @@ pub fn exported_metadata(
     Ok(())
 }
 
+/// The fields of a Service an export carries into the merge, borrowed:
+/// what [`fields`] checks, for an export and for the merged import alike.
+#[derive(Debug, Clone, Copy)]
+pub struct Fields<'a> {
+    /// The ports.
+    pub ports: &'a [ServicePort],
+    /// `None` or `ClientIP`.
+    pub session_affinity: &'a str,
+    /// The `ClientIP` timeout, when set.
+    pub affinity_timeout: Option<i32>,
+    /// `Cluster` or `Local`.
+    pub internal_traffic_policy: &'a str,
+    /// `trafficDistribution`, when set.
+    pub traffic_distribution: Option<&'a str>,
+    /// The IP families.
+    pub ip_families: &'a [String],
+    /// The exported labels.
+    pub labels: &'a BTreeMap<String, String>,
+    /// The exported annotations.
+    pub annotations: &'a BTreeMap<String, String>,
+}
+
+/// Checks every field of `service` by the rules above: the first that
+/// breaks one, if any.
+pub fn fields(service: &Fields<'_>) -> Result<(), Violation> {
+    ports(service.ports)?;
+    session_affinity(service.session_affinity, service.affinity_timeout)?;
+    internal_traffic_policy(service.internal_traffic_policy)?;
+    traffic_distribution(service.traffic_distribution)?;
+    ip_families(service.ip_families)?;
+    exported_metadata(service.labels, service.annotations)
+}
+
 /// Whether `key`'s prefix is one of the [`RESERVED_PREFIXES`], or
 /// [`OWN_DOMAIN`] or a subdomain of it.
 pub fn is_reserved(key: &str) -> bool {

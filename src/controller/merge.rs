@@ -177,18 +177,16 @@ impl ExportedService {
     /// Whether every field keeps to the apiserver's Service rules and ours
     /// ([`service_rules`]): the first field that does not, if any.
     pub fn check(&self) -> Result<(), Violation> {
-        service_rules::ports(&self.ports)?;
-        service_rules::session_affinity(
-            &self.session_affinity,
-            self.session_affinity_config
-                .as_ref()
-                .and_then(|c| c.client_ip.as_ref())
-                .and_then(|c| c.timeout_seconds),
-        )?;
-        service_rules::internal_traffic_policy(&self.internal_traffic_policy)?;
-        service_rules::traffic_distribution(self.traffic_distribution.as_deref())?;
-        service_rules::ip_families(&self.ip_families)?;
-        service_rules::exported_metadata(&self.labels, &self.annotations)
+        service_rules::fields(&service_rules::Fields {
+            ports: &self.ports,
+            session_affinity: &self.session_affinity,
+            affinity_timeout: timeout_of(self.session_affinity_config.as_ref()),
+            internal_traffic_policy: &self.internal_traffic_policy,
+            traffic_distribution: self.traffic_distribution.as_deref(),
+            ip_families: &self.ip_families,
+            labels: &self.labels,
+            annotations: &self.annotations,
+        })
     }
 }
 
@@ -256,20 +254,16 @@ impl Merged {
     /// the merge, refused rather than written.
     pub fn check(&self) -> Result<(), Violation> {
         let spec = &self.spec;
-        service_rules::ports(&spec.ports)?;
-        service_rules::session_affinity(
-            spec.session_affinity.as_deref().unwrap_or("None"),
-            spec.session_affinity_config
-                .as_ref()
-                .and_then(|c| c.client_ip.as_ref())
-                .and_then(|c| c.timeout_seconds),
-        )?;
-        service_rules::internal_traffic_policy(
-            spec.internal_traffic_policy.as_deref().unwrap_or("Cluster"),
-        )?;
-        service_rules::traffic_distribution(spec.traffic_distribution.as_deref())?;
-        service_rules::ip_families(&spec.ip_families)?;
-        service_rules::exported_metadata(&self.labels, &self.annotations)
+        service_rules::fields(&service_rules::Fields {
+            ports: &spec.ports,
+            session_affinity: spec.session_affinity.as_deref().unwrap_or("None"),
+            affinity_timeout: timeout_of(spec.session_affinity_config.as_ref()),
+            internal_traffic_policy: spec.internal_traffic_policy.as_deref().unwrap_or("Cluster"),
+            traffic_distribution: spec.traffic_distribution.as_deref(),
+            ip_families: &spec.ip_families,
+            labels: &self.labels,
+            annotations: &self.annotations,
+        })
     }
 }
 
@@ -644,10 +638,14 @@ fn render_ports(ports: &[ServicePort]) -> String {
 
 /// `clientIP.timeoutSeconds=<n>`, or `<none>`.
 fn render_affinity_config(config: Option<&SessionAffinityConfig>) -> String {
+    timeout_of(config).map_or_else(none, |t| format!("clientIP.timeoutSeconds={t}"))
+}
+
+/// The `ClientIP` affinity timeout `config` sets, if any.
+fn timeout_of(config: Option<&SessionAffinityConfig>) -> Option<i32> {
     config
         .and_then(|c| c.client_ip.as_ref())
         .and_then(|c| c.timeout_seconds)
-        .map_or_else(none, |t| format!("clientIP.timeoutSeconds={t}"))
 }
 
 /// `k=v,k=v` in key order, or `<none>` for an empty map.
