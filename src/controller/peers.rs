@@ -695,12 +695,7 @@ impl Peers {
                 "Secret {secret}: the peer denies its credential access (403 Forbidden: its reader role or binding there was removed or changed); the peer's services stay imported for the grace period, then go. {RENEW} --name {secret}` again to grant it anew"
             )
         };
-        tracing::error!(secret, reason, "peer credential refused: {message}");
-        effects.push(Effect::Refused {
-            secret: secret.to_owned(),
-            reason,
-            message,
-        });
+        credential_refused(secret.to_owned(), reason, message, effects);
     }
 
     /// Warns, once per credential, of a credential that expires within
@@ -725,16 +720,7 @@ impl Peers {
                     && peer.credential_reported.insert(credential_reason::EXPIRED)
                 {
                     let message = expired_message(&secret, at);
-                    tracing::error!(
-                        secret,
-                        reason = credential_reason::EXPIRED,
-                        "peer credential refused: {message}"
-                    );
-                    effects.push(Effect::Refused {
-                        secret,
-                        reason: credential_reason::EXPIRED,
-                        message,
-                    });
+                    credential_refused(secret, credential_reason::EXPIRED, message, effects);
                 }
             } else if !peer.expiry_warned
                 && let Ok(left) = expires.duration_since(now.wall)
@@ -1010,6 +996,22 @@ fn differing_services(old: &ClusterData, new: &ClusterData) -> Touched {
     kind(&old.services, &new.services, &mut touched.services);
     kind(&old.mcs_slices, &new.mcs_slices, &mut touched.services);
     touched
+}
+
+/// Reports that the peer refuses `secret`'s credential for `reason`: a
+/// log line and the refusal's Event and metric.
+fn credential_refused(
+    secret: String,
+    reason: &'static str,
+    message: String,
+    effects: &mut Vec<Effect>,
+) {
+    tracing::error!(secret, reason, "peer credential refused: {message}");
+    effects.push(Effect::Refused {
+        secret,
+        reason,
+        message,
+    });
 }
 
 /// The HTTP status of a watch error that says the peer refuses the
