@@ -220,41 +220,22 @@ async fn export_selectorless(client: &Client, ns: &str, name: &str) {
 /// [`export_selectorless`], of a headless Service (`clusterIP: None`)
 /// when `headless`.
 async fn export_selectorless_as(client: &Client, ns: &str, name: &str, headless: bool) {
-    Api::<PublishedService>::namespaced(client.clone(), controlplane::CONTROLLER_NAMESPACE)
-        .create(
-            &PostParams::default(),
-            &object(json!({
-                "apiVersion": "clusterset-dns.io/v1alpha1",
-                "kind": "PublishedService",
-                "metadata": {"name": format!("{ns}.{name}")},
-                "spec": {
-                    "namespace": ns,
-                    "name": name,
-                    "headless": headless,
-                    "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
-                    "ipFamilies": ["IPv4"],
-                },
-            })),
-        )
-        .await
-        .unwrap();
-    let mut spec = json!({"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]});
+    let ports = json!([{"name": "http", "port": 80, "protocol": "TCP"}]);
+    controlplane::publish_export(
+        client,
+        ns,
+        name,
+        json!({"headless": headless, "ports": ports}),
+    )
+    .await;
+    let mut spec = json!({"ports": ports});
     if headless {
         spec["clusterIP"] = json!("None");
     }
-    let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    services
+    Api::<Service>::namespaced(client.clone(), ns)
         .create(
             &PostParams::default(),
             &object(json!({"metadata": {"name": name}, "spec": spec})),
-        )
-        .await
-        .unwrap();
-    let exports: Api<ServiceExport> = Api::namespaced(client.clone(), ns);
-    exports
-        .create(
-            &PostParams::default(),
-            &object(json!({"metadata": {"name": name}})),
         )
         .await
         .unwrap();
@@ -1230,33 +1211,11 @@ fn own_slice(name: &str, addresses: &[&str]) -> EndpointSlice {
 /// fields given (its Service there is an ordinary one: the apiserver
 /// validates it; the publication is the peer's own word).
 async fn co_export(client: &Client, ns: &str, name: &str, spec: serde_json::Value) {
-    let mut full = json!({"namespace": ns, "name": name, "ipFamilies": ["IPv4"]});
-    for (key, value) in spec.as_object().unwrap() {
-        full[key] = value.clone();
-    }
-    Api::<PublishedService>::namespaced(client.clone(), controlplane::CONTROLLER_NAMESPACE)
-        .create(
-            &PostParams::default(),
-            &object(json!({
-                "apiVersion": "clusterset-dns.io/v1alpha1",
-                "kind": "PublishedService",
-                "metadata": {"name": format!("{ns}.{name}")},
-                "spec": full,
-            })),
-        )
-        .await
-        .unwrap();
+    controlplane::publish_export(client, ns, name, spec).await;
     Api::<Service>::namespaced(client.clone(), ns)
         .create(
             &PostParams::default(),
             &object(json!({"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}})),
-        )
-        .await
-        .unwrap();
-    Api::<ServiceExport>::namespaced(client.clone(), ns)
-        .create(
-            &PostParams::default(),
-            &object(json!({"metadata": {"name": name}})),
         )
         .await
         .unwrap();

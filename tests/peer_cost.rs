@@ -262,8 +262,7 @@ async fn create_namespace(client: &Client, name: &str) {
         .unwrap();
 }
 
-/// The hostile cluster exports `ns/name` with `ports` in its publication
-/// (and a ServiceExport, which the reader watches).
+/// The hostile cluster exports `ns/name` with `ports` in its publication.
 async fn publish_export(
     client: &Client,
     ns: &str,
@@ -271,31 +270,8 @@ async fn publish_export(
     ports: serde_json::Value,
     headless: bool,
 ) {
-    Api::<PublishedService>::namespaced(client.clone(), controlplane::CONTROLLER_NAMESPACE)
-        .create(
-            &PostParams::default(),
-            &object(json!({
-                "apiVersion": "clusterset-dns.io/v1alpha1",
-                "kind": "PublishedService",
-                "metadata": {"name": format!("{ns}.{name}")},
-                "spec": {
-                    "namespace": ns,
-                    "name": name,
-                    "headless": headless,
-                    "ports": ports,
-                    "ipFamilies": ["IPv4"],
-                },
-            })),
-        )
-        .await
-        .unwrap();
-    Api::<ServiceExport>::namespaced(client.clone(), ns)
-        .create(
-            &PostParams::default(),
-            &object(json!({"metadata": {"name": name}})),
-        )
-        .await
-        .unwrap();
+    let spec = json!({"headless": headless, "ports": ports});
+    controlplane::publish_export(client, ns, name, spec).await;
 }
 
 /// A slice of `name` as the hostile controller would publish it.

@@ -453,3 +453,33 @@ pub async fn join_peers(clusters: &[Cluster]) {
         }
     }
 }
+
+/// What a controller would publish of `ns/name` in `client`'s cluster,
+/// written by hand (a hostile or hand-driven peer): a PublishedService
+/// whose spec is `spec` over `{namespace, name, ipFamilies: [IPv4]}`, and
+/// the ServiceExport peers watch beside it.
+pub async fn publish_export(client: &kube::Client, ns: &str, name: &str, spec: serde_json::Value) {
+    use kube::api::{Api, PostParams};
+    let mut full = serde_json::json!({"namespace": ns, "name": name, "ipFamilies": ["IPv4"]});
+    for (key, value) in spec.as_object().expect("a spec object") {
+        full[key] = value.clone();
+    }
+    let published: clusterset_dns::api::PublishedService =
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "clusterset-dns.io/v1alpha1",
+            "kind": "PublishedService",
+            "metadata": {"name": format!("{ns}.{name}")},
+            "spec": full,
+        }))
+        .unwrap();
+    Api::<clusterset_dns::api::PublishedService>::namespaced(client.clone(), CONTROLLER_NAMESPACE)
+        .create(&PostParams::default(), &published)
+        .await
+        .unwrap_or_else(|e| panic!("publishing {ns}/{name}: {e}"));
+    let export: clusterset_dns::api::ServiceExport =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    Api::<clusterset_dns::api::ServiceExport>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &export)
+        .await
+        .unwrap_or_else(|e| panic!("exporting {ns}/{name}: {e}"));
+}
