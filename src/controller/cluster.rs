@@ -504,8 +504,10 @@ pub fn peer_budget_bytes(limits: &PeerLimits) -> usize {
         + limits.endpoints * BYTES_PER_ENDPOINT
 }
 
-/// An endpoint address at rest with its share of its slice, as measured by
-/// the controller bench (docs/benchmarks-controller.md), rounded up.
+/// A generous bound on one endpoint address at rest with its share of
+/// its slice, not a measurement: a compact endpoint is its address, its
+/// conditions and, when it has a hostname or zone, a boxed rest; 256 B
+/// leaves room for a hostname of about a hundred characters.
 pub const BYTES_PER_ENDPOINT: usize = 256;
 
 /// How much of a peer's data this controller holds at most (peer input is

@@ -262,9 +262,11 @@ fn log_peer_budget(limits: &PeerLimits) {
     }
 }
 
-/// What the controller holds besides its peers' data: this cluster's own
-/// objects and the process, as the controller bench measured it at 2,000
-/// exports (docs/benchmarks-controller.md), rounded up.
+/// What the controller holds besides what its peers' caps allow: taken
+/// as its peak in the controller bench at 3 × 2,000 exports (95.5–99.1 MiB
+/// VmHWM, docs/benchmarks-controller.md, "Current figures"), which holds
+/// this cluster's and two peers' data besides the process: a generous
+/// base.
 pub const BASE_MEMORY_BYTES: usize = 96 * 1024 * 1024;
 
 #[cfg(test)]
