@@ -12,23 +12,12 @@ use hickory_proto::rr::Name;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub mod duration;
-
-pub use self::duration::HumanDuration;
 use crate::dns::DnsServerConfig;
 use crate::dns::rrl::{MAX_SLIP, MAX_TABLE_SIZE, RrlConfig};
+use crate::ops::duration::HumanDuration;
+use crate::ops::telemetry::{DEFAULT_LOG_FILTER, LogFormat};
 use crate::source::kubernetes::ImportApi;
 use crate::zone::ZoneSettings;
-
-/// Default log filter: our own lifecycle at info, libraries quiet. kube's
-/// per-request failure line ("failed with error client error (Connect)")
-/// is off: the source logs each failure itself, with its cause and the
-/// apiserver's URL. hickory-proto warns about odd records in a message it
-/// decodes (broken EDNS options, which `dns::wire_check` now answers
-/// FORMERR before hickory sees them), once per message and without a
-/// limit: errors only, since anyone can send those messages (our own lines
-/// about network input are counted and rate-limited).
-pub const DEFAULT_LOG_FILTER: &str = "clusterset_dns=info,hickory_server=warn,hickory_proto=error,kube=warn,kube_client::client::builder=off,warn";
 
 /// How long DNS keeps answering after SIGTERM (CoreDNS `health { lameduck }`).
 pub const DEFAULT_LAME_DUCK: Duration = Duration::from_secs(5);
@@ -175,17 +164,6 @@ pub const ZONE_OPTIONS: &[&str] = &[
 
 /// The options `check` reads.
 pub const CHECK_OPTIONS: &[&str] = &["config", "file", "file_max_bytes"];
-
-/// How log lines are written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
 
 impl ServeArgs {
     /// The built-in defaults: the bottom layer.
@@ -424,7 +402,7 @@ impl Config {
         if apiserver_timeout < MIN_APISERVER_TIMEOUT {
             return Err(ConfigError::Invalid(format!(
                 "apiserver_timeout must be at least {}: a probe every half of it, each waiting the other half",
-                duration::format(MIN_APISERVER_TIMEOUT)
+                crate::ops::duration::format(MIN_APISERVER_TIMEOUT)
             )));
         }
         let rrl = &dns.rrl;

@@ -68,31 +68,4 @@ mod tests {
             "outer: embedding: connection refused"
         );
     }
-
-    /// Our own errors do not repeat their source in their message.
-    #[test]
-    fn our_errors_leave_their_cause_to_the_chain() {
-        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
-        let cause = io().to_string();
-        let errors: Vec<Box<dyn Error + 'static>> = vec![
-            Box::new(crate::config::ConfigError::Read {
-                path: "/x.toml".into(),
-                source: io(),
-            }),
-            Box::new(crate::app::StartError::Bind {
-                what: "DNS",
-                addr: "127.0.0.1:53".parse().unwrap(),
-                source: io(),
-            }),
-            Box::new(crate::source::file::FileSourceError::Read {
-                path: "/x.yaml".into(),
-                source: io(),
-            }),
-        ];
-        for error in errors {
-            assert!(!error.to_string().contains(&cause), "{error}");
-            assert!(error.source().is_some(), "{error}");
-            assert_eq!(Chain(&*error).to_string().matches(&cause).count(), 1);
-        }
-    }
 }

@@ -18,9 +18,9 @@ use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
 use serde::Serialize;
 
 use crate::api::ServiceImportType;
+use crate::api::ServiceRef;
 use crate::dns::plan::{CLASS_IN, Plan, Query, Question};
 use crate::inquiry::{ImportReport, SourceReport};
-use crate::model::ServiceRef;
 use crate::zone::tier::{Census, Choice, Tier, choose};
 use crate::zone::{Below, MAX_LABELS, QueryName, Zone};
 

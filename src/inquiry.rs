@@ -17,9 +17,10 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::api::ServiceImportType;
+use crate::api::ServiceRef;
 use crate::api::locality::Locality;
 use crate::index::Index;
-use crate::model::{Endpoints, OwnCluster, Port, ServiceRef, dashed_address};
+use crate::model::{Endpoints, OwnCluster, Port, dashed_address};
 
 /// A question for the source task: what it holds for one service.
 #[derive(Debug)]

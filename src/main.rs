@@ -45,7 +45,7 @@ enum Command {
     Version,
     /// Join member clusters: add, list and remove this cluster's peers
     /// (the controller's peer Secrets), from admin kubeconfigs.
-    Peer(clusterset_dns::peer::PeerArgs),
+    Peer(clusterset_dns::cli::PeerArgs),
 }
 
 #[derive(clap::Args)]
@@ -76,7 +76,7 @@ const EXIT_NEWER_CRD_KEPT: u8 = 3;
 struct NewerCrdsKept(usize);
 
 fn main() -> ExitCode {
-    clusterset_dns::memory::limit_arenas();
+    clusterset_dns::ops::memory::limit_arenas();
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) if error.is::<NewerCrdsKept>() => {
@@ -142,16 +142,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             action: Some(CrdsAction::Install { cluster }),
         }) => crds_install(cluster.kubeconfig.as_deref()),
         Command::Version => {
-            print!("{}", clusterset_dns::build_info::describe());
+            print!("{}", clusterset_dns::ops::build_info::describe());
             Ok(())
         }
         Command::Peer(args) => peer(&args),
     }
 }
 
-fn peer(args: &clusterset_dns::peer::PeerArgs) -> anyhow::Result<()> {
+fn peer(args: &clusterset_dns::cli::PeerArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
-    let output = runtime.block_on(clusterset_dns::peer::run(args))?;
+    let output = runtime.block_on(clusterset_dns::cli::run_peer(args))?;
     print!("{output}");
     Ok(())
 }
@@ -192,7 +192,7 @@ fn read_manifest(config: &Config) -> anyhow::Result<(std::path::PathBuf, String)
 
 fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let config = Config::resolve(args)?;
-    clusterset_dns::telemetry::init(&config.log, config.log_format);
+    clusterset_dns::ops::telemetry::init(&config.log, config.log_format);
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     runtime.block_on(async {
         // Register the handlers before any socket is bound: a SIGTERM that
@@ -224,7 +224,7 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
 
 fn controller(args: &clusterset_dns::controller::ControllerArgs) -> anyhow::Result<()> {
     let (log_filter, from_deprecated_env) = args.log_filter();
-    clusterset_dns::telemetry::init(&log_filter, args.log_format);
+    clusterset_dns::ops::telemetry::init(&log_filter, args.log_format);
     if from_deprecated_env {
         tracing::warn!(
             "the log filter came from {}, which the controller stops reading in 0.2.0: set CLUSTERSET_DNS_LOG (or --log), as for serve",

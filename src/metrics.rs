@@ -6,12 +6,9 @@
 
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
-use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
-};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
-use crate::log_limit::{LogLimiter, NETWORK_LOG_INTERVAL};
+use crate::ops::log_limit::{LogLimiter, NETWORK_LOG_INTERVAL};
 use crate::zone::Tier;
 
 /// Transport a query arrived on.
@@ -363,7 +360,7 @@ impl Metrics {
             Box::new(events),
             Box::new(rrl),
             Box::new(tiers),
-            Box::new(build_info("")),
+            Box::new(crate::ops::exposition::build_info("")),
         ];
         for c in collectors {
             for desc in c.desc() {
@@ -451,37 +448,8 @@ impl Metrics {
 
     /// Renders all metrics in the Prometheus text format.
     pub fn render(&self) -> String {
-        render(&[&self.registry])
+        crate::ops::exposition::render(&[&self.registry])
     }
-}
-
-/// Renders registries in the Prometheus text format (the DNS server's and
-/// the controller's alike), one after the other.
-pub fn render(registries: &[&Registry]) -> String {
-    let families: Vec<_> = registries.iter().flat_map(|r| r.gather()).collect();
-    let mut out = Vec::new();
-    // Encoding gathered families into a Vec cannot fail.
-    let _ = TextEncoder::new().encode(&families, &mut out);
-    String::from_utf8(out).unwrap_or_default()
-}
-
-/// The `build_info` gauge: 1, labelled with this binary's version and git
-/// commit (see [`crate::build_info`]). `prefix` goes before `build_info`,
-/// for a registry without one (the controller's has its own prefix, yet
-/// both processes export the same `clusterset_dns_build_info`).
-pub fn build_info(prefix: &str) -> IntGaugeVec {
-    let gauge = IntGaugeVec::new(
-        Opts::new(
-            format!("{prefix}build_info"),
-            "Always 1; the labels say which build is running (version, git commit).",
-        ),
-        &["version", "commit"],
-    )
-    .expect("static metric is valid");
-    gauge
-        .with_label_values(&[crate::build_info::VERSION, crate::build_info::COMMIT])
-        .set(1);
-    gauge
 }
 
 #[cfg(test)]
@@ -526,8 +494,8 @@ mod tests {
         let text = Metrics::new().render();
         let line = format!(
             "clusterset_dns_build_info{{commit=\"{}\",version=\"{}\"}} 1",
-            crate::build_info::COMMIT,
-            crate::build_info::VERSION
+            crate::ops::build_info::COMMIT,
+            crate::ops::build_info::VERSION
         );
         assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
     }

@@ -112,7 +112,7 @@ impl Publisher {
                 .observe(changed.elapsed().as_secs_f64());
         }
         if after_list {
-            crate::memory::release_freed_memory();
+            crate::ops::memory::release_freed_memory();
         }
         first
     }

@@ -71,6 +71,7 @@ pub mod locality;
 pub mod published_service;
 mod service_export;
 mod service_import;
+mod service_ref;
 pub mod service_rules;
 pub mod stripped;
 pub mod well_known;
@@ -91,6 +92,7 @@ pub mod v1beta1 {
 }
 
 pub use published_service::{PublishedPort, PublishedService, PublishedServiceSpec};
+pub use service_ref::ServiceRef;
 pub use v1beta1::{
     ClusterProperty, ClusterPropertySpec, ClusterPropertyStatus, ClusterStatus,
     EndpointSliceObjects, ServiceExport, ServiceExportSpec, ServiceExportStatus, ServiceImport,

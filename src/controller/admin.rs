@@ -1,5 +1,5 @@
 //! The controller's admin endpoint on the shared
-//! [`crate::admin::server`]: `/ready` (200 once this cluster is listed and
+//! [`crate::ops::admin_server`]: `/ready` (200 once this cluster is listed and
 //! every peer is synced or within its grace period; 503 on a standby), its
 //! metrics, and `/explain?service=<namespace>/<name>` (JSON: the exporters,
 //! the winner of the merge, the conflict and the writes still pending).
@@ -15,9 +15,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::metrics::ControllerMetrics;
 use super::run::Query;
-use crate::admin::server::{self, Limits, Reply, Routes};
-use crate::log_limit::{LogLimiter, NETWORK_LOG_INTERVAL};
-use crate::model::ServiceRef;
+use crate::api::ServiceRef;
+use crate::ops::admin_server::{self as server, Limits, Reply, Routes};
+use crate::ops::log_limit::{LogLimiter, NETWORK_LOG_INTERVAL};
 
 /// How long a question to the controller loop may take.
 const ANSWER_WAIT: Duration = Duration::from_secs(2);
@@ -122,7 +122,7 @@ fn service_param(query: &str) -> Result<ServiceRef, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admin::server::testing::{LIVE_PATHS, get, loopback};
+    use crate::ops::admin_server::testing::{LIVE_PATHS, get, loopback};
 
     /// The controller's endpoint on a real socket, its loop played by a
     /// task answering the queries: the health routes every process

@@ -22,8 +22,8 @@ use super::lean::Lean;
 use super::naming::FIELD_MANAGER;
 use super::ownership::{NOT_OURS, owns};
 use super::reconcile::{Kind, Write, export_status_object};
+use crate::api::ServiceRef;
 use crate::api::{PublishedService, ServiceExport, ServiceImport};
-use crate::model::ServiceRef;
 
 /// What a successful write returned, for the local store (so the next plan
 /// sees it before the watch event arrives), decoded as the watches decode

@@ -6,7 +6,8 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cluster_args::{KubeconfigArgs, NamespaceArgs, PeerSelectorArgs};
-use crate::config::{DEFAULT_LOG_FILTER, LogFormat, duration};
+use crate::ops::duration;
+use crate::ops::telemetry::{DEFAULT_LOG_FILTER, LogFormat};
 
 /// Options of `clusterset-dns controller`.
 ///

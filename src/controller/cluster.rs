@@ -25,12 +25,12 @@ use kube::ResourceExt;
 
 use super::compact::{Compact, Interner, RestExport, RestService, RestSlice};
 use super::lean::Lean;
+use crate::api::ServiceRef;
 use crate::api::well_known::{
     LABEL_KUBERNETES_SERVICE_NAME, LABEL_SERVICE_NAME, LABEL_TOPOLOGY_ZONE,
 };
 use crate::api::{ServiceExport, ServiceImport};
 use crate::cidr::Cidr;
-use crate::model::ServiceRef;
 use crate::watch::IndexResource;
 
 mod published;

@@ -175,7 +175,9 @@ impl ControllerMetrics {
         // Unprefixed: the build-info metric is named alike in both processes.
         let build = Registry::new();
         build
-            .register(Box::new(crate::metrics::build_info("clusterset_dns_")))
+            .register(Box::new(crate::ops::exposition::build_info(
+                "clusterset_dns_",
+            )))
             .expect("unique");
         catalog.push((
             "clusterset_dns_build_info".into(),
@@ -210,7 +212,7 @@ impl ControllerMetrics {
 
     /// Renders all metrics in the Prometheus text format.
     pub fn render(&self) -> String {
-        crate::metrics::render(&[&self.registry, &self.build])
+        crate::ops::exposition::render(&[&self.registry, &self.build])
     }
 }
 
@@ -261,8 +263,8 @@ mod tests {
         );
         let build_info = format!(
             "clusterset_dns_build_info{{commit=\"{}\",version=\"{}\"}} 1",
-            crate::build_info::COMMIT,
-            crate::build_info::VERSION
+            crate::ops::build_info::COMMIT,
+            crate::ops::build_info::VERSION
         );
         assert!(metrics.render().lines().any(|l| l == build_info));
     }

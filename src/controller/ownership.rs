@@ -19,8 +19,8 @@ use kube::Resource;
 use super::cluster::is_ours;
 use super::publication::PUBLISHED_BY;
 use crate::api::ServiceImport;
+use crate::api::ServiceRef;
 use crate::api::well_known::LABEL_MANAGED_BY;
-use crate::model::ServiceRef;
 
 /// The kinds the controller writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -27,7 +27,7 @@ use super::cluster::{ClusterData, Objects, PeerLimits, Touched};
 use super::compact::Compact;
 use super::connection::{ClusterEvent, WatchEvent};
 use super::reconcile::PeerView;
-use crate::model::ServiceRef;
+use crate::api::ServiceRef;
 use crate::peering::PeerSecret;
 use crate::peering::membership::peer_refusal;
 use crate::peering::reason;

@@ -29,11 +29,11 @@ use kube::runtime::watcher::Event;
 use super::naming::{
     ANNOTATION_SOURCE_SLICE, LABEL_APP_MANAGED_BY, MANAGED_BY, mirrored_slice_name,
 };
+use crate::api::ServiceRef;
 use crate::api::limits::is_dns1123_label;
 use crate::api::stripped::cross_cluster;
 use crate::api::well_known::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_SOURCE_CLUSTER};
 use crate::api::{PublishedPort, PublishedService, PublishedServiceSpec};
-use crate::model::ServiceRef;
 
 /// `endpointslice.kubernetes.io/managed-by` of a published slice: not
 /// [`MANAGED_BY`], so that neither this cluster's own MCS slice watch nor a

@@ -37,6 +37,7 @@ use super::namespaces::reason as namespace_reason;
 use super::naming::derived_service_name;
 pub use super::ownership::Kind;
 use super::ownership::{NOT_OURS, claim, owns};
+use crate::api::ServiceRef;
 use crate::api::locality::Locality;
 use crate::api::{
     ClusterStatus, EndpointSliceObjects, PublishedService, ServiceImport, ServiceImportStatus,
@@ -44,7 +45,6 @@ use crate::api::{
 };
 use crate::cidr::Cidr;
 use crate::label_selector::LabelSelector;
-use crate::model::ServiceRef;
 
 use self::hints::Hints;
 pub use self::hints::LocalFirst;

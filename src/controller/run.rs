@@ -36,8 +36,8 @@ use super::peers::{Contact, Input, Now, Peers, Settings as PeerSettings};
 use super::publication::Form;
 use super::reconcile::{Inputs, NamespaceFilter, plan};
 use super::schedule::{Gate, Schedule, Source};
+use crate::api::ServiceRef;
 use crate::api::{PublishedService, ServiceImport};
-use crate::model::ServiceRef;
 use crate::peering::membership::local_identity_problem;
 use crate::peering::{Identity, read_identity};
 use crate::watch::{Verdict, Watch};
@@ -139,7 +139,7 @@ pub struct Controller {
     /// Warning Events, published off the loop ([`super::events`]).
     events: Events,
     /// The log lines of refused peer input: one a second.
-    rejection_logs: crate::log_limit::LogLimiter,
+    rejection_logs: crate::ops::log_limit::LogLimiter,
     /// When to plan and write: the start-up gate, what is dirty, retries,
     /// the publication's tries.
     schedule: Schedule,
@@ -291,8 +291,8 @@ impl Controller {
             local_identity,
             metrics,
             events,
-            rejection_logs: crate::log_limit::LogLimiter::new(
-                crate::log_limit::NETWORK_LOG_INTERVAL,
+            rejection_logs: crate::ops::log_limit::LogLimiter::new(
+                crate::ops::log_limit::NETWORK_LOG_INTERVAL,
             ),
             schedule: Schedule::new(Instant::now(), startup_sync_timeout),
             write_refusals: BTreeMap::new(),
@@ -458,7 +458,7 @@ impl Controller {
         self.step(Input::Tick);
         self.schedule.tick(Instant::now());
         if self.schedule.release_due(false, Instant::now()) {
-            crate::memory::release_freed_memory();
+            crate::ops::memory::release_freed_memory();
         }
     }
 

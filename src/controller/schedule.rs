@@ -11,7 +11,7 @@ use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
 use super::cluster::Touched;
-use crate::model::ServiceRef;
+use crate::api::ServiceRef;
 
 /// How many services one cycle plans and writes: events are read between
 /// cycles, so fresh changes and `/ready` do not wait behind a cold start's

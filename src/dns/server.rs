@@ -121,7 +121,7 @@ impl DnsServer {
 }
 
 /// Descriptors kept out of the TCP connection budget: the sockets, the
-/// admin endpoint's connections ([`crate::admin::server::MAX_CONNECTIONS`]), the
+/// admin endpoint's connections ([`crate::ops::admin_server::MAX_CONNECTIONS`]), the
 /// manifest, the runtime's own.
 pub const RESERVED_FILES: u64 = 128;
 

@@ -15,7 +15,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::model::{ImportedService, OwnCluster, Port, ServiceRef, SliceEndpoints};
+use crate::api::ServiceRef;
+use crate::model::{ImportedService, OwnCluster, Port, SliceEndpoints};
 use crate::zone::{ServiceZone, Zone, ZoneSettings};
 
 use crate::at_rest::Interner;

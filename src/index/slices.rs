@@ -126,7 +126,7 @@ fn slot(slots: &[Option<Box<HeldSlice>>], id: SliceId) -> &HeldSlice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ServiceRef;
+    use crate::api::ServiceRef;
 
     fn slice(service: &str, endpoints: u32) -> SliceEndpoints {
         SliceEndpoints {

@@ -1,5 +1,5 @@
 //! The peer contract: what the controller ([`crate::controller`]) and
-//! `clusterset-dns peer` ([`crate::peer`]) must agree on about a peer, in
+//! `clusterset-dns peer` ([`crate::cli`]) must agree on about a peer, in
 //! one place. It imports neither of them.
 //!
 //! - A **peer Secret** lives in the controller's namespace, carries the

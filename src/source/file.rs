@@ -314,7 +314,7 @@ impl FileSource {
             }
         };
         let stats = self.apply_update(update);
-        crate::memory::release_freed_memory();
+        crate::ops::memory::release_freed_memory();
         self.loaded = Some(stamp);
         Ok(stats)
     }

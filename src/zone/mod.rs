@@ -25,7 +25,7 @@ pub use service::ServiceZone;
 pub use tier::Tier;
 pub use wire::SoaWire;
 
-use crate::model::ServiceRef;
+use crate::api::ServiceRef;
 
 /// Hasher for the zone's maps: fast, and randomly seeded per process.
 pub type FastHash = foldhash::fast::RandomState;

@@ -24,7 +24,7 @@
 
 use std::borrow::Borrow;
 
-use crate::model::ServiceRef;
+use crate::api::ServiceRef;
 
 /// Longest name in wire bytes, root included (RFC 1035 §3.1).
 const MAX_NAME_LEN: usize = 255;

@@ -13,7 +13,8 @@ use super::names::{BuiltNode, BuiltRrSet, Names, Node};
 use super::tier::{Census, choose};
 use super::{FastHash, ZoneSettings, owner_name};
 use crate::api::ServiceImportType;
-use crate::model::{Endpoints, ImportedService, Port, ServiceRef, SliceEndpoints, dashed_address};
+use crate::api::ServiceRef;
+use crate::model::{Endpoints, ImportedService, Port, SliceEndpoints, dashed_address};
 
 /// All names of one service, keyed by the labels in front of
 /// `<svc>.<ns>.svc.<zone>` (none for the service name itself, `_http._tcp`,

@@ -7,7 +7,8 @@ use hickory_proto::rr::{Name, RData, RecordType};
 
 use super::*;
 use crate::api::ServiceImportType;
-use crate::model::{Endpoint, ImportedService, Port, PortProtocol, ServiceRef, SliceEndpoints};
+use crate::api::ServiceRef;
+use crate::model::{Endpoint, ImportedService, Port, PortProtocol, SliceEndpoints};
 
 fn settings() -> ZoneSettings {
     ZoneSettings::new(Name::from_ascii("clusterset.local.").unwrap())

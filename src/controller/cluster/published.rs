@@ -11,10 +11,10 @@ use kube::ResourceExt;
 
 use super::{Listed, Objects, Touched, mcs_slice_owner};
 use crate::api::PublishedService;
+use crate::api::ServiceRef;
 use crate::controller::compact::Compact;
 use crate::controller::lean::Lean;
 use crate::controller::publication::{service_of_name, service_of_slice};
-use crate::model::ServiceRef;
 use crate::watch::IndexResource;
 
 /// This cluster's publication, held compacted as every other store is,

@@ -10,11 +10,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Owne
 use kube::Resource;
 
 use super::{Kind, Write};
+use crate::api::ServiceRef;
 use crate::api::well_known::{ANNOTATION_DERIVED_SERVICE, LABEL_SERVICE_NAME};
 use crate::api::{ServiceExport, ServiceImport, ServiceImportSpec};
 use crate::controller::merge::Merged;
 use crate::controller::naming::{LABEL_APP_MANAGED_BY, MANAGED_BY};
-use crate::model::ServiceRef;
 
 pub(super) fn our_labels() -> BTreeMap<String, String> {
     BTreeMap::from([(LABEL_APP_MANAGED_BY.to_owned(), MANAGED_BY.to_owned())])

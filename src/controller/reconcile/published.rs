@@ -12,10 +12,10 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use super::objects::{slice_differs, subset};
 use super::{Inputs, Kind, Write};
 use crate::api::PublishedService;
+use crate::api::ServiceRef;
 use crate::controller::merge::project;
 use crate::controller::ownership::claim;
 use crate::controller::publication::{published_name, published_service, published_slice};
-use crate::model::ServiceRef;
 
 /// The writes that make `service`'s publication what it should be.
 pub(super) fn writes(inputs: &Inputs<'_>, service: &ServiceRef) -> Vec<Write> {

@@ -15,6 +15,7 @@ use kube::ResourceExt;
 
 use super::hints::Hints;
 use super::{Inputs, PeerView, Rejection};
+use crate::api::ServiceRef;
 use crate::api::limits::MAX_SLICE_ENDPOINTS;
 use crate::api::stripped::cross_cluster;
 use crate::api::well_known::{
@@ -23,7 +24,6 @@ use crate::api::well_known::{
 use crate::controller::addresses::{NOT_ROUTABLE, Screen};
 use crate::controller::merge::Merged;
 use crate::controller::naming::{ANNOTATION_SOURCE_SLICE, MANAGED_BY, mirrored_slice_name};
-use crate::model::ServiceRef;
 
 /// Reason of a peer slice whose computed name another slice of the
 /// service already has: both are refused.

@@ -16,12 +16,12 @@ use crate::api::ServiceImport;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 
+use crate::api::ServiceRef;
 use crate::controller::apply::{Written, execute};
 use crate::controller::events::Events;
 use crate::controller::naming::{FIELD_MANAGER, LABEL_APP_MANAGED_BY, MANAGED_BY};
 use crate::controller::publication;
 use crate::controller::reconcile::{Kind, Plan, Refusal, Rejection, Write, plan, plan_publication};
-use crate::model::ServiceRef;
 
 /// Writes a plan refused, with the service each belongs to.
 type Refused = Vec<(ServiceRef, Refusal)>;
@@ -78,7 +78,7 @@ impl Controller {
             self.metrics.change_to_write.observe(latency.as_secs_f64());
         }
         if self.schedule.release_due(wrote, now) {
-            crate::memory::release_freed_memory();
+            crate::ops::memory::release_freed_memory();
         }
         self.metrics
             .imports

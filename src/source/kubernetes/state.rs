@@ -35,11 +35,12 @@ use kube::runtime::watcher::{self, Event};
 
 use super::KubeSourceError;
 use crate::api::ClusterProperty;
+use crate::api::ServiceRef;
 use crate::api::stripped::{Dns, Stripped};
 use crate::api::well_known::CLUSTER_ID_PROPERTY;
 use crate::index::{Index, PublishStats};
 use crate::inquiry::{Rejection, SourceReport};
-use crate::model::{OwnCluster, ServiceRef};
+use crate::model::OwnCluster;
 use crate::watch::{Health, Outcome, Verdict, Watch};
 use crate::zone::{Zone, ZoneSettings};
 

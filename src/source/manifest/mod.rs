@@ -23,9 +23,10 @@
 
 use serde_json::Value;
 
+use crate::api::ServiceRef;
 use crate::api::well_known::CLUSTER_ID_PROPERTY;
 use crate::index::{Index, SliceKey};
-use crate::model::{ImportedService, OwnCluster, ServiceRef, SliceEndpoints};
+use crate::model::{ImportedService, OwnCluster, SliceEndpoints};
 
 pub use self::document::StreamStop;
 use self::document::{split_documents, yaml_error, yaml_options};

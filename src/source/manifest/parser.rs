@@ -10,8 +10,8 @@ use serde_json::Value;
 use super::document::{DocumentReader, Piece, split_documents, yaml_error, yaml_options};
 use super::object::project_document;
 use super::{Delta, DocumentObjects, Manifest, ManifestError, Object, StreamError, Update};
+use crate::api::ServiceRef;
 use crate::index::SliceKey;
-use crate::model::ServiceRef;
 
 /// Parses manifests, projecting only the documents whose text has changed
 /// since the last successful parse: reloading a large file after a small

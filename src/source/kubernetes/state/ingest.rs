@@ -9,10 +9,11 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::PartialObjectMeta;
 
 use super::WatchedImport;
+use crate::api::ServiceRef;
 use crate::api::well_known::{CLUSTER_ID_PROPERTY, LABEL_SERVICE_NAME};
 use crate::api::{ClusterProperty, ServiceImport};
 use crate::index::{Index, Relisted, SliceKey};
-use crate::model::{ImportedService, OwnCluster, ServiceRef, SliceEndpoints};
+use crate::model::{ImportedService, OwnCluster, SliceEndpoints};
 use crate::watch::IndexResource;
 
 /// The kind of a rejected ServiceImport, in `/explain`.

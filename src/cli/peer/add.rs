@@ -50,7 +50,7 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
     if args.token_ttl < MIN_TOKEN_TTL {
         return Err(PeerError::Failed(format!(
             "--token-ttl {}: a token must be valid for at least 10m",
-            crate::config::duration::format(args.token_ttl)
+            crate::ops::duration::format(args.token_ttl)
         )));
     }
     let flag_cidrs = args
@@ -206,7 +206,7 @@ pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
     {
         out += &format!(
             "warning: the peer's apiserver issued a shorter token than --token-ttl {} asked for (expires {expires})\n",
-            crate::config::duration::format(args.token_ttl)
+            crate::ops::duration::format(args.token_ttl)
         );
     }
 

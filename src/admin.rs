@@ -1,11 +1,10 @@
-//! The DNS server's admin endpoint on the shared [`server`]: `/ready`
+//! The DNS server's admin endpoint on the shared
+//! [`admin_server`](crate::ops::admin_server): `/ready`
 //! (200 once a zone is published, 503 before and from the moment shutdown
 //! begins), its metrics, and `/explain?name=<name>&type=<type>` (JSON: why
 //! a name answers the way it does, see [`crate::explain`]). `/live`,
 //! `/health` and the connection budget are the server's, the same as the
-//! controller's ([`crate::controller::admin`]).
-
-pub mod server;
+//! controller's.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -17,11 +16,11 @@ use hyper::StatusCode;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use self::server::bind;
-use self::server::{Limits, Reply, Routes};
 use crate::explain::{Context, Explanation, NameReading};
 use crate::inquiry::Explainer;
 use crate::metrics::{Metrics, NetworkEvent};
+pub use crate::ops::admin_server::bind;
+use crate::ops::admin_server::{Limits, Reply, Routes};
 use crate::publish::ZoneHandle;
 
 /// How long `/explain` waits for the source task to describe a service.
@@ -49,7 +48,7 @@ pub async fn serve(listener: TcpListener, state: State, mut shutdown: watch::Rec
     let shutdown = async move {
         let _ = shutdown.changed().await;
     };
-    server::serve(listener, Arc::new(state), Limits::default(), shutdown).await;
+    crate::ops::admin_server::serve(listener, Arc::new(state), Limits::default(), shutdown).await;
 }
 
 impl Routes for State {
@@ -126,9 +125,9 @@ fn explain_query(query: &str) -> Result<(Name, RecordType), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::server::testing::{LIVE_PATHS, get, loopback};
     use super::*;
     use crate::index::Index;
+    use crate::ops::admin_server::testing::{LIVE_PATHS, get, loopback};
     use crate::zone::ZoneSettings;
 
     /// The DNS server's endpoint on a real socket: the health routes every

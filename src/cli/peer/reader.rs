@@ -162,12 +162,12 @@ mod tests {
         let (file, text) = if kind == "Namespace" {
             (
                 "controller.yaml",
-                include_str!("../../deploy/controller.yaml"),
+                include_str!("../../../deploy/controller.yaml"),
             )
         } else {
             (
                 "peer-reader.yaml",
-                include_str!("../../deploy/peer-reader.yaml"),
+                include_str!("../../../deploy/peer-reader.yaml"),
             )
         };
         let docs: Vec<Value> = serde_saphyr::from_multiple(text).unwrap();

@@ -4,9 +4,29 @@
 
 use std::io::IsTerminal;
 
+use serde::{Deserialize, Serialize};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
+/// Default log filter: our own lifecycle at info, libraries quiet. kube's
+/// per-request failure line ("failed with error client error (Connect)")
+/// is off: the source logs each failure itself, with its cause and the
+/// apiserver's URL. hickory-proto warns about odd records in a message it
+/// decodes (broken EDNS options, which the DNS server answers FORMERR
+/// before hickory sees them), once per message and without a
+/// limit: errors only, since anyone can send those messages (our own lines
+/// about network input are counted and rate-limited).
+pub const DEFAULT_LOG_FILTER: &str = "clusterset_dns=info,hickory_server=warn,hickory_proto=error,kube=warn,kube_client::client::builder=off,warn";
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
 
 /// Installs the global subscriber, writing to stderr; `filter` uses
 /// `RUST_LOG` syntax.
@@ -14,9 +34,9 @@ pub fn init(filter: &str, format: LogFormat) {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|error| {
         eprintln!(
             "invalid log filter {filter:?} ({error}); using {}",
-            crate::config::DEFAULT_LOG_FILTER
+            DEFAULT_LOG_FILTER
         );
-        EnvFilter::new(crate::config::DEFAULT_LOG_FILTER)
+        EnvFilter::new(DEFAULT_LOG_FILTER)
     });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

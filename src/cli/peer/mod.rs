@@ -141,7 +141,7 @@ pub struct AddArgs {
     /// `peer list` and the metric
     /// clusterset_dns_controller_peer_credential_expiry_timestamp_seconds
     /// show when it expires; running `peer add` again rotates it.
-    #[arg(long, default_value = "90d", value_parser = crate::config::duration::parse)]
+    #[arg(long, default_value = "90d", value_parser = crate::ops::duration::parse)]
     pub token_ttl: std::time::Duration,
 }
 
