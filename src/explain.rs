@@ -19,7 +19,8 @@ use serde::Serialize;
 
 use crate::api::ServiceImportType;
 use crate::api::ServiceRef;
-use crate::dns::plan::{CLASS_IN, Plan, Query, Question};
+use crate::dns::plan::{Plan, Query, Question};
+use crate::dns::wire::CLASS_IN;
 use crate::inquiry::{ImportReport, SourceReport};
 use crate::zone::tier::{Census, Choice, Tier, choose};
 use crate::zone::{Below, MAX_LABELS, QueryName, Zone};

@@ -32,7 +32,7 @@ use hickory_proto::rr::Name;
 use hickory_server::net::xfer::Protocol;
 
 use crate::dns::Handler;
-use crate::dns::wire_answer::{self, Fast, MAX_RESPONSE};
+use crate::dns::fast_path::{self, Fast, MAX_RESPONSE};
 use crate::dns::{request, udp};
 use crate::index::Index;
 use crate::metrics::Metrics;
@@ -89,7 +89,7 @@ impl Dns {
         let response = check_response(datagram, len.map(|l| &out[..l]), true);
         // Where the fast path itself answered, the hickory path must agree.
         let mut fast = [0u8; MAX_RESPONSE];
-        if let Fast::Reply { .. } = wire_answer::answer(&self.zone, datagram, &mut fast) {
+        if let Fast::Reply { .. } = fast_path::answer(&self.zone, datagram, &mut fast) {
             let mut slow = [0u8; MAX_RESPONSE];
             let slow_len = udp::slow_path(&self.handler, datagram, SOURCE, &mut slow)
                 .expect("the hickory path answers what the fast path answers");

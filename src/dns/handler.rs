@@ -20,6 +20,7 @@ use super::plan::{
 };
 use super::render::render;
 use super::request::header_only;
+use super::wire;
 use crate::metrics::{Metrics, NetworkEvent, Transport};
 use crate::publish::ZoneHandle;
 use crate::zone::MAX_LABELS;
@@ -175,14 +176,7 @@ impl Handler {
 /// precompiled names point into it by offset), else `original` written
 /// out in plain labels, letter case kept.
 fn plain_question<'q>(raw: &'q [u8], original: &HickoryQuery) -> Cow<'q, [u8]> {
-    let mut at = 0;
-    while let Some(&len) = raw.get(at) {
-        if len == 0 || len & 0xC0 != 0 {
-            break;
-        }
-        at += 1 + usize::from(len);
-    }
-    if raw.get(at) == Some(&0) && raw.len() == at + 5 {
+    if wire::plain_name_end(raw, 0, |_, _| {}).is_some_and(|end| raw.len() == end + 4) {
         return Cow::Borrowed(raw);
     }
     let mut bytes = Vec::with_capacity(raw.len() + 4);

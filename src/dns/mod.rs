@@ -4,6 +4,7 @@
 //! limiting, the TCP listener and the sockets. Reads only the published
 //! zone; never talks to Kubernetes.
 
+pub mod fast_path;
 pub mod handler;
 pub mod plan;
 pub mod render;
@@ -12,7 +13,7 @@ pub mod rrl;
 pub mod server;
 pub mod tcp;
 pub mod udp;
-pub mod wire_answer;
+pub mod wire;
 pub mod wire_check;
 
 pub use handler::Handler;

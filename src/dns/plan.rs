@@ -25,20 +25,14 @@
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
 
+use super::wire::{CLASS_IN, HEADER_LEN, OPT_RECORD_LEN};
 use crate::metrics::Outcome;
-use crate::zone::wire::{HEADER_LEN, OPT_RECORD_LEN};
 use crate::zone::{Lookup, RrSet, Tier, Zone};
 
 /// The UDP payload size we advertise and never exceed (DNS Flag Day 2020).
 pub const MAX_UDP_PAYLOAD: u16 = 1232;
 /// The UDP size limit without EDNS (RFC 1035 §4.2.1).
 pub const MIN_UDP_PAYLOAD: u16 = 512;
-/// Class IN.
-pub const CLASS_IN: u16 = 1;
-/// The type of an OPT record (RFC 6891 §6.1.1).
-pub const TYPE_OPT: u16 = 41;
-/// The DO flag in the high byte of an OPT record's flags (RFC 3225 §3).
-pub const DO_BIT: u8 = 0x80;
 
 /// The largest UDP response for a query offering this EDNS payload size:
 /// the offer clamped to 512..=1232 (below 512 counts as 512, RFC 6891

@@ -6,8 +6,8 @@
 //! so the two paths send the same bytes (`tests/fast_path.rs` compares
 //! them).
 
-use super::plan::{DO_BIT, Fit, MAX_UDP_PAYLOAD, Plan, TYPE_OPT};
-use crate::zone::wire::{HEADER_LEN, OPT_RECORD_LEN};
+use super::plan::{Fit, MAX_UDP_PAYLOAD, Plan};
+use super::wire::{HEADER_LEN, OPT_RECORD_LEN, opt_record, response_flags};
 
 /// Writes the response `plan` decides into `out`, fitted to `limit` bytes
 /// (`None`: no limit; `out` holds [`Plan::response_len`] of the layout
@@ -46,14 +46,7 @@ pub fn render(
 
     out[0] = head[0];
     out[1] = head[1];
-    // QR, the opcode, AA, TC and RD as asked; RA never (not recursive).
-    out[2] = 0x80
-        | (head[2] & 0x78)
-        | if plan.authoritative { 0x04 } else { 0 }
-        | if truncated { 0x02 } else { 0 }
-        | (head[2] & 0x01);
-    // CD as asked; the low four bits of the rcode.
-    out[3] = (head[3] & 0x10) | (rcode & 0x0f) as u8;
+    [out[2], out[3]] = response_flags([head[2], head[3]], plan.authoritative, truncated, rcode);
     out[4..6].copy_from_slice(&1u16.to_be_bytes());
     out[6..8].copy_from_slice(&answers.to_be_bytes());
     out[8..10].copy_from_slice(&authorities.to_be_bytes());
@@ -79,24 +72,4 @@ pub fn render(
         len += OPT_RECORD_LEN;
     }
     (len, truncated)
-}
-
-/// Our OPT record: root owner, our payload size, the extended rcode, version
-/// 0, the DO bit as asked (RFC 3225 §3), no options.
-fn opt_record(payload: u16, rcode_high: u8, dnssec_ok: bool) -> [u8; OPT_RECORD_LEN] {
-    let p = payload.to_be_bytes();
-    let flags = if dnssec_ok { DO_BIT } else { 0 };
-    [
-        0,
-        0,
-        TYPE_OPT as u8,
-        p[0],
-        p[1],
-        rcode_high,
-        0,
-        flags,
-        0,
-        0,
-        0,
-    ]
 }

@@ -23,7 +23,8 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::zone::wire::HEADER_LEN;
+use super::plan::MAX_UDP_PAYLOAD;
+use super::wire::{self, HEADER_LEN, OPT_RECORD_LEN};
 
 /// Settings of the rate limiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,27 +228,23 @@ impl std::fmt::Display for Prefix {
     }
 }
 
-const TYPE_OPT: u16 = 41;
-
 /// Writes the truncated response slipped for `query` into `out` and
 /// returns its length: the query's ID, opcode, RD and CD with QR and TC
 /// set, rcode NOERROR, and the question when it is one question in plain
 /// labels (otherwise none); an OPT record (payload
-/// [`super::plan::MAX_UDP_PAYLOAD`], version 0, DO as asked) when the
+/// [`MAX_UDP_PAYLOAD`], version 0, DO as asked) when the
 /// query has one. No answer, authority or other additional records.
 /// `query` is at least a header long.
 pub fn write_slip(query: &[u8], out: &mut [u8]) -> usize {
     debug_assert!(query.len() >= HEADER_LEN && out.len() >= HEADER_LEN);
     out[..HEADER_LEN].fill(0);
     out[..2].copy_from_slice(&query[..2]);
-    // QR, the opcode, TC, RD; then CD.
-    out[2] = 0x80 | (query[2] & 0x78) | 0x02 | (query[2] & 0x01);
-    out[3] = query[3] & 0x10;
-    let count = |i: usize| u16::from_be_bytes([query[i], query[i + 1]]);
-    if count(4) != 1 {
+    [out[2], out[3]] = wire::response_flags([query[2], query[3]], false, true, 0);
+    let [questions, _, _, additionals] = wire::counts(query);
+    if questions != 1 {
         return HEADER_LEN;
     }
-    let Some(question_end) = plain_question_end(query) else {
+    let Some(question_end) = wire::plain_question_end(query) else {
         return HEADER_LEN;
     };
     let question = &query[HEADER_LEN..question_end];
@@ -258,39 +255,19 @@ pub fn write_slip(query: &[u8], out: &mut [u8]) -> usize {
     out[HEADER_LEN..len].copy_from_slice(question);
     out[5] = 1;
     // An OPT record first among the additional records: answer with ours.
-    let opt = query.get(question_end..question_end + 11);
-    if count(10) >= 1
-        && let Some(opt) = opt
-        && opt[0] == 0
-        && u16::from_be_bytes([opt[1], opt[2]]) == TYPE_OPT
-        && len + 11 <= out.len()
+    if additionals >= 1
+        && let Some(opt) = wire::read_opt(&query[question_end..])
+        && len + OPT_RECORD_LEN <= out.len()
     {
-        let payload = super::plan::MAX_UDP_PAYLOAD.to_be_bytes();
-        let dnssec_ok = opt[7] & 0x80;
-        out[len..len + 11]
-            .copy_from_slice(&[0, 0, 41, payload[0], payload[1], 0, 0, dnssec_ok, 0, 0, 0]);
-        len += 11;
+        out[len..len + OPT_RECORD_LEN].copy_from_slice(&wire::opt_record(
+            MAX_UDP_PAYLOAD,
+            0,
+            opt.dnssec_ok,
+        ));
+        len += OPT_RECORD_LEN;
         out[11] = 1;
     }
     len
-}
-
-/// Where the first question ends, when it is plain labels (no compression).
-fn plain_question_end(query: &[u8]) -> Option<usize> {
-    let mut at = HEADER_LEN;
-    loop {
-        let len = usize::from(*query.get(at)?);
-        if len == 0 {
-            at += 1;
-            break;
-        }
-        if len > 63 || at + 1 + len - HEADER_LEN > 255 {
-            return None;
-        }
-        at += 1 + len;
-    }
-    let end = at + 4;
-    (end <= query.len()).then_some(end)
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use hickory_proto::op::{Edns, Message, Query};
 use hickory_proto::rr::{Name, RecordType};
 
 use super::Handler;
-use super::wire_answer::{self, Fast, MAX_RESPONSE};
+use super::fast_path::{self, Fast, MAX_RESPONSE};
 use crate::index::Index;
 use crate::metrics::Metrics;
 use crate::publish::ZoneHandle;
@@ -152,7 +152,7 @@ fn both_paths_give_the_same_bytes() {
     let mut with_records = 0;
     for _ in 0..5000 {
         let query = query(&mut random, &names);
-        let Fast::Reply { len, .. } = wire_answer::answer(&zone, &query, &mut fast_out) else {
+        let Fast::Reply { len, .. } = fast_path::answer(&zone, &query, &mut fast_out) else {
             panic!("the fast path declined {:?}", Message::from_vec(&query));
         };
         let hickory_len = super::udp::slow_path(&handler, &query, source, &mut hickory_out)

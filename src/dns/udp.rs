@@ -2,7 +2,7 @@
 //! receiving and sending in batches with `recvmmsg`/`sendmmsg`.
 //!
 //! With the fast path on, common queries are answered from precompiled
-//! wire data ([`super::wire_answer`]); every other datagram (all of them
+//! wire data ([`super::fast_path`]); every other datagram (all of them
 //! with the fast path off) is decoded by hickory and answered by the same
 //! [`Handler`] the TCP listener uses, through `super::request::answer`;
 //! both render the same [`super::plan::Plan`], and both drop what is not a
@@ -31,13 +31,13 @@ use hickory_server::net::xfer::Protocol;
 use socket2::{SockAddr, SockAddrStorage};
 
 use super::Handler;
+use super::fast_path::{self, Fast, MAX_RESPONSE};
 use super::request;
 use super::rrl::{self, RateLimiter, Verdict};
-use super::wire_answer::{self, Fast, MAX_RESPONSE};
+use super::wire;
 use crate::metrics::{Metrics, NetworkEvent, Transport};
 use crate::publish::ZoneHandle;
 use crate::zone::Zone;
-use crate::zone::wire::HEADER_LEN;
 
 /// Datagrams per `recvmmsg`/`sendmmsg` call.
 const BATCH: usize = 32;
@@ -280,7 +280,7 @@ pub(crate) fn answer_datagram(
 ) -> Option<usize> {
     let metrics = handler.metrics();
     let fast = match zone {
-        Some(zone) if fast_path => wire_answer::answer(zone, query, out),
+        Some(zone) if fast_path => fast_path::answer(zone, query, out),
         _ => Fast::Slow,
     };
     match fast {
@@ -324,7 +324,7 @@ fn rate_limit(
     now: u64,
     out: &mut [u8; MAX_RESPONSE],
 ) -> Option<Option<usize>> {
-    if query.len() < HEADER_LEN || query[2] & 0x80 != 0 {
+    if !wire::is_query(query) {
         return None;
     }
     let ip = source_ip(addr, addr_len)?;

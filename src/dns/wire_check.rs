@@ -16,7 +16,7 @@
 //! loop, names over 255 bytes through pointers) hickory's decoder rejects,
 //! and the fast path never accepts a compressed question.
 
-use crate::zone::wire::HEADER_LEN;
+use super::wire::{self, HEADER_LEN, TYPE_OPT};
 
 /// What a message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,12 +29,11 @@ pub enum Verdict {
     Malformed,
 }
 
-const TYPE_OPT: u16 = 41;
 const OPTION_CLIENT_SUBNET: u16 = 8;
 
 /// Checks `message` (see the module docs).
 pub fn check(message: &[u8]) -> Verdict {
-    if message.len() < HEADER_LEN || message[2] & 0x80 != 0 {
+    if !wire::is_query(message) {
         return Verdict::NotAQuery;
     }
     match records_end(message) {

@@ -12,13 +12,11 @@
 
 use hickory_proto::rr::RecordType;
 
-use super::plan::{
-    CLASS_IN, DO_BIT, EdnsQuery, MAX_UDP_PAYLOAD, Plan, Query, Question, TYPE_OPT, udp_limit,
-};
+use super::plan::{EdnsQuery, MAX_UDP_PAYLOAD, Plan, Query, Question, udp_limit};
 use super::render::render;
+use super::wire::{self, CLASS_IN, HEADER_LEN, OPT_RECORD_LEN};
 use super::wire_check;
 use crate::metrics::Outcome;
-use crate::zone::wire::{HEADER_LEN, OPT_RECORD_LEN};
 use crate::zone::{MAX_LABELS, Tier, Zone};
 
 /// Largest response the fast path writes.
@@ -49,12 +47,12 @@ pub enum Fast {
 
 /// Tries to answer `query` from `zone` into `out`.
 pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
-    if query.len() < HEADER_LEN || query[2] & 0x80 != 0 {
+    if !wire::is_query(query) {
         return Fast::Drop;
     }
-    let opcode = (query[2] >> 3) & 0x0f;
-    let count = |i: usize| u16::from_be_bytes([query[i], query[i + 1]]);
-    if opcode != 0 || count(4) != 1 || count(6) != 0 || count(8) != 0 || count(10) > 1 {
+    let opcode = wire::opcode(query);
+    let [questions, answers, authorities, additionals] = wire::counts(query);
+    if opcode != 0 || questions != 1 || answers != 0 || authorities != 0 || additionals > 1 {
         return Fast::Slow;
     }
 
@@ -64,35 +62,22 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
     let mut starts = [0usize; MAX_LABELS];
     let mut lens = [0usize; MAX_LABELS];
     let mut labels = 0;
-    let mut at = HEADER_LEN;
-    loop {
-        let Some(&len) = query.get(at) else {
-            return Fast::Slow;
-        };
-        let len = len as usize;
-        if len == 0 {
-            at += 1;
-            break;
-        }
-        if len > 63
-            || labels == MAX_LABELS
-            || at + 1 + len > query.len()
-            || at - HEADER_LEN + 1 + len > 254
-        {
-            return Fast::Slow;
-        }
-        let offset = at + 1 - HEADER_LEN;
+    let name_end = wire::plain_name_end(query, HEADER_LEN, |at, len| {
+        // A name of at most 255 bytes has at most MAX_LABELS labels.
+        let offset = at - HEADER_LEN;
         for (dst, src) in lower[offset..offset + len]
             .iter_mut()
-            .zip(&query[at + 1..at + 1 + len])
+            .zip(&query[at..at + len])
         {
             *dst = src.to_ascii_lowercase();
         }
         starts[labels] = offset;
         lens[labels] = len;
         labels += 1;
-        at += 1 + len;
-    }
+    });
+    let Some(at) = name_end else {
+        return Fast::Slow;
+    };
     let Some(fixed) = query.get(at..at + 4) else {
         return Fast::Slow;
     };
@@ -107,26 +92,20 @@ pub fn answer(zone: &Zone, query: &[u8], out: &mut [u8; MAX_RESPONSE]) -> Fast {
 
     // Optional OPT record: root owner, version 0; options are ignored once
     // they are well-formed, as the hickory handler ignores them.
-    let edns = if count(10) == 1 {
-        let opt = &query[question_end..];
-        if opt.len() < OPT_RECORD_LEN
-            || opt[0] != 0
-            || u16::from_be_bytes([opt[1], opt[2]]) != TYPE_OPT
-            || opt[6] != 0
-        {
+    let edns = if additionals == 1 {
+        let Some(opt) = wire::read_opt(&query[question_end..]).filter(|opt| opt.version == 0)
+        else {
             return Fast::Slow;
-        }
-        let rdlen = u16::from_be_bytes([opt[9], opt[10]]) as usize;
+        };
         // Broken options and trailing bytes: the slow path answers FORMERR.
-        if opt.len() != OPT_RECORD_LEN + rdlen
-            || !wire_check::options_well_formed(&opt[OPT_RECORD_LEN..])
-        {
+        let options = &query[question_end + OPT_RECORD_LEN..];
+        if options.len() != opt.rdata_len || !wire_check::options_well_formed(options) {
             return Fast::Slow;
         }
         Some(EdnsQuery {
-            version: opt[6],
-            payload: u16::from_be_bytes([opt[3], opt[4]]),
-            dnssec_ok: opt[7] & DO_BIT != 0,
+            version: opt.version,
+            payload: opt.payload,
+            dnssec_ok: opt.dnssec_ok,
         })
     } else if query.len() != question_end {
         return Fast::Slow;
