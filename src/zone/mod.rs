@@ -6,8 +6,8 @@
 //! previous one. Lookup works on lower-case wire labels and never allocates.
 
 pub mod compress;
-pub mod name;
-mod names;
+mod packed_names;
+pub mod query_name;
 mod service;
 pub mod tier;
 pub mod wire;
@@ -18,9 +18,9 @@ use std::sync::Arc;
 use hickory_proto::rr::rdata::{A, AAAA, NS, SOA, TXT};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
-pub use name::{Below, LabelKey, Labels, QueryName};
-use names::{BuiltNode, BuiltRrSet, Names};
-pub use names::{Node, Records, RrSet};
+use packed_names::{BuiltNode, BuiltRrSet, Names};
+pub use packed_names::{Node, Records, RrSet};
+pub use query_name::{Below, LabelKey, Labels, QueryName};
 pub use service::ServiceZone;
 pub use tier::Tier;
 pub use wire::SoaWire;
@@ -299,9 +299,9 @@ impl Zone {
     /// Keys are built in stack buffers: a lookup never allocates.
     fn service_node(&self, front: &[&[u8]], service: &[u8], namespace: &[u8]) -> Option<Node<'_>> {
         let mut key = [0u8; 255];
-        let len = name::encode_labels(&mut key, &[service, namespace])?;
+        let len = query_name::encode_labels(&mut key, &[service, namespace])?;
         let service = self.services.get(&key[..len])?;
-        let len = name::encode_labels(&mut key, front)?;
+        let len = query_name::encode_labels(&mut key, front)?;
         service.node(&key[..len])
     }
 }

@@ -12,7 +12,7 @@
 
 use hickory_proto::rr::{Name, Record, RecordType};
 
-use super::name::{LabelKey, Labels};
+use super::query_name::{LabelKey, Labels};
 use super::tier::Tier;
 use super::wire::{Wire, WireAnswer};
 

@@ -226,7 +226,7 @@ impl LabelKey {
 }
 
 /// A [`LabelKey`]'s labels where they are stored (in a service's packed
-/// names, [`super::names`]).
+/// names, [`super::packed_names`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Labels<'a>(&'a [u8]);
 

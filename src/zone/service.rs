@@ -8,8 +8,8 @@ use std::net::IpAddr;
 use hickory_proto::rr::rdata::{A, AAAA, SRV};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
-use super::name::{LabelKey, Labels};
-use super::names::{BuiltNode, BuiltRrSet, Names, Node};
+use super::packed_names::{BuiltNode, BuiltRrSet, Names, Node};
+use super::query_name::{LabelKey, Labels};
 use super::tier::{Census, choose};
 use super::{FastHash, ZoneSettings, owner_name};
 use crate::api::ServiceImportType;

@@ -107,7 +107,7 @@ impl WireAnswer {
 }
 
 /// The precompiled sections of one positive answer where they are stored
-/// (a service's packed names, [`super::names`]): what the writers copy.
+/// (a service's packed names, [`super::packed_names`]): what the writers copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Wire<'z> {
     /// Answer records followed by additional records, encoded as they follow
