@@ -57,7 +57,7 @@ pub const FAILURES_REPORTED: u32 = 5;
 /// whatever fragments the churn of decoded objects, plans and response
 /// buffers leaves (docs/benchmarks-controller.md, "Runs H to J"). Each
 /// release walks the whole heap, and once a second made some 330 of them
-/// in a cold start ("Runs N, H2, O and P").
+/// in a cold start (same doc, "How we got here").
 pub const MEMORY_RELEASE_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Whose change touched a service: each source gets its turn in a batch,
