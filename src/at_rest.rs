@@ -92,8 +92,8 @@ impl<T> std::ops::Deref for OneOrMany<T> {
 
     fn deref(&self) -> &[T] {
         match self {
-            OneOrMany::One(item) => std::slice::from_ref(item),
-            OneOrMany::Many(items) => items,
+            Self::One(item) => std::slice::from_ref(item),
+            Self::Many(items) => items,
         }
     }
 }
@@ -103,9 +103,9 @@ impl<T> From<Vec<T>> for OneOrMany<T> {
         if items.len() == 1
             && let Some(one) = items.pop()
         {
-            return OneOrMany::One(one);
+            return Self::One(one);
         }
-        OneOrMany::Many(items.into_boxed_slice())
+        Self::Many(items.into_boxed_slice())
     }
 }
 

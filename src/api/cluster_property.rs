@@ -51,12 +51,12 @@ macro_rules! cluster_property_version {
 }
 
 /// `ClusterProperty` at `about.k8s.io/v1alpha1` (served, not stored).
-pub mod v1alpha1 {
+pub(super) mod v1alpha1 {
     cluster_property_version!("v1alpha1", served: true, storage: false);
 }
 
 /// `ClusterProperty` at `about.k8s.io/v1beta1` (served and stored).
-pub mod v1beta1 {
+pub(super) mod v1beta1 {
     cluster_property_version!("v1beta1", served: true, storage: true);
 }
 

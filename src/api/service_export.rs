@@ -96,12 +96,12 @@ macro_rules! service_export_version {
 }
 
 /// `ServiceExport` at `multicluster.x-k8s.io/v1alpha1` (served, not stored).
-pub mod v1alpha1 {
+pub(super) mod v1alpha1 {
     service_export_version!("v1alpha1", served: true, storage: false);
 }
 
 /// `ServiceExport` at `multicluster.x-k8s.io/v1beta1` (served and stored).
-pub mod v1beta1 {
+pub(super) mod v1beta1 {
     service_export_version!("v1beta1", served: true, storage: true);
 }
 

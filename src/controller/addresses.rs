@@ -38,21 +38,21 @@ use crate::cidr::Cidr;
 
 /// The address is not a routable unicast IP of the slice's family (or is
 /// an IPv6 form that reaches an IPv4 address).
-pub const NOT_ROUTABLE: &str = "NotRoutable";
+pub(super) const NOT_ROUTABLE: &str = "NotRoutable";
 /// The address is in a reserved IPv4 range (`0.0.0.0/8`, `240.0.0.0/4`).
-pub const SPECIAL_PURPOSE: &str = "SpecialPurpose";
+pub(super) const SPECIAL_PURPOSE: &str = "SpecialPurpose";
 /// The address is a cloud metadata or platform service's.
-pub const METADATA_ADDRESS: &str = "MetadataAddress";
+pub(super) const METADATA_ADDRESS: &str = "MetadataAddress";
 /// The address is inside one of this cluster's Service CIDRs.
-pub const IN_SERVICE_CIDR: &str = "InServiceCIDR";
+pub(super) const IN_SERVICE_CIDR: &str = "InServiceCIDR";
 /// The address is inside one of this cluster's pod CIDRs.
-pub const IN_POD_CIDR: &str = "InPodCIDR";
+pub(super) const IN_POD_CIDR: &str = "InPodCIDR";
 /// The address is one of this cluster's Node addresses.
-pub const NODE_ADDRESS: &str = "NodeAddress";
+pub(super) const NODE_ADDRESS: &str = "NodeAddress";
 /// The address is one of this cluster's apiserver endpoints.
-pub const APISERVER_ADDRESS: &str = "APIServerAddress";
+pub(super) const APISERVER_ADDRESS: &str = "APIServerAddress";
 /// The address is outside the endpoint ranges recorded for the peer.
-pub const OUTSIDE_PEER_RANGES: &str = "OutsidePeerRanges";
+pub(super) const OUTSIDE_PEER_RANGES: &str = "OutsidePeerRanges";
 
 /// Cloud metadata and platform services that are not link-local (the
 /// link-local ones, `169.254.169.254` and the like, are [`NOT_ROUTABLE`]).
@@ -68,7 +68,7 @@ const METADATA_ADDRESSES: [IpAddr; 3] = [
 /// What this cluster's own addresses are, against which a peer's endpoint
 /// addresses are checked.
 #[derive(Debug, Clone, Copy)]
-pub struct Screen<'a> {
+pub(super) struct Screen<'a> {
     /// This cluster's Service CIDRs (its ServiceCIDR objects).
     pub service_cidrs: &'a [Cidr],
     /// This cluster's pod CIDRs (its Nodes' `spec.podCIDRs`).
@@ -85,7 +85,7 @@ pub struct Screen<'a> {
 impl Screen<'_> {
     /// `Ok` when a peer may publish `address` in a slice of `family`,
     /// else the reason it is refused.
-    pub fn check(&self, address: &str, family: &str) -> Result<(), &'static str> {
+    pub(super) fn check(&self, address: &str, family: &str) -> Result<(), &'static str> {
         let ip = routable(address, family).ok_or(NOT_ROUTABLE)?;
         if special_purpose(ip) {
             return Err(SPECIAL_PURPOSE);
@@ -117,7 +117,7 @@ impl Screen<'_> {
 /// `address` as an IP when it is one of `family` that traffic can be sent
 /// to: not loopback, link-local, unspecified, multicast or broadcast, and
 /// not an IPv6 form that reaches IPv4 ([`reaches_ipv4`]).
-pub fn routable(address: &str, family: &str) -> Option<IpAddr> {
+pub(super) fn routable(address: &str, family: &str) -> Option<IpAddr> {
     let ip: IpAddr = address.parse().ok()?;
     let usable = match ip {
         IpAddr::V4(v4) => {

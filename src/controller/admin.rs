@@ -24,7 +24,7 @@ const ANSWER_WAIT: Duration = Duration::from_secs(2);
 
 /// What the endpoint reads.
 #[derive(Debug, Clone)]
-pub struct State {
+pub(super) struct State {
     /// The metrics.
     pub metrics: Arc<ControllerMetrics>,
     /// Questions to the controller loop; `None` while this replica waits to
@@ -36,7 +36,7 @@ pub struct State {
 
 /// Serves the endpoint until the process ends, within the shared server's
 /// [`Limits`].
-pub async fn serve(listener: TcpListener, state: State) {
+pub(super) async fn serve(listener: TcpListener, state: State) {
     let routes = ControllerRoutes {
         state,
         refusals: LogLimiter::new(NETWORK_LOG_INTERVAL),

@@ -32,7 +32,7 @@ use crate::api::{PublishedService, ServiceExport, ServiceImport};
 // Each value moves once, from the write to the store: boxing would only add
 // an allocation.
 #[allow(clippy::large_enum_variant)]
-pub enum Written {
+pub(super) enum Written {
     /// A ServiceImport as stored.
     Import(Lean<ServiceImport>),
     /// A derived Service as stored.
@@ -68,7 +68,7 @@ pub enum Written {
 /// Why a write failed.
 #[derive(Debug, thiserror::Error)]
 #[error("{op} {kind} {namespace}/{name}")]
-pub struct WriteError {
+pub(super) struct WriteError {
     op: &'static str,
     kind: &'static str,
     namespace: String,
@@ -79,14 +79,9 @@ pub struct WriteError {
 
 impl WriteError {
     /// Whether the namespace is being deleted: nothing to write there.
-    pub fn namespace_terminating(&self) -> bool {
+    pub(super) fn namespace_terminating(&self) -> bool {
         matches!(&self.source, kube::Error::Api(status)
             if status.message.contains("being terminated") || status.reason == "NamespaceTerminating")
-    }
-
-    /// Whether the apiserver refused on permissions (RBAC).
-    pub fn forbidden(&self) -> bool {
-        matches!(&self.source, kube::Error::Api(status) if status.code == 403)
     }
 }
 
@@ -363,7 +358,7 @@ fn outcome<K: Compactable>(
 }
 
 /// Carries out one write of `service`'s plan.
-pub async fn execute(
+pub(super) async fn execute(
     client: &Client,
     service: &ServiceRef,
     write: &Write,

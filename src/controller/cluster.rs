@@ -406,7 +406,7 @@ impl Touched {
     }
 
     /// Adds another change's services.
-    pub fn merge(&mut self, other: Touched) {
+    pub fn merge(&mut self, other: Self) {
         self.all |= other.all;
         self.services.extend(other.services);
     }
@@ -675,7 +675,7 @@ macro_rules! objects_store {
 impl<K> IndexResource<K> for Objects<K>
 where
     K: serde::Serialize + Compact,
-    Objects<K>: IndexResource<Lean<K>, Listed = Listed<K>>,
+    Self: IndexResource<Lean<K>, Listed = Listed<K>>,
     Lean<K>: serde::de::DeserializeOwned,
 {
     type Listed = Listed<K>;

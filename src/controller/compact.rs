@@ -497,7 +497,7 @@ impl Compact for EndpointSlice {
 
     fn expand(rest: &RestSlice, namespace: &str, name: &str) -> Self {
         let text = |text: &Option<Arc<str>>| text.as_deref().map(str::to_owned);
-        EndpointSlice {
+        Self {
             metadata: rest.meta.expand(namespace, name),
             address_type: rest.address_type.to_string(),
             endpoints: rest.endpoints.iter().map(RestEndpoint::expand).collect(),
@@ -541,7 +541,7 @@ impl Compact for Service {
     }
 
     fn expand(rest: &RestService, namespace: &str, name: &str) -> Self {
-        Service {
+        Self {
             metadata: rest.meta.expand(namespace, name),
             spec: rest.spec.as_ref().map(Json::get),
             status: None,
@@ -576,7 +576,7 @@ impl Compact for ServiceExport {
     }
 
     fn expand(rest: &RestExport, namespace: &str, name: &str) -> Self {
-        let mut export = ServiceExport::new(name, rest.spec.get());
+        let mut export = Self::new(name, rest.spec.get());
         export.metadata = rest.meta.expand(namespace, name);
         export.status = rest.status.as_ref().map(Json::get);
         export
@@ -603,7 +603,7 @@ impl Compact for ServiceImport {
     }
 
     fn expand(rest: &RestImport, namespace: &str, name: &str) -> Self {
-        let mut import = ServiceImport::new(name, rest.spec.get());
+        let mut import = Self::new(name, rest.spec.get());
         import.metadata = rest.meta.expand(namespace, name);
         import.status = rest.status.as_ref().map(Json::get);
         import
@@ -628,7 +628,7 @@ impl Compact for PublishedService {
     }
 
     fn expand(rest: &RestPublished, namespace: &str, name: &str) -> Self {
-        let mut published = PublishedService::new(name, rest.spec.get());
+        let mut published = Self::new(name, rest.spec.get());
         published.metadata = rest.meta.expand(namespace, name);
         published
     }

@@ -16,7 +16,7 @@ use crate::api::well_known::{export_condition, export_reason, import_condition, 
 
 /// `Ready=False` reason on a ServiceImport whose derived Service name is
 /// held by a Service we do not manage: we never take over a user's Service.
-pub const DERIVED_SERVICE_NAME_TAKEN: &str = "DerivedServiceNameTaken";
+pub(super) const DERIVED_SERVICE_NAME_TAKEN: &str = "DerivedServiceNameTaken";
 
 /// `Valid=True` message.
 const VALID_MESSAGE: &str = "ServiceExport is valid";
@@ -34,7 +34,7 @@ const IP_FAMILY_NOT_SUPPORTED_MESSAGE: &str =
 /// new condition, or a status flip, takes `now` as its transition time;
 /// otherwise only reason and message are updated in place. Returns whether
 /// anything changed. `observedGeneration` is left as it was.
-pub fn set_condition(
+pub(super) fn set_condition(
     conditions: &mut Vec<Condition>,
     type_: &str,
     status: bool,
@@ -72,7 +72,7 @@ pub fn set_condition(
 }
 
 /// Removes the condition `type_`; returns whether it was there.
-pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) -> bool {
+pub(super) fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) -> bool {
     let before = conditions.len();
     conditions.retain(|c| c.type_ != type_);
     conditions.len() != before
@@ -104,7 +104,7 @@ fn sort_conditions(conditions: &mut [Condition], order: &[&str]) {
 ///
 /// With its own output as `existing` and the same other inputs it returns
 /// an equal list, so idle reconciles write nothing.
-pub fn export_conditions(
+pub(super) fn export_conditions(
     existing: &[Condition],
     validity: Result<(), &Invalid>,
     merged: Option<&Merged>,
@@ -210,7 +210,7 @@ fn type_loser_message(merged: &Merged) -> String {
 
 /// Whether a ServiceImport could be imported into this cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ImportReadiness {
+pub(super) enum ImportReadiness {
     /// The derived Service exists and `spec.ips` is filled (or headless).
     Ready,
     /// Not yet; the message says what is awaited.
@@ -225,7 +225,11 @@ pub enum ImportReadiness {
 /// The ServiceImport conditions for `state`, starting from the `existing`
 /// ones: `Ready` first, others kept after it. Idempotent like
 /// [`export_conditions`].
-pub fn import_ready(existing: &[Condition], state: ImportReadiness, now: &Time) -> Vec<Condition> {
+pub(super) fn import_ready(
+    existing: &[Condition],
+    state: ImportReadiness,
+    now: &Time,
+) -> Vec<Condition> {
     let mut conditions = existing.to_vec();
     let (status, reason, message) = match &state {
         ImportReadiness::Ready => (true, import_reason::READY, IMPORT_READY_MESSAGE),

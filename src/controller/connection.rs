@@ -39,7 +39,7 @@ use crate::{peering, watch};
 
 /// Which cluster an event is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ClusterKey {
+pub(super) enum ClusterKey {
     /// This cluster.
     Local,
     /// A peer, by the name of its Secret, and the generation of its
@@ -56,7 +56,7 @@ pub enum ClusterKey {
 /// the reports channel boxed ([`Report::Watch`]).
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)]
-pub enum WatchEvent {
+pub(super) enum WatchEvent {
     /// Of a kind every cluster is watched for, this one and each peer.
     Cluster(ClusterEvent),
     /// Kubernetes EndpointSlices of local Services (local only).
@@ -115,7 +115,7 @@ impl From<ClusterEvent> for WatchEvent {
 /// reports channel cost little (docs/benchmarks-controller.md, "Runs H
 /// to J").
 #[derive(Debug)]
-pub enum Report {
+pub(super) enum Report {
     /// A watch event.
     Watch(ClusterKey, Box<WatchEvent>),
     /// A peer's liveness probe result.
@@ -143,7 +143,7 @@ pub enum Report {
 
 /// Which watches a cluster gets.
 #[derive(Debug, Clone)]
-pub enum Scope {
+pub(super) enum Scope {
     /// This cluster: everything read or written.
     Local {
         /// The controller's namespace (this cluster's publication).
@@ -166,13 +166,13 @@ pub enum Scope {
 
 /// The running watches of one cluster; dropping it stops them.
 #[derive(Debug)]
-pub struct Connection {
+pub(super) struct Connection {
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl Connection {
     /// Stops `task` with the connection.
-    pub fn adopt(&mut self, task: JoinHandle<()>) {
+    pub(super) fn adopt(&mut self, task: JoinHandle<()>) {
         self.tasks.push(task);
     }
 }
@@ -285,16 +285,16 @@ where
 /// reports channel: 500 (the Kubernetes default) keeps that transient
 /// memory a tenth of what 5,000 took, for one more round trip per 500
 /// objects listed.
-pub const LIST_PAGE: u32 = 500;
+pub(super) const LIST_PAGE: u32 = 500;
 
 /// Objects per list page read from a peer: its objects are untrusted in
 /// size as in number, and a page is read whole (bounded by
 /// [`crate::peering::body_limit::MAX_RESPONSE_BYTES`]), so a peer's page is
 /// small.
-pub const PEER_LIST_PAGE: u32 = 50;
+pub(super) const PEER_LIST_PAGE: u32 = 50;
 
 /// Starts the watches of one cluster.
-pub fn connect(
+pub(super) fn connect(
     client: Client,
     key: ClusterKey,
     scope: Scope,
@@ -494,7 +494,7 @@ impl Tasks {
 /// says so; a previous release's otherwise, also when the reader role does
 /// not grant the marker (403: a peer not yet given this release's role).
 /// `Err` when the peer did not answer.
-pub async fn read_form(client: &Client, namespace: &str) -> Result<Form, String> {
+pub(super) async fn read_form(client: &Client, namespace: &str) -> Result<Form, String> {
     let markers: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     match markers.get_opt(publication::MARKER).await {
         Ok(marker) => Ok(publication::form_of_marker(

@@ -19,10 +19,10 @@ use prometheus::IntCounter;
 use tokio::sync::mpsc;
 
 /// The most Events published per second, by every caller together.
-pub const PER_SECOND: u32 = 20;
+pub(super) const PER_SECOND: u32 = 20;
 
 /// The most distinct Events waiting to be published.
-pub const MAX_PENDING: usize = 1024;
+pub(super) const MAX_PENDING: usize = 1024;
 
 /// What one waiting Event is folded by.
 type Key = (
@@ -42,7 +42,7 @@ struct Request {
 /// The handle the loop publishes Events through: cheap to clone, never
 /// blocks.
 #[derive(Clone)]
-pub struct Events {
+pub(super) struct Events {
     tx: mpsc::Sender<Request>,
     dropped: IntCounter,
 }
@@ -50,7 +50,7 @@ pub struct Events {
 impl Events {
     /// Starts the task that publishes through `recorder`, counting what it
     /// drops in `dropped`.
-    pub fn spawn(recorder: Recorder, dropped: IntCounter) -> Self {
+    pub(super) fn spawn(recorder: Recorder, dropped: IntCounter) -> Self {
         // The task drains the channel between two publishes: a burst
         // beyond it while one is in flight is dropped, not buffered.
         let (tx, rx) = mpsc::channel(MAX_PENDING);
@@ -60,7 +60,7 @@ impl Events {
 
     /// Queues `event` about `regarding`; returns at once, dropping it
     /// (counted) when the queue is full.
-    pub fn publish(&self, regarding: ObjectReference, event: Event) {
+    pub(super) fn publish(&self, regarding: ObjectReference, event: Event) {
         if self.tx.try_send(Request { regarding, event }).is_err() {
             self.dropped.inc();
         }

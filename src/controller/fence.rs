@@ -77,7 +77,7 @@ impl Fence {
 
 /// Why a write did not happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fenced {
+pub(super) enum Fenced {
     /// The fence was closed when the write was to start.
     Refused,
     /// The fence closed while the write was in flight.
@@ -106,7 +106,7 @@ fn writes(method: &Method) -> bool {
 /// The client layer that holds every write of the controller's client to
 /// its [`Fence`].
 #[derive(Clone, Debug)]
-pub struct FenceLayer(pub Fence);
+pub(super) struct FenceLayer(pub Fence);
 
 impl<S> tower::Layer<S> for FenceLayer {
     type Service = FencedService<S>;
@@ -121,7 +121,7 @@ impl<S> tower::Layer<S> for FenceLayer {
 
 /// A client service whose writes are held to a [`Fence`].
 #[derive(Clone, Debug)]
-pub struct FencedService<S> {
+pub(super) struct FencedService<S> {
     inner: S,
     fence: Fence,
 }

@@ -19,13 +19,13 @@ use super::cluster::LocalData;
 
 /// Reason of an import refused for the share (`peer_objects_rejected_total`,
 /// its Event).
-pub const SHARE_EXCEEDED: &str = "ClusterSetIPShareExceeded";
+pub(super) const SHARE_EXCEEDED: &str = "ClusterSetIPShareExceeded";
 
 /// The share, and what each peer uses of it: counted from this cluster's
 /// imports when first asked, then kept current as one planning round
 /// admits new imports.
 #[derive(Debug)]
-pub struct IpShare {
+pub(super) struct IpShare {
     percent: u8,
     used: RefCell<Option<BTreeMap<String, usize>>>,
 }
@@ -33,7 +33,7 @@ pub struct IpShare {
 impl IpShare {
     /// A share of `percent` % (100 disables the limit's purpose, not the
     /// count).
-    pub fn new(percent: u8) -> Self {
+    pub(super) fn new(percent: u8) -> Self {
         Self {
             percent,
             used: RefCell::new(None),
@@ -42,7 +42,7 @@ impl IpShare {
 
     /// How many clusterset IPs one peer alone may hold here; unlimited
     /// while no Service CIDR is known (nothing could be allocated then).
-    pub fn limit(&self, local: &LocalData) -> u64 {
+    pub(super) fn limit(&self, local: &LocalData) -> u64 {
         let Some(primary) = local.ip_families.first() else {
             return u64::MAX;
         };
@@ -64,7 +64,7 @@ impl IpShare {
     /// planning round, when first asked, by `held` (the derived Services
     /// of ours whose service only that peer exports), then kept current as
     /// the round admits more.
-    pub fn admit(
+    pub(super) fn admit(
         &self,
         peer: &str,
         local: &LocalData,

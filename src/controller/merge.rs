@@ -33,7 +33,7 @@ const MAX_VALUE_CHARS: usize = 200;
 /// the ServiceExport and its Service that the ServiceImport carries,
 /// normalised so that equivalent spellings compare equal.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ExportedService {
+pub(super) struct ExportedService {
     /// Id of the exporting cluster.
     pub cluster: String,
     /// The ServiceExport's `creationTimestamp`: the conflict precedence.
@@ -60,11 +60,11 @@ pub struct ExportedService {
 
 /// Why a ServiceExport is not valid (its `Valid=False` condition).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Invalid {
+pub(super) enum Invalid {
     /// No Service of the export's name exists.
     NoService,
     /// The Service is of type ExternalName, which cannot be exported.
-    InvalidServiceType,
+    ExternalName,
     /// A field breaks a rule the apiserver holds a Service to
     /// ([`service_rules`]): merged, it would make the import's writes fail
     /// in every member.
@@ -73,20 +73,20 @@ pub enum Invalid {
 
 impl Invalid {
     /// The `Valid=False` condition reason.
-    pub fn reason(&self) -> &'static str {
+    pub(super) fn reason(&self) -> &'static str {
         match self {
             Self::NoService => export_reason::NO_SERVICE,
-            Self::InvalidServiceType => export_reason::INVALID_SERVICE_TYPE,
+            Self::ExternalName => export_reason::INVALID_SERVICE_TYPE,
             Self::Field(_) => export_reason::INVALID_EXPORT,
         }
     }
 
     /// The `Valid=False` condition message (Cilium's wording for the first
     /// two).
-    pub fn message(&self) -> String {
+    pub(super) fn message(&self) -> String {
         match self {
             Self::NoService => "Service doesn't exist".into(),
-            Self::InvalidServiceType => "Service type ExternalName is not supported".into(),
+            Self::ExternalName => "Service type ExternalName is not supported".into(),
             Self::Field(violation) => format!("Service {violation}"),
         }
     }
@@ -104,7 +104,7 @@ impl Invalid {
 /// ([`ExportedService::check`]): a peer's export is input from outside,
 /// and one bad field merged into a shared service would freeze its writes
 /// in every member.
-pub fn project(
+pub(super) fn project(
     cluster: &str,
     export: &ServiceExport,
     service: Option<&Service>,
@@ -112,7 +112,7 @@ pub fn project(
     let service = service.ok_or(Invalid::NoService)?;
     let spec = service.spec.clone().unwrap_or_default();
     if spec.type_.as_deref() == Some("ExternalName") {
-        return Err(Invalid::InvalidServiceType);
+        return Err(Invalid::ExternalName);
     }
     service_rules::service_type(spec.type_.as_deref()).map_err(Invalid::Field)?;
 
@@ -176,7 +176,7 @@ pub fn project(
 impl ExportedService {
     /// Whether every field keeps to the apiserver's Service rules and ours
     /// ([`service_rules`]): the first field that does not, if any.
-    pub fn check(&self) -> Result<(), Violation> {
+    pub(super) fn check(&self) -> Result<(), Violation> {
         service_rules::fields(&service_rules::Fields {
             ports: &self.ports,
             session_affinity: &self.session_affinity,
@@ -193,7 +193,7 @@ impl ExportedService {
 /// A raised conflict: the `Conflict=True` reason (comma-joined) and message
 /// (one line per reason), identical on every cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Conflict {
+pub(super) struct Conflict {
     /// Comma-joined conflict reasons in the mcs-api constant order.
     pub reason: String,
     /// One line per reason, `\n`-joined.
@@ -202,7 +202,7 @@ pub struct Conflict {
 
 /// The merge of every exporter of one service.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Merged {
+pub(super) struct Merged {
     /// The ServiceImport spec; `ips` is left empty for the derived-Service
     /// reconciler to fill.
     pub spec: ServiceImportSpec,
@@ -229,7 +229,7 @@ impl Merged {
     /// (protocol, port) as the merged port of that name. Otherwise traffic
     /// for that port could reach a cluster that serves something else on it
     /// (KEP StrictPortConflict).
-    pub fn keeps_port(&self, cluster: &str, name: Option<&str>) -> bool {
+    pub(super) fn keeps_port(&self, cluster: &str, name: Option<&str>) -> bool {
         let name = name.filter(|n| !n.is_empty());
         let by_name = |ports: &[ServicePort]| {
             ports
@@ -244,7 +244,7 @@ impl Merged {
     }
 
     /// The oldest exporter (cluster id breaking ties), whose values win.
-    pub fn winner(&self) -> &str {
+    pub(super) fn winner(&self) -> &str {
         &self.winner
     }
 
@@ -252,7 +252,7 @@ impl Merged {
     /// anything is written: a merge of valid exports always does (the
     /// property test in `merge/tests.rs`), so a failure here is a bug in
     /// the merge, refused rather than written.
-    pub fn check(&self) -> Result<(), Violation> {
+    pub(super) fn check(&self) -> Result<(), Violation> {
         let spec = &self.spec;
         service_rules::fields(&service_rules::Fields {
             ports: &spec.ports,
@@ -269,7 +269,7 @@ impl Merged {
 
 /// Who decided one field of a merged import, for `/explain`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct FieldDecision {
+pub(super) struct FieldDecision {
     /// The field, as the ServiceImport (or Service) spells it.
     pub field: &'static str,
     /// The value imported, rendered as in conflict messages.
@@ -284,7 +284,7 @@ pub struct FieldDecision {
 /// the type against every exporter; every other field against the
 /// exporters of the winning type (the others take no part); each port
 /// against the exporters that have a port of that name.
-pub fn field_decisions(exports: &[ExportedService], merged: &Merged) -> Vec<FieldDecision> {
+pub(super) fn field_decisions(exports: &[ExportedService], merged: &Merged) -> Vec<FieldDecision> {
     let Some(winner) = exports.iter().find(|e| e.cluster == merged.winner) else {
         return Vec::new();
     };
@@ -418,7 +418,7 @@ const AGREED_FIELDS: [AgreedField; 6] = [
 /// oldest first, dropping later ports whose name or (protocol, port) is
 /// taken. Every other field is the oldest's. IP families are the
 /// intersection in the oldest's order. Every disagreement raises its reason.
-pub fn merge(exports: &[ExportedService]) -> Option<Merged> {
+pub(super) fn merge(exports: &[ExportedService]) -> Option<Merged> {
     let mut all: Vec<&ExportedService> = exports.iter().collect();
     all.sort_by(|a, b| (a.created, &a.cluster).cmp(&(b.created, &b.cluster)));
     let winner = *all.first()?;
@@ -676,7 +676,7 @@ impl ExportedService {
     /// A ClusterIP IPv4 export of one `tcp/TCP/42` port with every default,
     /// created `secs` seconds after a fixed instant: the tests' base export.
     pub(crate) fn example(cluster: &str, secs: i64) -> Self {
-        ExportedService {
+        Self {
             cluster: cluster.into(),
             created: Timestamp::from_second(1_700_000_000 + secs).unwrap(),
             headless: false,

@@ -51,29 +51,29 @@
 //! The peer contract the controller shares with `clusterset-dns peer`
 //! (the peer Secret and Lease, the identity rules) is [`crate::peering`].
 
-pub mod addresses;
-pub mod admin;
-pub mod apply;
+mod addresses;
+mod admin;
+mod apply;
 pub mod args;
 pub mod cluster;
 pub mod compact;
-pub mod conditions;
-pub mod connection;
-pub mod events;
-pub mod fence;
-pub mod ip_share;
+mod conditions;
+mod connection;
+mod events;
+mod fence;
+mod ip_share;
 pub mod leader;
 pub mod lean;
-pub mod merge;
+mod merge;
 pub mod metrics;
-pub mod namespaces;
+mod namespaces;
 pub mod naming;
-pub mod ownership;
-pub mod peers;
+mod ownership;
+mod peers;
 pub mod publication;
-pub mod reconcile;
-pub mod run;
-pub mod schedule;
+mod reconcile;
+mod run;
+mod schedule;
 
 use std::future::Future;
 use std::sync::Arc;

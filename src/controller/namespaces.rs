@@ -6,29 +6,29 @@
 
 /// Why an export is not imported here (the reason of its Event and of
 /// `peer_objects_rejected_total`).
-pub mod reason {
+pub(super) mod reason {
     /// The namespace is denied.
-    pub const NAMESPACE_DENIED: &str = "NamespaceDenied";
+    pub(crate) const NAMESPACE_DENIED: &str = "NamespaceDenied";
     /// The namespace does not match `--import-namespace-selector`.
-    pub const NAMESPACE_NOT_SELECTED: &str = "NamespaceNotSelected";
+    pub(crate) const NAMESPACE_NOT_SELECTED: &str = "NamespaceNotSelected";
 }
 
 /// Namespaces that are never imported into or exported from.
 #[derive(Debug, Clone)]
-pub struct NamespaceFilter {
+pub(super) struct NamespaceFilter {
     patterns: Vec<String>,
 }
 
 impl NamespaceFilter {
     /// Patterns are names, or prefixes ending in `*` (`kube-*`).
-    pub fn new(patterns: impl IntoIterator<Item = String>) -> Self {
+    pub(super) fn new(patterns: impl IntoIterator<Item = String>) -> Self {
         Self {
             patterns: patterns.into_iter().filter(|p| !p.is_empty()).collect(),
         }
     }
 
     /// Whether `namespace` is denied.
-    pub fn denies(&self, namespace: &str) -> bool {
+    pub(super) fn denies(&self, namespace: &str) -> bool {
         self.patterns
             .iter()
             .any(|pattern| match pattern.strip_suffix('*') {

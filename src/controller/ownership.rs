@@ -24,7 +24,7 @@ use crate::api::well_known::LABEL_MANAGED_BY;
 
 /// The kinds the controller writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
+pub(super) enum Kind {
     /// `multicluster.x-k8s.io` ServiceImport.
     ServiceImport,
     /// ServiceImport status.
@@ -43,7 +43,7 @@ pub enum Kind {
 
 impl Kind {
     /// The object kind, as Kubernetes names it.
-    pub fn object_kind(self) -> &'static str {
+    pub(super) fn object_kind(self) -> &'static str {
         match self {
             Self::ServiceImport | Self::ServiceImportStatus => "ServiceImport",
             Self::Service => "Service",
@@ -54,7 +54,7 @@ impl Kind {
     }
 
     /// The metric label value.
-    pub fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Self::ServiceImport => "serviceimport",
             Self::ServiceImportStatus => "serviceimport_status",
@@ -70,10 +70,10 @@ impl Kind {
 /// Reason of a write refused because an object not ours holds the name
 /// (`clusterset_dns_controller_refused_total{reason}`, the Event's reason
 /// note).
-pub const NOT_OURS: &str = "NotOurs";
+pub(super) const NOT_OURS: &str = "NotOurs";
 
 /// Whether `object`, of `kind`, belonging to `service`, is ours to write.
-pub fn owns(kind: Kind, object: &impl Resource, service: &ServiceRef) -> bool {
+pub(super) fn owns(kind: Kind, object: &impl Resource, service: &ServiceRef) -> bool {
     match kind {
         Kind::ServiceImport | Kind::ServiceImportStatus => is_ours(object),
         Kind::Service | Kind::EndpointSlice => is_ours(object) && owned_by_import(object, service),
@@ -112,7 +112,7 @@ fn owned_by_import(object: &impl Resource, service: &ServiceRef) -> bool {
 /// Marks `desired` as a write to `live` (an object shown to be ours): its
 /// uid becomes the write's precondition. Without a live object the write
 /// stays a create.
-pub fn claim<K: Resource>(desired: &mut K, live: Option<&K>) {
+pub(super) fn claim<K: Resource>(desired: &mut K, live: Option<&K>) {
     desired.meta_mut().uid = live.and_then(|live| live.meta().uid.clone());
 }
 

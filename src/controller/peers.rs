@@ -37,30 +37,30 @@ use crate::watch::backoff::RestartSchedule;
 mod input;
 mod peer;
 
-pub use input::{Contact, Effect, Input, Now, SECRET_DELETE_DEBOUNCE};
+pub(super) use input::{Contact, Effect, Input, Now, SECRET_DELETE_DEBOUNCE};
 use peer::Usability;
-pub use peer::{Peer, PeerConn};
+pub(super) use peer::{Peer, PeerConn};
 
 /// The reasons of the Events about a peer's credential, beside
 /// [`crate::peering::reason`]'s refusals. `CredentialRejected` and
 /// `CredentialExpired` travel as [`Effect::Refused`] (a `PeerRefused`
 /// Event, so `peer list` shows them), `CredentialExpiring` as
 /// [`Effect::Warning`].
-pub mod credential_reason {
+pub(super) mod credential_reason {
     /// The peer answered 401 or 403 to the Secret's credential.
-    pub const REJECTED: &str = "CredentialRejected";
+    pub(crate) const REJECTED: &str = "CredentialRejected";
     /// The Secret's credential is past its expiry, and the peer is not up.
-    pub const EXPIRED: &str = "CredentialExpired";
+    pub(crate) const EXPIRED: &str = "CredentialExpired";
     /// The Secret's credential expires within [`super::EXPIRY_WARNING`].
-    pub const EXPIRING: &str = "CredentialExpiring";
+    pub(crate) const EXPIRING: &str = "CredentialExpiring";
 }
 
 /// How long before its credential expires a peer is warned of.
-pub const EXPIRY_WARNING: Duration = Duration::from_secs(24 * 3600);
+pub(super) const EXPIRY_WARNING: Duration = Duration::from_secs(24 * 3600);
 
 /// Settings of the peers.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(super) struct Settings {
     /// This cluster's id.
     pub local_id: String,
     /// This cluster's clusterset.
@@ -73,7 +73,7 @@ pub struct Settings {
 
 /// Every peer named by a Secret.
 #[derive(Debug)]
-pub struct Peers {
+pub(super) struct Peers {
     settings: Settings,
     peers: BTreeMap<String, Peer>,
     generation: u64,
@@ -90,7 +90,7 @@ pub struct Peers {
 
 impl Peers {
     /// No peer yet; `leases` are the peer Leases of an earlier run.
-    pub fn new(settings: Settings, leases: BTreeMap<String, (String, SystemTime)>) -> Self {
+    pub(super) fn new(settings: Settings, leases: BTreeMap<String, (String, SystemTime)>) -> Self {
         Self {
             settings,
             peers: BTreeMap::new(),
@@ -103,7 +103,7 @@ impl Peers {
     }
 
     /// Takes one input; returns what the shell must do, in order.
-    pub fn handle(&mut self, input: Input, now: Now) -> Vec<Effect> {
+    pub(super) fn handle(&mut self, input: Input, now: Now) -> Vec<Effect> {
         let mut effects = Vec::new();
         match input {
             Input::SecretApplied {
@@ -862,12 +862,12 @@ impl Peers {
     }
 
     /// Whether the peer Secrets have been listed once.
-    pub fn listed(&self) -> bool {
+    pub(super) fn listed(&self) -> bool {
         self.secrets_listed
     }
 
     /// Whether every peer not refused has synced and been probed once.
-    pub fn synced(&self) -> bool {
+    pub(super) fn synced(&self) -> bool {
         self.peers
             .values()
             .filter(|p| p.refused.is_none())
@@ -875,19 +875,14 @@ impl Peers {
     }
 
     /// How many peers there are (refused ones too).
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.peers.len()
-    }
-
-    /// Whether there is no peer.
-    pub fn is_empty(&self) -> bool {
-        self.peers.is_empty()
     }
 
     /// Whether connection `generation` of Secret `secret` is one of the
     /// peer's (current or next): the shell drops the tasks and clients of
     /// the others.
-    pub fn is_live(&self, secret: &str, generation: u64) -> bool {
+    pub(super) fn is_live(&self, secret: &str, generation: u64) -> bool {
         self.peers.get(secret).is_some_and(|peer| {
             let is =
                 |conn: &Option<PeerConn>| conn.as_ref().is_some_and(|c| c.generation == generation);
@@ -899,7 +894,7 @@ impl Peers {
 
     /// The peers neither usable nor within grace (refused ones aside), by
     /// name: `/ready` waits for them.
-    pub fn not_ready(&self, now: Now) -> Vec<String> {
+    pub(super) fn not_ready(&self, now: Now) -> Vec<String> {
         let grace = self.settings.grace;
         self.peers
             .values()
@@ -911,7 +906,7 @@ impl Peers {
     /// What a plan reads of the peers: a view of each identified and
     /// synced one, and the ids of peers not read yet but within grace
     /// (their services are left alone).
-    pub fn views(&self, now: Now) -> (Vec<PeerView<'_>>, BTreeSet<String>) {
+    pub(super) fn views(&self, now: Now) -> (Vec<PeerView<'_>>, BTreeSet<String>) {
         let grace = self.settings.grace;
         let mut views = Vec::new();
         let mut unknown = BTreeSet::new();
@@ -954,7 +949,7 @@ impl Peers {
     }
 
     /// Every service some peer's current connection exports.
-    pub fn exported_services(&self) -> impl Iterator<Item = &ServiceRef> {
+    pub(super) fn exported_services(&self) -> impl Iterator<Item = &ServiceRef> {
         self.peers
             .values()
             .filter_map(|p| p.current.as_ref())

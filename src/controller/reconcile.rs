@@ -32,10 +32,10 @@ use super::cluster::{ClusterData, LocalData};
 use super::conditions::{ImportReadiness, export_conditions, import_ready};
 use super::ip_share::{IpShare, SHARE_EXCEEDED};
 use super::merge::{ExportedService, Invalid, Merged, merge, project};
-pub use super::namespaces::NamespaceFilter;
+pub(super) use super::namespaces::NamespaceFilter;
 use super::namespaces::reason as namespace_reason;
 use super::naming::derived_service_name;
-pub use super::ownership::Kind;
+pub(super) use super::ownership::Kind;
 use super::ownership::{NOT_OURS, claim, owns};
 use crate::api::ServiceRef;
 use crate::api::locality::Locality;
@@ -47,8 +47,8 @@ use crate::cidr::Cidr;
 use crate::label_selector::LabelSelector;
 
 use self::hints::Hints;
-pub use self::hints::LocalFirst;
-pub use self::objects::export_status_object;
+pub(super) use self::hints::LocalFirst;
+pub(super) use self::objects::export_status_object;
 use self::objects::{
     delete, derived_differs, derived_service, import_differs, import_object, owner_reference,
     slice_differs,
@@ -57,14 +57,14 @@ use self::slices::SliceContext;
 
 /// A peer's export refused for a field the apiserver would refuse in a
 /// Service (`crate::api::service_rules`).
-pub const INVALID_EXPORT: &str = crate::api::well_known::export_reason::INVALID_EXPORT;
+pub(super) const INVALID_EXPORT: &str = crate::api::well_known::export_reason::INVALID_EXPORT;
 
 /// A merged spec that breaks a Service rule: never written (a bug guard).
-pub const INVALID_MERGE: &str = "InvalidMerge";
+pub(super) const INVALID_MERGE: &str = "InvalidMerge";
 
 /// One peer as the reconciler sees it.
 #[derive(Debug)]
-pub struct PeerView<'a> {
+pub(super) struct PeerView<'a> {
     /// Its cluster id.
     pub id: &'a str,
     /// The pod ranges its Secret records (`peer add --endpoint-cidr`): when
@@ -79,7 +79,7 @@ pub struct PeerView<'a> {
 
 /// Everything [`plan`] reads.
 #[derive(Debug)]
-pub struct Inputs<'a> {
+pub(super) struct Inputs<'a> {
     /// This cluster's id.
     pub local_id: &'a str,
     /// This cluster's exports, Services and our MCS slices.
@@ -108,7 +108,7 @@ pub struct Inputs<'a> {
 
 /// One write to this cluster's apiserver.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Write {
+pub(super) enum Write {
     /// Server-side apply of a ServiceImport's metadata and spec.
     Import(Box<ServiceImport>),
     /// Server-side apply of a ServiceImport's status.
@@ -145,7 +145,7 @@ pub enum Write {
 
 impl Write {
     /// The kind written.
-    pub fn kind(&self) -> Kind {
+    pub(super) fn kind(&self) -> Kind {
         match self {
             Self::Import(_) => Kind::ServiceImport,
             Self::ImportStatus(_) => Kind::ServiceImportStatus,
@@ -164,7 +164,7 @@ impl Write {
     /// the slices are. Nothing else waits: a derived Service the apiserver
     /// refuses must not stop the slices that follow the exporters'
     /// endpoints, nor the status and deletions of the service.
-    pub fn waits_for(&self, failed: &Write) -> bool {
+    pub(super) fn waits_for(&self, failed: &Self) -> bool {
         match failed {
             Self::Import(_) => true,
             Self::Slice(_) => matches!(self, Self::ExportStatus { .. }),
@@ -179,7 +179,7 @@ impl Write {
 /// published as a Warning Event on the ServiceImport (its reason the
 /// rejection's) and shown by `/explain`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Rejection {
+pub(super) struct Rejection {
     /// The peer it came from.
     pub peer: String,
     /// A CamelCase reason ([`super::addresses`] for an address).
@@ -194,7 +194,7 @@ pub struct Rejection {
 /// `clusterset_dns_controller_refused_total`, published as a Warning Event
 /// on the ServiceImport and shown by `/explain`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub(super) struct Refusal {
     /// The kind not written.
     pub kind: Kind,
     /// The name not written.
@@ -205,7 +205,7 @@ pub struct Refusal {
 
 impl Refusal {
     /// What an operator reads in the Event and `/explain`.
-    pub fn message(&self, service: &ServiceRef) -> String {
+    pub(super) fn message(&self, service: &ServiceRef) -> String {
         format!(
             "{} {}/{} exists and is not managed by clusterset-dns: it is left untouched, and nothing is written over it for {service}",
             self.kind.object_kind(),
@@ -217,7 +217,7 @@ impl Refusal {
 
 /// The outcome of planning one service.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Plan {
+pub(super) struct Plan {
     /// The writes, in the order to issue them (an import before what it
     /// owns).
     pub writes: Vec<Write>,
@@ -240,7 +240,7 @@ pub struct Plan {
 /// Plans the writes for `service`: its import, derived Service, slices and
 /// export status, each by a function of its own, then what we own and no
 /// longer want; last, what this cluster publishes of it for its peers.
-pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
+pub(super) fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
     let mut plan = plan_import(inputs, service);
     plan.writes.extend(plan_publication(inputs, service));
     plan
@@ -250,7 +250,7 @@ pub fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
 /// alone: all a plan writes before the start-up gate opens, since the
 /// publication reads no peer (peers of this release wait for it,
 /// `run/cycle.rs`).
-pub fn plan_publication(inputs: &Inputs<'_>, service: &ServiceRef) -> Vec<Write> {
+pub(super) fn plan_publication(inputs: &Inputs<'_>, service: &ServiceRef) -> Vec<Write> {
     published::writes(inputs, service)
 }
 
@@ -600,7 +600,7 @@ fn valid_exports(
                 reason: INVALID_EXPORT,
                 what: format!("ServiceExport {service} ({violation})"),
             }),
-            Err(Invalid::NoService | Invalid::InvalidServiceType) => {}
+            Err(Invalid::NoService | Invalid::ExternalName) => {}
         }
     }
     (local_projection, exports)

@@ -63,7 +63,7 @@ const WRITE_CONCURRENCY: usize = 16;
 
 /// Settings of the loop.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(super) struct Settings {
     /// Namespace of peer Secrets and Leases.
     pub namespace: String,
     /// Peer Secret label selector.
@@ -91,7 +91,7 @@ pub struct Settings {
 
 /// A question for the loop, answered between events.
 #[derive(Debug)]
-pub enum Query {
+pub(super) enum Query {
     /// Readiness: peers synced or within grace.
     Ready(oneshot::Sender<Result<(), String>>),
     /// The merge of one service, as JSON.
@@ -117,7 +117,7 @@ impl Drop for ConnTasks {
 }
 
 /// The controller's state and loop.
-pub struct Controller {
+pub(super) struct Controller {
     settings: Settings,
     client: Client,
     local_id: String,
@@ -214,7 +214,7 @@ pub enum StartError {
 
 impl Controller {
     /// Reads this cluster's identity and starts the local watches.
-    pub async fn start(
+    pub(super) async fn start(
         client: Client,
         settings: Settings,
         metrics: Arc<ControllerMetrics>,
@@ -309,7 +309,7 @@ impl Controller {
     /// or clusterset is leaving and rejoining, so the process exits and its
     /// restart starts over), or its role turns out not to allow reading
     /// what it needs; returns why.
-    pub async fn run(mut self, mut queries: mpsc::Receiver<Query>) -> String {
+    pub(super) async fn run(mut self, mut queries: mpsc::Receiver<Query>) -> String {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -16,40 +16,40 @@ use crate::api::ServiceRef;
 /// How many services one cycle plans and writes: events are read between
 /// cycles, so fresh changes and `/ready` do not wait behind a cold start's
 /// thousands of writes.
-pub const SERVICES_PER_CYCLE: usize = 256;
+pub(super) const SERVICES_PER_CYCLE: usize = 256;
 
 /// How many plan-and-write rounds a cycle runs for the services that
 /// wrote: a new ClusterSetIP service needs three (the import; then what it
 /// owns, which needs the import's uid; then the VIP into the import), so it
 /// is finished within its cycle rather than queued behind the rest.
-pub const ROUNDS_PER_CYCLE: usize = 3;
+pub(super) const ROUNDS_PER_CYCLE: usize = 3;
 
 /// How long after a failed try the publication is tried again.
-pub const PUBLISH_RETRY: Duration = Duration::from_secs(5);
+pub(super) const PUBLISH_RETRY: Duration = Duration::from_secs(5);
 
 /// The delay before a service whose write failed is planned again; it
 /// doubles with each failure in a row, up to [`RETRY_MAX`], plus up to a
 /// quarter of jitter so that services failing together spread out.
-pub const RETRY_FIRST: Duration = Duration::from_secs(1);
+pub(super) const RETRY_FIRST: Duration = Duration::from_secs(1);
 
 /// The longest delay between two tries of a service whose writes keep
 /// failing.
-pub const RETRY_MAX: Duration = Duration::from_secs(300);
+pub(super) const RETRY_MAX: Duration = Duration::from_secs(300);
 
 /// How many services one peer's changes may have planned per second,
 /// once its burst is spent: a peer rewriting its endpoints every second
 /// makes every member write, so its churn is coalesced (a service changed
 /// again while it waits is planned once) instead of passed on at its
 /// pace. This cluster's own changes have no budget.
-pub const PEER_CHANGES_PER_SECOND: f64 = 200.0;
+pub(super) const PEER_CHANGES_PER_SECOND: f64 = 200.0;
 
 /// How many services one peer's changes may have planned at once: the
 /// default export limit, so a peer's whole first list is taken at once.
-pub const PEER_CHANGE_BURST: f64 = 2_000.0;
+pub(super) const PEER_CHANGE_BURST: f64 = 2_000.0;
 
 /// After this many failures in a row, a service's failures are told on its
 /// import (an Event), once.
-pub const FAILURES_REPORTED: u32 = 5;
+pub(super) const FAILURES_REPORTED: u32 = 5;
 
 /// How often, at most, the heap that cycles freed is handed back to the
 /// kernel while they write. The allocator keeps freed heap mapped, so
@@ -58,13 +58,13 @@ pub const FAILURES_REPORTED: u32 = 5;
 /// buffers leaves (docs/benchmarks-controller.md, "Runs H to J"). Each
 /// release walks the whole heap, and once a second made some 330 of them
 /// in a cold start (same doc, "How we got here").
-pub const MEMORY_RELEASE_INTERVAL: Duration = Duration::from_secs(10);
+pub(super) const MEMORY_RELEASE_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Whose change touched a service: each source gets its turn in a batch,
 /// so one peer's thousands of changes never delay another's few (nor this
 /// cluster's).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Source {
+pub(super) enum Source {
     /// This cluster's own watches and writes.
     Local,
     /// A peer, by its Secret's name.
@@ -203,7 +203,7 @@ struct Failing {
 /// delete everything imported from them: the timeout is for peers that do
 /// not answer, not for Secrets not read yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Gate {
+pub(super) struct Gate {
     /// This cluster's watches have listed.
     pub local_listed: bool,
     /// The peer Secrets have been listed.
@@ -214,7 +214,7 @@ pub struct Gate {
 
 /// The controller's schedule.
 #[derive(Debug)]
-pub struct Schedule {
+pub(super) struct Schedule {
     created: Instant,
     startup_timeout: Duration,
     started: bool,
@@ -232,7 +232,7 @@ pub struct Schedule {
 
 impl Schedule {
     /// Nothing started, nothing dirty, the publication due at once.
-    pub fn new(now: Instant, startup_timeout: Duration) -> Self {
+    pub(super) fn new(now: Instant, startup_timeout: Duration) -> Self {
         Self {
             created: now,
             startup_timeout,
@@ -250,14 +250,14 @@ impl Schedule {
 
     /// Whether the start-up gate has opened: only then are services planned
     /// and anything deleted.
-    pub fn started(&self) -> bool {
+    pub(super) fn started(&self) -> bool {
         self.started
     }
 
     /// Opens the gate when `gate` allows it at `now`. Returns `Some(every
     /// peer synced)` when it opens now (then every service is planned), and
     /// `None` when it was open already or stays shut.
-    pub fn open_gate(&mut self, gate: Gate, now: Instant) -> Option<bool> {
+    pub(super) fn open_gate(&mut self, gate: Gate, now: Instant) -> Option<bool> {
         if self.started {
             return None;
         }
@@ -271,7 +271,7 @@ impl Schedule {
     }
 
     /// Why the gate is still shut, for `/ready`; `None` once open.
-    pub fn waiting_for(&self, gate: Gate) -> Option<&'static str> {
+    pub(super) fn waiting_for(&self, gate: Gate) -> Option<&'static str> {
         if !gate.local_listed {
             Some("the local cluster is not listed yet")
         } else if !gate.secrets_listed {
@@ -284,7 +284,7 @@ impl Schedule {
     }
 
     /// Records that a change from `source` touched `touched` at `now`.
-    pub fn mark(&mut self, source: &Source, touched: Touched, now: Instant) {
+    pub(super) fn mark(&mut self, source: &Source, touched: Touched, now: Instant) {
         if !touched.is_empty() && self.first_change.is_none() {
             self.first_change = Some(now);
         }
@@ -296,18 +296,18 @@ impl Schedule {
 
     /// Every service may need planning (a peer connection replaced, a
     /// namespace or the cluster's IP families changed).
-    pub fn mark_all(&mut self) {
+    pub(super) fn mark_all(&mut self) {
         self.fresh.all = true;
     }
 
     /// Whether a cycle has work: started and something dirty.
-    pub fn has_work(&self) -> bool {
+    pub(super) fn has_work(&self) -> bool {
         self.started && !(self.fresh.is_empty() && self.retry.is_empty())
     }
 
     /// Whether the next batch is taken from every service: the caller
     /// passes them to [`Self::take_batch`] then.
-    pub fn wants_every_service(&self) -> bool {
+    pub(super) fn wants_every_service(&self) -> bool {
         self.fresh.all
     }
 
@@ -315,7 +315,7 @@ impl Schedule {
     /// changes first, a service of each source in turn (`every` service,
     /// when [`Self::wants_every_service`], is one more source), then the
     /// failed services that are due. The rest waits for the next cycle.
-    pub fn take_batch(
+    pub(super) fn take_batch(
         &mut self,
         every: Option<BTreeSet<ServiceRef>>,
         now: Instant,
@@ -338,7 +338,7 @@ impl Schedule {
     /// A write of `service` failed at `now`: it is planned again after a
     /// delay that doubles with each failure in a row ([`RETRY_FIRST`] to
     /// [`RETRY_MAX`]). Returns how many times in a row it has failed.
-    pub fn write_failed(&mut self, service: ServiceRef, now: Instant) -> u32 {
+    pub(super) fn write_failed(&mut self, service: ServiceRef, now: Instant) -> u32 {
         let count = self.failing.get(&service).map_or(1, |f| f.count + 1);
         let due = now + retry_delay(&service, count);
         self.failing.insert(service, Failing { count, due });
@@ -347,17 +347,18 @@ impl Schedule {
 
     /// `service` was planned and none of its writes failed: its next
     /// failure starts the delay over.
-    pub fn write_succeeded(&mut self, service: &ServiceRef) {
+    pub(super) fn write_succeeded(&mut self, service: &ServiceRef) {
         self.failing.remove(service);
     }
 
     /// How many services are failing (waiting out a delay or due).
-    pub fn failing(&self) -> usize {
+    #[cfg(test)]
+    pub(super) fn failing(&self) -> usize {
         self.failing.len()
     }
 
     /// Once a second: failed services whose delay has passed are due again.
-    pub fn tick(&mut self, now: Instant) {
+    pub(super) fn tick(&mut self, now: Instant) {
         let queued = &self.fresh.queued;
         let retry = &mut self.retry;
         for (service, failing) in &mut self.failing {
@@ -374,7 +375,7 @@ impl Schedule {
     /// A cycle ended at `now`, having written something or not. Returns
     /// how long ago the first change it answered happened, once per change
     /// that led to a write (the change-to-write latency).
-    pub fn cycle_done(&mut self, wrote: bool, now: Instant) -> Option<Duration> {
+    pub(super) fn cycle_done(&mut self, wrote: bool, now: Instant) -> Option<Duration> {
         let first = self.first_change.take()?;
         wrote.then(|| now.saturating_duration_since(first))
     }
@@ -385,7 +386,7 @@ impl Schedule {
     /// [`MEMORY_RELEASE_INTERVAL`], so the end of a burst of writes is
     /// released by a tick within the interval; an idle controller frees
     /// nothing.
-    pub fn release_due(&mut self, wrote: bool, now: Instant) -> bool {
+    pub(super) fn release_due(&mut self, wrote: bool, now: Instant) -> bool {
         self.unreleased |= wrote;
         let due = self.unreleased
             && self
@@ -402,13 +403,13 @@ impl Schedule {
     /// this cluster listed (it reads no peer, so it does not wait for the
     /// gate: peers waiting at their own gate for this cluster can read it),
     /// and not within [`PUBLISH_RETRY`] of a failed try.
-    pub fn publish_due(&self, local_listed: bool, now: Instant) -> bool {
+    pub(super) fn publish_due(&self, local_listed: bool, now: Instant) -> bool {
         !self.published && local_listed && now >= self.next_publish
     }
 
     /// The publication was tried at `now`; `complete` when it and its
     /// marker are written.
-    pub fn publish_tried(&mut self, complete: bool, now: Instant) {
+    pub(super) fn publish_tried(&mut self, complete: bool, now: Instant) {
         self.published = complete;
         self.next_publish = now + PUBLISH_RETRY;
     }

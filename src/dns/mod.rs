@@ -5,16 +5,16 @@
 //! zone; never talks to Kubernetes.
 
 pub mod fast_path;
-pub mod handler;
+mod handler;
 pub mod plan;
-pub mod render;
+mod render;
 pub(crate) mod request;
 pub mod rrl;
-pub mod server;
-pub mod tcp;
-pub mod udp;
+mod server;
+mod tcp;
+pub(crate) mod udp;
 pub mod wire;
-pub mod wire_check;
+mod wire_check;
 
 pub use handler::Handler;
 pub use server::{DnsServer, DnsServerConfig};

@@ -105,7 +105,7 @@ pub enum Fit {
 
 impl Fit {
     /// The layouts in the order they are tried.
-    pub const DROP_ORDER: [Fit; 3] = [Fit::Whole, Fit::AnswersOnly, Fit::Truncated];
+    pub const DROP_ORDER: [Self; 3] = [Self::Whole, Self::AnswersOnly, Self::Truncated];
 }
 
 /// The response to one query, decided; the writers render it.

@@ -18,7 +18,7 @@ use super::wire::{HEADER_LEN, OPT_RECORD_LEN, opt_record, response_flags};
 // On every answer's path, now in a module apart from its callers: let the
 // compiler inline it into the fast path as it did when they shared one.
 #[inline]
-pub fn render(
+pub(super) fn render(
     plan: &Plan<'_>,
     head: [u8; 4],
     question: &[u8],

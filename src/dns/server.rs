@@ -123,7 +123,7 @@ impl DnsServer {
 /// Descriptors kept out of the TCP connection budget: the sockets, the
 /// admin endpoint's connections ([`crate::ops::admin_server::MAX_CONNECTIONS`]), the
 /// manifest, the runtime's own.
-pub const RESERVED_FILES: u64 = 128;
+pub(super) const RESERVED_FILES: u64 = 128;
 
 /// The TCP connection limit that fits `open_files` descriptors.
 fn fit_open_files(max_tcp_connections: usize, open_files: Option<u64>) -> usize {

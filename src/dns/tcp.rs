@@ -33,7 +33,7 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// The running TCP listener.
 #[derive(Debug)]
-pub struct TcpServer {
+pub(super) struct TcpServer {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     connections: Arc<Connections>,
@@ -41,7 +41,7 @@ pub struct TcpServer {
 
 impl TcpServer {
     /// Starts accepting on `listener`. Must run inside a tokio runtime.
-    pub fn start(
+    pub(super) fn start(
         listener: TcpListener,
         handler: Handler,
         max_connections: usize,
@@ -68,7 +68,7 @@ impl TcpServer {
 
     /// Stops accepting and closes every connection (a query being answered
     /// is finished first).
-    pub async fn stop(self) {
+    pub(super) async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
         self.connections.close_all();

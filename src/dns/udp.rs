@@ -48,7 +48,7 @@ const STOP_POLL: Duration = Duration::from_millis(100);
 
 /// Running UDP workers.
 #[derive(Debug)]
-pub struct UdpWorkers {
+pub(crate) struct UdpWorkers {
     stop: Arc<AtomicBool>,
     workers: Vec<JoinHandle<()>>,
 }
@@ -57,7 +57,7 @@ impl UdpWorkers {
     /// Starts one worker thread per socket; `fast_path` answers common
     /// queries from precompiled wire data; `rrl`, when set, limits the
     /// responses per client prefix (shared by all workers).
-    pub fn start(
+    pub(crate) fn start(
         sockets: Vec<UdpSocket>,
         zone: ZoneHandle,
         handler: Handler,
@@ -90,7 +90,7 @@ impl UdpWorkers {
     }
 
     /// Stops the workers and waits for them.
-    pub fn stop(self) {
+    pub(crate) fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
         for worker in self.workers {
             let _ = worker.join();

@@ -20,7 +20,7 @@ use super::wire::{self, HEADER_LEN, TYPE_OPT};
 
 /// What a message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(super) enum Verdict {
     /// Well-formed as far as this check goes: decode it.
     Query,
     /// QR set, or shorter than a header: never answered (no reflection).
@@ -32,7 +32,7 @@ pub enum Verdict {
 const OPTION_CLIENT_SUBNET: u16 = 8;
 
 /// Checks `message` (see the module docs).
-pub fn check(message: &[u8]) -> Verdict {
+pub(super) fn check(message: &[u8]) -> Verdict {
     if !wire::is_query(message) {
         return Verdict::NotAQuery;
     }
@@ -90,7 +90,7 @@ fn skip_name(message: &[u8], mut at: usize) -> Option<usize> {
 
 /// Whether an OPT record's RDATA is a sequence of options that fills it
 /// exactly, each client subnet option well-formed.
-pub fn options_well_formed(rdata: &[u8]) -> bool {
+pub(super) fn options_well_formed(rdata: &[u8]) -> bool {
     let mut at = 0;
     while at < rdata.len() {
         let Some(head) = rdata.get(at..at + 4) else {

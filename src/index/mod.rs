@@ -63,8 +63,8 @@ impl<K, V> Relisted<K, Box<V>> {
     /// The changed object out of its box.
     pub fn unboxed(self) -> Relisted<K, V> {
         match self {
-            Relisted::Held(key) => Relisted::Held(key),
-            Relisted::Changed(object) => Relisted::Changed(*object),
+            Self::Held(key) => Relisted::Held(key),
+            Self::Changed(object) => Relisted::Changed(*object),
         }
     }
 }

@@ -41,12 +41,12 @@ pub(super) struct Slices {
 
 impl Slices {
     /// Number of slices held.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.by_key.len()
     }
 
     /// The slot of `key`, if held.
-    pub fn find(&self, key: &SliceKey) -> Option<SliceId> {
+    pub(super) fn find(&self, key: &SliceKey) -> Option<SliceId> {
         let hash = self.hasher.hash_one(key);
         self.by_key
             .find(hash, |id| self.at(*id).key == *key)
@@ -54,18 +54,22 @@ impl Slices {
     }
 
     /// The slice held under `key`.
-    pub fn get(&self, key: &SliceKey) -> Option<&HeldSlice> {
+    pub(super) fn get(&self, key: &SliceKey) -> Option<&HeldSlice> {
         self.find(key).map(|id| self.at(id))
     }
 
     /// The slice in slot `id`, which must be held.
-    pub fn at(&self, id: SliceId) -> &HeldSlice {
+    pub(super) fn at(&self, id: SliceId) -> &HeldSlice {
         slot(&self.slots, id)
     }
 
     /// Holds `slice` under `key`: in the slot it had, or a new one.
     /// Returns the slot and the slice it replaced.
-    pub fn insert(&mut self, key: SliceKey, slice: SliceEndpoints) -> (SliceId, Option<HeldSlice>) {
+    pub(super) fn insert(
+        &mut self,
+        key: SliceKey,
+        slice: SliceEndpoints,
+    ) -> (SliceId, Option<HeldSlice>) {
         let held = Box::new(HeldSlice { key, slice });
         if let Some(id) = self.find(&held.key) {
             let old = self.slots[id as usize].replace(held);
@@ -95,7 +99,7 @@ impl Slices {
     }
 
     /// Removes the slice held under `key`, returning its slot and it.
-    pub fn remove(&mut self, key: &SliceKey) -> Option<(SliceId, HeldSlice)> {
+    pub(super) fn remove(&mut self, key: &SliceKey) -> Option<(SliceId, HeldSlice)> {
         let hash = self.hasher.hash_one(key);
         let slots = &mut self.slots;
         let entry = self
@@ -111,7 +115,7 @@ impl Slices {
     }
 
     /// The keys of every slice held.
-    pub fn keys(&self) -> impl Iterator<Item = &SliceKey> {
+    pub(super) fn keys(&self) -> impl Iterator<Item = &SliceKey> {
         self.slots.iter().flatten().map(|held| &held.key)
     }
 }

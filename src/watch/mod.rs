@@ -167,7 +167,7 @@ impl Outcome {
     /// What this outcome asks of the caller ([`Verdict`]).
     pub fn verdict(&self) -> Verdict<'_> {
         match self {
-            Outcome::Failed {
+            Self::Failed {
                 forbidden_before_sync: Some(message),
                 started,
                 ..
@@ -175,16 +175,15 @@ impl Outcome {
                 message,
                 started: *started,
             },
-            Outcome::Failed {
+            Self::Failed {
                 started: true,
                 error,
                 ..
             } => Verdict::FailingStarted(error),
-            Outcome::Failed { error, .. } => Verdict::StillFailing(error),
-            Outcome::Listing
-            | Outcome::Changed { .. }
-            | Outcome::Listed { .. }
-            | Outcome::Expired { .. } => Verdict::Quiet,
+            Self::Failed { error, .. } => Verdict::StillFailing(error),
+            Self::Listing | Self::Changed { .. } | Self::Listed { .. } | Self::Expired { .. } => {
+                Verdict::Quiet
+            }
         }
     }
 }

@@ -18,7 +18,7 @@ use super::wire::{Wire, WireAnswer};
 
 /// One RRset as a builder makes it, before it is packed.
 #[derive(Debug, Clone)]
-pub struct BuiltRrSet {
+pub(super) struct BuiltRrSet {
     /// The record type of the answers.
     pub rtype: RecordType,
     /// The precompiled answer and additional sections.
@@ -29,7 +29,7 @@ pub struct BuiltRrSet {
 
 impl BuiltRrSet {
     /// Builds an RRset and precompiles it.
-    pub fn new(
+    pub(super) fn new(
         owner: &Name,
         rtype: RecordType,
         records: Vec<Record>,
@@ -43,7 +43,7 @@ impl BuiltRrSet {
     }
 
     /// The same RRset, counted as answering from `tier`.
-    pub fn with_tier(mut self, tier: Option<Tier>) -> Self {
+    pub(super) fn with_tier(mut self, tier: Option<Tier>) -> Self {
         self.tier = tier;
         self
     }
@@ -52,20 +52,20 @@ impl BuiltRrSet {
 /// The RRsets of one name while it is built. None means an empty
 /// non-terminal.
 #[derive(Debug, Clone, Default)]
-pub struct BuiltNode {
+pub(super) struct BuiltNode {
     /// The RRsets, in the order lookups try them.
     pub rrsets: Vec<BuiltRrSet>,
 }
 
 impl BuiltNode {
     /// Adds a built RRset.
-    pub fn push_rrset(&mut self, rrset: BuiltRrSet) {
+    pub(super) fn push_rrset(&mut self, rrset: BuiltRrSet) {
         self.rrsets.push(rrset);
     }
 
     /// Precompiles and adds the RRset of `records` (nothing when there are
     /// none), saying so when the answer had to be cut to one DNS message.
-    pub fn push(
+    pub(super) fn push(
         &mut self,
         owner: &Name,
         rtype: RecordType,
@@ -92,7 +92,7 @@ impl BuiltNode {
 
 /// Names and their RRsets, packed.
 #[derive(Debug, Clone, Default)]
-pub struct Names {
+pub(super) struct Names {
     /// The labels of every name (wire form, see [`LabelKey`]), then the
     /// answer bytes of every RRset.
     bytes: Box<[u8]>,
@@ -146,7 +146,7 @@ impl RrSetEntry {
 impl Names {
     /// Packs `nodes`, sorted in [`node_order`] (what [`Names::find`]
     /// searches by).
-    pub fn pack(mut nodes: Vec<(LabelKey, BuiltNode)>) -> Self {
+    pub(super) fn pack(mut nodes: Vec<(LabelKey, BuiltNode)>) -> Self {
         nodes.sort_unstable_by(|a, b| node_order(a.0.as_labels().wire(), b.0.as_labels().wire()));
         let size: usize = nodes
             .iter()
@@ -196,24 +196,24 @@ impl Names {
     }
 
     /// One name, the relative empty one.
-    pub fn single(node: BuiltNode) -> Self {
+    pub(super) fn single(node: BuiltNode) -> Self {
         Self::pack(vec![(LabelKey::root(), node)])
     }
 
     /// True without any name.
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.nodes.is_empty()
     }
 
     /// The first name's node; an empty node without any name.
-    pub fn first(&self) -> Node<'_> {
+    pub(super) fn first(&self) -> Node<'_> {
         self.nodes
             .first()
             .map_or(Node::EMPTY, |entry| self.node(entry))
     }
 
     /// Every name with its node, in [`node_order`].
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (Labels<'_>, Node<'_>)> {
+    pub(super) fn iter(&self) -> impl ExactSizeIterator<Item = (Labels<'_>, Node<'_>)> {
         self.nodes
             .iter()
             .map(|entry| (self.key(entry), self.node(entry)))
@@ -221,7 +221,7 @@ impl Names {
 
     /// The node of `relative` (wire-form labels), by binary search.
     #[inline]
-    pub fn find(&self, relative: &[u8]) -> Option<Node<'_>> {
+    pub(super) fn find(&self, relative: &[u8]) -> Option<Node<'_>> {
         let at = self
             .nodes
             .binary_search_by(|entry| node_order(self.key(entry).wire(), relative))

@@ -37,22 +37,22 @@ pub enum Tier {
 
 impl Tier {
     /// Every tier, in the order they are tried (and of their counters).
-    pub const ALL: [Tier; 4] = [Tier::Local, Tier::All, Tier::LocalServing, Tier::AllServing];
+    pub const ALL: [Self; 4] = [Self::Local, Self::All, Self::LocalServing, Self::AllServing];
 
     /// The `tier` label of `clusterset_dns_local_first_answers_total`, and
     /// the name `/explain` gives it.
     pub fn label(self) -> &'static str {
         match self {
-            Tier::Local => "local",
-            Tier::All => "all",
-            Tier::LocalServing => "local_serving",
-            Tier::AllServing => "all_serving",
+            Self::Local => "local",
+            Self::All => "all",
+            Self::LocalServing => "local_serving",
+            Self::AllServing => "all_serving",
         }
     }
 
     /// Whether the tier's endpoints are serving (terminating), not ready.
     pub fn serving(self) -> bool {
-        matches!(self, Tier::LocalServing | Tier::AllServing)
+        matches!(self, Self::LocalServing | Self::AllServing)
     }
 }
 

@@ -108,12 +108,12 @@ impl From<DnsMeta> for ObjectMeta {
             resource_version,
             labels,
         } = meta;
-        ObjectMeta {
+        Self {
             name,
             namespace,
             resource_version,
             labels,
-            ..ObjectMeta::default()
+            ..Self::default()
         }
     }
 }
@@ -189,7 +189,7 @@ pub struct SkippedAnnotations;
 impl<'de> Deserialize<'de> for SkippedAnnotations {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         IgnoredAny::deserialize(deserializer)?;
-        Ok(SkippedAnnotations)
+        Ok(Self)
     }
 }
 
@@ -223,7 +223,7 @@ impl From<DnsEndpoint> for Endpoint {
             conditions,
             hostname,
         } = endpoint;
-        Endpoint {
+        Self {
             addresses,
             conditions: conditions.map(
                 |Readiness {
@@ -237,7 +237,7 @@ impl From<DnsEndpoint> for Endpoint {
                 },
             ),
             hostname,
-            ..Endpoint::default()
+            ..Self::default()
         }
     }
 }
@@ -272,14 +272,14 @@ impl From<ControllerEndpoint> for Endpoint {
         // A decoded Vec grows by doubling (four slots for one address):
         // thousands of slices make the slack count.
         addresses.shrink_to_fit();
-        Endpoint {
+        Self {
             addresses,
             conditions,
             hostname,
             zone,
             node_name,
             hints,
-            ..Endpoint::default()
+            ..Self::default()
         }
     }
 }

@@ -44,7 +44,7 @@ use crate::peering::{self, NewPeerSecret, read_identity};
 const MIN_TOKEN_TTL: Duration = Duration::from_secs(600);
 
 /// Runs `peer add` and returns what it did, one line per step.
-pub async fn add(args: &AddArgs) -> Result<String, PeerError> {
+pub(super) async fn add(args: &AddArgs) -> Result<String, PeerError> {
     let local_ns = args.local.namespace.namespace.as_str();
     // Checked before anything is read or written.
     if args.token_ttl < MIN_TOKEN_TTL {

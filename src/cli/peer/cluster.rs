@@ -19,19 +19,17 @@ use crate::peering::kubeconfig::{KubeconfigCluster, kubeconfig_cluster};
 use crate::peering::{self, Identity};
 
 /// A cluster reached with an admin kubeconfig.
-pub struct Endpoint {
+pub(super) struct Endpoint {
     /// The client.
     pub client: Client,
     /// What the kubeconfig says of the cluster.
     pub cluster: KubeconfigCluster,
-    /// The flag it came from, for messages (`--kubeconfig`).
-    pub flag: &'static str,
 }
 
 /// Reads the kubeconfig at `path` (default: `$KUBECONFIG`, else
 /// `~/.kube/config`) and builds a client for `context` (default: the
 /// current one). `flag` names the option in errors.
-pub async fn connect(
+pub(super) async fn connect(
     path: Option<&Path>,
     context: Option<&str>,
     flag: &'static str,
@@ -47,16 +45,12 @@ pub async fn connect(
         .await
         .map_err(|e| failed(Chain(&e).to_string()))?;
     let client = Client::try_from(config).map_err(|e| failed(Chain(&e).to_string()))?;
-    Ok(Endpoint {
-        client,
-        cluster,
-        flag,
-    })
+    Ok(Endpoint { client, cluster })
 }
 
 /// Connects to this cluster, as `local` names it, in the order every
 /// subcommand follows ([`cluster_args::client_config`]).
-pub async fn connect_local(local: &super::LocalArgs) -> Result<Client, PeerError> {
+pub(super) async fn connect_local(local: &super::LocalArgs) -> Result<Client, PeerError> {
     let failed = |e: String| PeerError::Failed(format!("--kubeconfig: {e}"));
     let (config, _) = cluster_args::client_config(
         local.cluster.kubeconfig.as_deref(),
@@ -71,7 +65,7 @@ pub async fn connect_local(local: &super::LocalArgs) -> Result<Client, PeerError
 /// hold or anchor a token made for the cluster `reader_id` (anchors, and an
 /// earlier release's token Secrets), except `keep` (the anchor just made);
 /// returns their names. Deleting one revokes its token.
-pub async fn delete_tokens(
+pub(super) async fn delete_tokens(
     tokens: &Api<Secret>,
     namespace: &str,
     reader_id: &str,
@@ -103,7 +97,7 @@ pub async fn delete_tokens(
 /// Connects to the peer named by `remote` (its kubeconfig defaults to this
 /// cluster's, with `--peer-context`); `missing` is the error when neither
 /// flag says which peer.
-pub async fn connect_peer(
+pub(super) async fn connect_peer(
     local: &super::LocalArgs,
     remote: &super::RemoteArgs,
     missing: &str,
@@ -126,7 +120,7 @@ pub async fn connect_peer(
 /// ([`peering::read_identity`]), then the controller's health probe
 /// ([`peering::probe`], with its timeout). Fails on anything the controller
 /// would fail on: no answer, bad credentials, a role without these reads.
-pub async fn check_peer(client: &Client) -> Result<Identity, String> {
+pub(super) async fn check_peer(client: &Client) -> Result<Identity, String> {
     let identity = peering::read_identity(client).await?;
     peering::probe(client, PROBE_TIMEOUT)
         .await
@@ -135,7 +129,7 @@ pub async fn check_peer(client: &Client) -> Result<Identity, String> {
 }
 
 /// Fails unless namespace `name` exists.
-pub async fn require_namespace(local: &Client, name: &str) -> Result<(), PeerError> {
+pub(super) async fn require_namespace(local: &Client, name: &str) -> Result<(), PeerError> {
     let found = Api::<Namespace>::all(local.clone())
         .get_opt(name)
         .await
@@ -152,7 +146,11 @@ pub async fn require_namespace(local: &Client, name: &str) -> Result<(), PeerErr
 
 /// Server-side applies `body` as [`FIELD_MANAGER`], not forced: a field
 /// another manager set to another value is a conflict, reported.
-pub async fn apply<K>(api: &Api<K>, name: &str, body: &serde_json::Value) -> Result<K, PeerError>
+pub(super) async fn apply<K>(
+    api: &Api<K>,
+    name: &str,
+    body: &serde_json::Value,
+) -> Result<K, PeerError>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -162,7 +160,7 @@ where
 /// Applies `body` as [`apply`] does, forced: for the reader's roles, which
 /// bear our names and whose rules an earlier install (`kubectl apply -k
 /// deploy`, or an earlier release's `peer add`) may hold.
-pub async fn apply_forced<K>(
+pub(super) async fn apply_forced<K>(
     api: &Api<K>,
     name: &str,
     body: &serde_json::Value,

@@ -18,7 +18,7 @@ use crate::label_selector::LabelSelector;
 use crate::peering::{self, ANNOTATION_CLUSTER_ID, PeerSecret, lease, reason};
 
 /// Runs `peer list`.
-pub async fn list(args: &ListArgs) -> Result<String, PeerError> {
+pub(super) async fn list(args: &ListArgs) -> Result<String, PeerError> {
     let local = connect_local(&args.local).await?;
     let peers = inspect(
         &local,
@@ -39,7 +39,7 @@ pub async fn list(args: &ListArgs) -> Result<String, PeerError> {
 
 /// The peer Secrets in `namespace`, each probed at once with its own
 /// kubeconfig (all in parallel, each within the read timeout).
-pub async fn inspect(
+pub(super) async fn inspect(
     client: &Client,
     namespace: &str,
     selector: &LabelSelector,

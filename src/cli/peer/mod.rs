@@ -21,12 +21,12 @@
 //! talks to the apiservers, and [`add`], [`list`] and [`remove`] are the
 //! commands.
 
-pub mod add;
-pub mod cluster;
-pub mod list;
-pub mod reader;
-pub mod remove;
-pub mod rules;
+mod add;
+mod cluster;
+mod list;
+mod reader;
+mod remove;
+mod rules;
 
 use std::path::PathBuf;
 

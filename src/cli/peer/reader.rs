@@ -11,35 +11,35 @@ use crate::api::well_known::{ABOUT_GROUP, CLUSTER_ID_PROPERTY, CLUSTERSET_PROPER
 use crate::peering::PUBLICATION_MARKER;
 
 /// The ServiceAccount whose tokens peers read with.
-pub const SERVICE_ACCOUNT: &str = "clusterset-dns-peer-reader";
+pub(super) const SERVICE_ACCOUNT: &str = "clusterset-dns-peer-reader";
 /// The Role (in the controller's namespace) and the ClusterRole it is
 /// bound to.
-pub const ROLE: &str = "clusterset-dns-peer-reader";
+pub(super) const ROLE: &str = "clusterset-dns-peer-reader";
 /// The ClusterRole it is bound to.
-pub const CLUSTER_ROLE: &str = ROLE;
+pub(super) const CLUSTER_ROLE: &str = ROLE;
 /// The namespace of `deploy/peer-reader.yaml`.
-pub const SHIPPED_NAMESPACE: &str = crate::cluster_args::DEFAULT_NAMESPACE;
+pub(super) const SHIPPED_NAMESPACE: &str = crate::cluster_args::DEFAULT_NAMESPACE;
 /// Label on an anchor Secret: the cluster id of the cluster that reads
 /// with the token bound to it. Rotation and revocation find a reader's
 /// tokens by it.
-pub const LABEL_READER_FOR: &str = "clusterset-dns.io/peer-reader-for";
+pub(super) const LABEL_READER_FOR: &str = "clusterset-dns.io/peer-reader-for";
 /// `app.kubernetes.io/managed-by` of the anchor Secrets.
-pub const MANAGED_BY: &str = "clusterset-dns-peer-cli";
+pub(super) const MANAGED_BY: &str = "clusterset-dns-peer-cli";
 
 /// `(API group, resource)` the Role reads (get, list, watch) in the
 /// controller's namespace: this cluster's publication.
-pub const PUBLICATION_READS: [(&str, &str); 2] = [
+pub(super) const PUBLICATION_READS: [(&str, &str); 2] = [
     ("clusterset-dns.io", "publishedservices"),
     ("discovery.k8s.io", "endpointslices"),
 ];
 
 /// The namespace.
-pub fn namespace(namespace: &str) -> Value {
+pub(super) fn namespace(namespace: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
 }
 
 /// The ServiceAccount in `namespace`.
-pub fn service_account(namespace: &str) -> Value {
+pub(super) fn service_account(namespace: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "ServiceAccount",
@@ -48,7 +48,7 @@ pub fn service_account(namespace: &str) -> Value {
 }
 
 /// The Role in `namespace`: the publication, and the marker by name.
-pub fn role(namespace: &str) -> Value {
+pub(super) fn role(namespace: &str) -> Value {
     let mut rules: Vec<Value> = PUBLICATION_READS
         .iter()
         .map(|(group, resource)| {
@@ -74,7 +74,7 @@ pub fn role(namespace: &str) -> Value {
 }
 
 /// The RoleBinding of the Role to the ServiceAccount, in `namespace`.
-pub fn role_binding(namespace: &str) -> Value {
+pub(super) fn role_binding(namespace: &str) -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
@@ -86,7 +86,7 @@ pub fn role_binding(namespace: &str) -> Value {
 
 /// The ClusterRole: what the KEPs make public to the clusterset, the
 /// ServiceExports and this cluster's two ClusterProperties (by name).
-pub fn cluster_role() -> Value {
+pub(super) fn cluster_role() -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
@@ -110,7 +110,7 @@ pub fn cluster_role() -> Value {
 /// Name of the binding for a ServiceAccount in `namespace`: the shipped
 /// name in the shipped namespace, suffixed elsewhere (a binding's subjects
 /// are replaced as a whole, so two namespaces cannot share one).
-pub fn binding_name(namespace: &str) -> String {
+pub(super) fn binding_name(namespace: &str) -> String {
     if namespace == SHIPPED_NAMESPACE {
         CLUSTER_ROLE.to_owned()
     } else {
@@ -119,7 +119,7 @@ pub fn binding_name(namespace: &str) -> String {
 }
 
 /// The ClusterRoleBinding of the ServiceAccount in `namespace`.
-pub fn binding(namespace: &str) -> Value {
+pub(super) fn binding(namespace: &str) -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
@@ -136,7 +136,7 @@ pub fn binding(namespace: &str) -> Value {
 /// A new anchor Secret for the cluster `reader_id` (`generateName`: each
 /// run makes a new one, so a rotation never reuses a token). The token is
 /// bound to it: deleting it revokes the token, whatever its expiry.
-pub fn token_anchor(namespace: &str, reader_id: &str) -> Value {
+pub(super) fn token_anchor(namespace: &str, reader_id: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Secret",

@@ -14,7 +14,7 @@ use super::{PeerError, RemoveArgs};
 use crate::peering::{self, ANNOTATION_CLUSTER_ID, ANNOTATION_PEER_NAMESPACE, read_identity};
 
 /// Runs `peer remove` and returns what it did.
-pub async fn remove(args: &RemoveArgs) -> Result<String, PeerError> {
+pub(super) async fn remove(args: &RemoveArgs) -> Result<String, PeerError> {
     let namespace = args.local.namespace.namespace.as_str();
     let name = args.name.as_str();
     let local = connect_local(&args.local).await?;

@@ -16,13 +16,13 @@ use crate::peering::membership::{Refusal, local_identity_problem, peer_refusal};
 use crate::peering::reason;
 
 /// True when `pem` holds at least one PEM certificate.
-pub fn is_pem_certificate(pem: &[u8]) -> bool {
+pub(super) fn is_pem_certificate(pem: &[u8]) -> bool {
     std::str::from_utf8(pem).is_ok_and(|text| text.contains("-----BEGIN CERTIFICATE-----"))
 }
 
 /// Where the CA written into a peer kubeconfig came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CaOrigin {
+pub(super) enum CaOrigin {
     /// `--peer-certificate-authority`.
     Flag,
     /// The peer kubeconfig's cluster entry.
@@ -46,7 +46,7 @@ impl std::fmt::Display for CaOrigin {
 /// else the peer's `kube-root-ca.crt`. A peer kubeconfig never skips TLS
 /// verification, so no CA at all is an error; so is one that holds no PEM
 /// certificate.
-pub fn choose_ca(
+pub(super) fn choose_ca(
     flag: Option<Vec<u8>>,
     kubeconfig: Option<Vec<u8>>,
     root_ca: Option<Vec<u8>>,
@@ -68,11 +68,11 @@ pub fn choose_ca(
 /// ranges came from ([`RangeSource::annotation`]). Informational (`peer
 /// list` shows it); the controller reads only
 /// [`crate::peering::ANNOTATION_ENDPOINT_CIDRS`].
-pub const ANNOTATION_ENDPOINT_CIDRS_FROM: &str = "clusterset-dns.io/endpoint-cidrs-from";
+pub(super) const ANNOTATION_ENDPOINT_CIDRS_FROM: &str = "clusterset-dns.io/endpoint-cidrs-from";
 
 /// Where the endpoint ranges `peer add` records for a peer came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RangeSource {
+pub(super) enum RangeSource {
     /// `--endpoint-cidr`, given explicitly.
     Flag,
     /// The `spec.podCIDRs` of the peer's Nodes (the default).
@@ -83,7 +83,7 @@ pub enum RangeSource {
 
 impl RangeSource {
     /// Its value of [`ANNOTATION_ENDPOINT_CIDRS_FROM`].
-    pub fn annotation(self) -> &'static str {
+    pub(super) fn annotation(self) -> &'static str {
         match self {
             Self::Flag => "endpoint-cidr",
             Self::Nodes => "nodes",
@@ -92,7 +92,7 @@ impl RangeSource {
     }
 
     /// The source an annotation value names, if any.
-    pub fn from_annotation(value: &str) -> Option<Self> {
+    pub(super) fn from_annotation(value: &str) -> Option<Self> {
         [Self::Flag, Self::Nodes, Self::AllowAny]
             .into_iter()
             .find(|source| source.annotation() == value)
@@ -111,7 +111,7 @@ impl std::fmt::Display for RangeSource {
 
 /// What reading the peer's Nodes gave.
 #[derive(Debug, Clone, PartialEq)]
-pub enum PeerNodes {
+pub(super) enum PeerNodes {
     /// The Nodes.
     Read(Vec<Node>),
     /// The admin kubeconfig may not list Nodes (403): the apiserver's
@@ -123,7 +123,7 @@ pub enum PeerNodes {
 /// `spec.podCIDR`), merged ([`merge_ranges`]); what to do instead when they
 /// carry none or may not be read ([`no_pod_ranges`]). A range that does not
 /// parse is an error naming its Node.
-pub fn pod_ranges_of_nodes(nodes: &PeerNodes) -> Result<Vec<Cidr>, String> {
+pub(super) fn pod_ranges_of_nodes(nodes: &PeerNodes) -> Result<Vec<Cidr>, String> {
     let nodes = match nodes {
         PeerNodes::Read(nodes) => nodes,
         PeerNodes::Forbidden(message) => {
@@ -162,7 +162,7 @@ pub fn pod_ranges_of_nodes(nodes: &PeerNodes) -> Result<Vec<Cidr>, String> {
 
 /// Why `peer add` stops when it does not know the peer's pod ranges
 /// (`why`), and the two ways on.
-pub fn no_pod_ranges(why: &str) -> String {
+pub(super) fn no_pod_ranges(why: &str) -> String {
     format!(
         "the peer's pod ranges are not known: {why}. peer add records them on the peer Secret \
          (from the podCIDRs of the peer's Nodes by default) so that this cluster's controller \
@@ -181,7 +181,7 @@ pub fn no_pod_ranges(why: &str) -> String {
 /// and ranges inside another dropped, sibling halves joined (`10.1.0.0/24`
 /// and `10.1.1.0/24` are `10.1.0.0/23`); IPv4 first, each family in
 /// address order.
-pub fn merge_ranges(ranges: &[Cidr]) -> Vec<Cidr> {
+pub(super) fn merge_ranges(ranges: &[Cidr]) -> Vec<Cidr> {
     let mut merged = Vec::new();
     for v4 in [true, false] {
         let width: u32 = if v4 { 32 } else { 128 };
@@ -243,7 +243,7 @@ pub fn merge_ranges(ranges: &[Cidr]) -> Vec<Cidr> {
 
 /// What a peer kubeconfig holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerKubeconfig<'a> {
+pub(super) struct PeerKubeconfig<'a> {
     /// The peer's cluster id: the cluster and context name.
     pub cluster_id: &'a str,
     /// The URL the local cluster reaches the peer's apiserver at.
@@ -260,7 +260,7 @@ pub struct PeerKubeconfig<'a> {
 
 /// The YAML of a peer Secret's `data.kubeconfig`: one cluster, one user,
 /// one context, which is current.
-pub fn render_kubeconfig(peer: &PeerKubeconfig<'_>) -> String {
+pub(super) fn render_kubeconfig(peer: &PeerKubeconfig<'_>) -> String {
     let mut cluster = serde_json::json!({
         "server": peer.server,
         "certificate-authority-data": BASE64.encode(peer.ca_pem),
@@ -284,13 +284,13 @@ pub fn render_kubeconfig(peer: &PeerKubeconfig<'_>) -> String {
 }
 
 /// The default name of the peer Secret for cluster `peer_id`.
-pub fn secret_name(peer_id: &str) -> String {
+pub(super) fn secret_name(peer_id: &str) -> String {
     format!("peer-{peer_id}")
 }
 
 /// What the Secret that `peer add` is about to write is now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(super) enum Target {
     /// No Secret of that name.
     Absent,
     /// A peer Secret, naming this cluster id if known.
@@ -301,7 +301,7 @@ pub enum Target {
 
 /// An identity as the join rules see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Member<'a> {
+pub(super) struct Member<'a> {
     /// `cluster.clusterset.k8s.io`.
     pub cluster_id: &'a str,
     /// `clusterset.k8s.io`.
@@ -313,7 +313,7 @@ pub struct Member<'a> {
 /// known) and what the Secret is now. The controller's rules
 /// ([`peer_refusal`]) plus two of the command's own: this cluster's id
 /// must be valid, and the Secret must not be someone else's.
-pub fn check_join(
+pub(super) fn check_join(
     local: Member<'_>,
     peer: Member<'_>,
     secret: &str,
@@ -361,7 +361,7 @@ pub fn check_join(
 }
 
 /// What to do about a refusal, by its reason.
-pub fn hint(reason: &str) -> &'static str {
+pub(super) fn hint(reason: &str) -> &'static str {
     match reason {
         reason::SELF_REFERENCE => "the two kubeconfigs reach the same cluster",
         reason::OTHER_CLUSTER_SET => {
@@ -380,7 +380,7 @@ pub fn hint(reason: &str) -> &'static str {
 
 /// A `PeerRefused` Event about a peer Secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RefusalEvent {
+pub(super) struct RefusalEvent {
     /// When the controller last refused it (series, event or creation time).
     pub at: jiff::Timestamp,
     /// The note: `<reason>: <message>`.
@@ -391,7 +391,7 @@ pub struct RefusalEvent {
 /// Event that is newer than the Secret's last change (a fixed Secret is
 /// read again) and than the peer's Lease (renewed only while the peer is
 /// accepted and healthy).
-pub fn current_refusal(
+pub(super) fn current_refusal(
     events: &[RefusalEvent],
     secret_changed: Option<jiff::Timestamp>,
     lease_renewed: Option<jiff::Timestamp>,
@@ -405,7 +405,7 @@ pub fn current_refusal(
 
 /// One row of `peer list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PeerStatus {
+pub(super) struct PeerStatus {
     /// The Secret's name.
     pub name: String,
     /// The peer's cluster id: what it answers now, else the Secret's
@@ -447,7 +447,7 @@ pub struct PeerStatus {
 impl PeerStatus {
     /// What the controller makes of it: `refused`, `accepted` (its Lease
     /// is renewed) or `-` (no controller has recorded anything).
-    pub fn controller(&self) -> &'static str {
+    pub(super) fn controller(&self) -> &'static str {
         if self.refused.is_some() {
             "refused"
         } else if self.last_seen.is_some() {
@@ -459,7 +459,7 @@ impl PeerStatus {
 }
 
 /// `4s ago`, `3m ago`, `2h ago`, `5d ago`.
-pub fn age(seconds: i64) -> String {
+pub(super) fn age(seconds: i64) -> String {
     let s = seconds.max(0);
     match s {
         0..60 => format!("{s}s ago"),
@@ -471,7 +471,7 @@ pub fn age(seconds: i64) -> String {
 
 /// When a credential expires, for a person: `in 89d`, `expired 2h ago`,
 /// `never` (`None`).
-pub fn expiry(seconds_left: Option<i64>) -> String {
+pub(super) fn expiry(seconds_left: Option<i64>) -> String {
     match seconds_left {
         None => "never".into(),
         Some(left) if left <= 0 => format!("expired {}", age(-left)),
@@ -480,7 +480,7 @@ pub fn expiry(seconds_left: Option<i64>) -> String {
 }
 
 /// The header of `peer list`'s table.
-pub const TABLE_HEADER: [&str; 7] = [
+pub(super) const TABLE_HEADER: [&str; 7] = [
     "NAME",
     "CLUSTER",
     "SERVER",
@@ -492,7 +492,7 @@ pub const TABLE_HEADER: [&str; 7] = [
 
 /// `peer list`'s table, columns padded to their widest cell, then one
 /// line per problem (why a peer is unhealthy, why it was refused).
-pub fn render_table(peers: &[PeerStatus]) -> String {
+pub(super) fn render_table(peers: &[PeerStatus]) -> String {
     let rows: Vec<[String; 7]> = peers
         .iter()
         .map(|p| {

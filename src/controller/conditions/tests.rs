@@ -184,7 +184,7 @@ fn invalid_export_drops_its_conflict_and_is_pending() {
     let merged = merge(&[export("a", 0)]).unwrap();
     let valid = export_conditions(&[], Ok(()), Some(&merged), "a", true, &time(0));
 
-    let invalid = Invalid::InvalidServiceType;
+    let invalid = Invalid::ExternalName;
     let conditions = export_conditions(&valid, Err(&invalid), None, "a", true, &time(7));
 
     assert_eq!(
@@ -315,7 +315,7 @@ fn every_reason_matches_the_condition_reason_pattern() {
             .into_iter()
             .map(|c| c.reason),
     );
-    for invalid in [Invalid::NoService, Invalid::InvalidServiceType] {
+    for invalid in [Invalid::NoService, Invalid::ExternalName] {
         reasons.extend(
             export_conditions(&[], Err(&invalid), None, "a", true, &time(0))
                 .into_iter()

@@ -396,7 +396,7 @@ fn external_name_service_is_an_invalid_type() {
         ..Default::default()
     });
     let invalid = project("a", &service_export(0), Some(&svc)).unwrap_err();
-    assert_eq!(invalid, Invalid::InvalidServiceType);
+    assert_eq!(invalid, Invalid::ExternalName);
     assert_eq!(invalid.reason(), "InvalidServiceType");
 }
 

@@ -10,13 +10,13 @@ use crate::peering::{Identity, PeerSecret};
 
 /// How long a deleted peer Secret may take to come back (a replace is a
 /// delete and a create) before the peer's data is dropped.
-pub const SECRET_DELETE_DEBOUNCE: Duration = Duration::from_secs(3);
+pub(crate) const SECRET_DELETE_DEBOUNCE: Duration = Duration::from_secs(3);
 
 /// The time an input happens at: the monotonic clock for local deadlines,
 /// the wall clock for when a peer was last seen (it outlives the process
 /// in the peer's Lease).
 #[derive(Debug, Clone, Copy)]
-pub struct Now {
+pub(crate) struct Now {
     /// Monotonic.
     pub at: Instant,
     /// Wall clock.
@@ -25,7 +25,7 @@ pub struct Now {
 
 impl Now {
     /// The current time.
-    pub fn current() -> Self {
+    pub(crate) fn current() -> Self {
         Self {
             at: Instant::now(),
             wall: SystemTime::now(),
@@ -33,7 +33,8 @@ impl Now {
     }
 
     /// `duration` later on both clocks.
-    pub fn after(self, duration: Duration) -> Self {
+    #[cfg(test)]
+    pub(crate) fn after(self, duration: Duration) -> Self {
         Self {
             at: self.at + duration,
             wall: self.wall + duration,
@@ -43,7 +44,7 @@ impl Now {
 
 /// What reading a connection's identity gave.
 #[derive(Debug, Clone)]
-pub enum Contact {
+pub(crate) enum Contact {
     /// The kubeconfig cannot be used.
     Invalid(String),
     /// The peer did not answer (the shell retries).
@@ -55,7 +56,7 @@ pub enum Contact {
 /// What the state machine is told.
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)] // as for WatchEvent: moved once, not stored
-pub enum Input {
+pub(crate) enum Input {
     /// Peer Secret `name` was applied holding `secret` (an empty
     /// kubeconfig when it has none); `listed` when it came as part of a
     /// (re)list.
@@ -116,7 +117,7 @@ pub enum Input {
 
 /// What the shell does.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// Build a client from `kubeconfig` and read the peer's identity,
     /// answering with [`Input::Identity`] for `generation`.
     Connect {

@@ -14,7 +14,7 @@ use crate::watch::backoff::RestartSchedule;
 
 /// One connection to a peer and what it read.
 #[derive(Debug)]
-pub struct PeerConn {
+pub(crate) struct PeerConn {
     pub(super) generation: u64,
     pub(super) identity: Option<Identity>,
     pub(super) data: ClusterData,
@@ -41,17 +41,17 @@ impl PeerConn {
     }
 
     /// Every watch has listed.
-    pub fn synced(&self) -> bool {
+    pub(crate) fn synced(&self) -> bool {
         self.watches.synced()
     }
 
     /// Synced, and probed once: whether it is up is known.
-    pub fn settled(&self) -> bool {
+    pub(crate) fn settled(&self) -> bool {
         self.synced() && self.probed
     }
 
     /// Synced, answering its probe, and no watch failing.
-    pub fn healthy(&self) -> bool {
+    pub(crate) fn healthy(&self) -> bool {
         self.synced() && self.probe.is_ok() && !self.failing()
     }
 
@@ -62,7 +62,7 @@ impl PeerConn {
     }
 
     /// What is wrong with it, for logs.
-    pub fn problem(&self) -> Option<String> {
+    pub(crate) fn problem(&self) -> Option<String> {
         if let Err(error) = &self.probe {
             return Some(format!("probe: {error}"));
         }
@@ -75,7 +75,7 @@ impl PeerConn {
 
 /// A peer named by a Secret.
 #[derive(Debug)]
-pub struct Peer {
+pub(crate) struct Peer {
     pub(super) secret: String,
     pub(super) kubeconfig: Vec<u8>,
     /// Its controller's namespace, when its Secret names one.
@@ -147,7 +147,7 @@ impl Peer {
     }
 
     /// Its cluster id once its current connection read it.
-    pub fn id(&self) -> Option<&str> {
+    pub(crate) fn id(&self) -> Option<&str> {
         self.current
             .as_ref()
             .and_then(|c| c.identity.as_ref())

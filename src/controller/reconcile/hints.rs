@@ -37,7 +37,7 @@ use crate::api::locality::Locality;
 /// The zone and node name other clusters' endpoints are hinted for: a valid
 /// label value and node name under the reserved `.invalid` top-level domain
 /// (RFC 2606), so no zone or node of a cluster has it.
-pub const ELSEWHERE: &str = "elsewhere.clusterset.invalid";
+pub(super) const ELSEWHERE: &str = "elsewhere.clusterset.invalid";
 
 /// The API's limit on zones (and on nodes) per endpoint.
 const MAX_HINTS: usize = 8;
@@ -45,7 +45,7 @@ const MAX_HINTS: usize = 8;
 /// What a local-first clusterset IP's hints make kube-proxy in this
 /// cluster do now (for `/explain`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct LocalFirst {
+pub(crate) struct LocalFirst {
     /// `PreferSameZone` or `PreferSameNode`.
     pub locality: &'static str,
     /// This cluster's ready endpoints of the service.

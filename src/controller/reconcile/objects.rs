@@ -210,7 +210,10 @@ pub(super) fn slice_differs(desired: &EndpointSlice, observed: Option<&EndpointS
 }
 
 /// The ServiceExport object a status write applies.
-pub fn export_status_object(service: &ServiceRef, conditions: Vec<Condition>) -> ServiceExport {
+pub(crate) fn export_status_object(
+    service: &ServiceRef,
+    conditions: Vec<Condition>,
+) -> ServiceExport {
     let mut export = ServiceExport::new(&service.name, Default::default());
     export.metadata.namespace = Some(service.namespace.to_string());
     export.status = Some(crate::api::ServiceExportStatus { conditions });

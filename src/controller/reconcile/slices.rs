@@ -27,7 +27,7 @@ use crate::controller::naming::{ANNOTATION_SOURCE_SLICE, MANAGED_BY, mirrored_sl
 
 /// Reason of a peer slice whose computed name another slice of the
 /// service already has: both are refused.
-pub const DUPLICATE_SLICE_NAME: &str = "DuplicateSliceName";
+pub(super) const DUPLICATE_SLICE_NAME: &str = "DuplicateSliceName";
 
 /// What every slice of one service shares.
 pub(super) struct SliceContext<'a> {
@@ -282,15 +282,15 @@ impl SliceContext<'_> {
 
 /// Why a peer's slice is refused as a whole (the `reason` of
 /// `peer_objects_rejected_total`, `/explain` and the Event).
-pub mod slice_reason {
+pub(super) mod slice_reason {
     /// Its `source-cluster` label is not the peer it was read from, or it
     /// lacks our managed-by label: a relay of a third cluster's slice, or
     /// not a mirror at all.
-    pub const NOT_MIRRORED_BY_PEER: &str = "NotMirroredByPeer";
+    pub(crate) const NOT_MIRRORED_BY_PEER: &str = "NotMirroredByPeer";
     /// Its address type is not IPv4 or IPv6 (FQDN slices are not imported).
-    pub const UNKNOWN_ADDRESS_TYPE: &str = "UnknownAddressType";
+    pub(crate) const UNKNOWN_ADDRESS_TYPE: &str = "UnknownAddressType";
     /// It has more endpoints than the API allows in one slice.
-    pub const TOO_MANY_ENDPOINTS: &str = "TooManyEndpoints";
+    pub(crate) const TOO_MANY_ENDPOINTS: &str = "TooManyEndpoints";
     /// It has no name.
-    pub const UNNAMED: &str = "Unnamed";
+    pub(crate) const UNNAMED: &str = "Unnamed";
 }

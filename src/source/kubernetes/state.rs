@@ -63,14 +63,14 @@ pub enum Kind {
 
 impl Kind {
     /// The three kinds.
-    pub const ALL: [Kind; 3] = [Kind::Imports, Kind::Slices, Kind::Namespaces];
+    pub const ALL: [Self; 3] = [Self::Imports, Self::Slices, Self::Namespaces];
 
     /// The resource name, as in logs and metric labels.
     pub fn resource(self) -> &'static str {
         match self {
-            Kind::Imports => "serviceimports",
-            Kind::Slices => "endpointslices",
-            Kind::Namespaces => "namespaces",
+            Self::Imports => "serviceimports",
+            Self::Slices => "endpointslices",
+            Self::Namespaces => "namespaces",
         }
     }
 }

@@ -96,13 +96,13 @@ impl Update {
     /// the parse before). Returns the objects skipped.
     pub fn apply_to(self, index: &mut Index) -> Vec<String> {
         match self {
-            Update::Whole(manifest) => {
+            Self::Whole(manifest) => {
                 index.reset_imports(manifest.imports);
                 index.reset_slices(manifest.slices);
                 index.set_own_cluster(own_cluster(manifest.cluster_id));
                 manifest.skipped
             }
-            Update::Delta(delta) => {
+            Self::Delta(delta) => {
                 index.set_own_cluster(own_cluster(delta.cluster_id));
                 for service in &delta.deleted_imports {
                     index.delete_import(service);

@@ -257,8 +257,8 @@ impl<E> From<ManifestError> for Failure<E> {
 impl Failure<Infallible> {
     fn into_manifest_error(self) -> ManifestError {
         match self {
-            Failure::Manifest(error) => error,
-            Failure::Stopped(never) => match never {},
+            Self::Manifest(error) => error,
+            Self::Stopped(never) => match never {},
         }
     }
 }
