@@ -18,12 +18,14 @@ use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::cluster::{ClusterData, LocalData};
 use super::lean::Lean;
 use super::naming::FIELD_MANAGER;
 use super::ownership::{NOT_OURS, owns};
 use super::reconcile::{Kind, Write, export_status_object};
 use crate::api::ServiceRef;
 use crate::api::{PublishedService, ServiceExport, ServiceImport};
+use crate::watch::IndexResource;
 
 /// What a successful write returned, for the local store (so the next plan
 /// sees it before the watch event arrives), decoded as the watches decode
@@ -63,6 +65,54 @@ pub(super) enum Written {
         /// Its name.
         name: String,
     },
+}
+
+impl Written {
+    /// Puts what was written into the store its watch fills, as that watch
+    /// will: the next plan starts from it before the watch event arrives.
+    pub(super) fn land(self, local: &mut ClusterData, local_only: &mut LocalData) {
+        match self {
+            Self::Import(import) => local_only.imports.apply(import),
+            Self::Service(service) => local.services.apply(service),
+            Self::Slice(slice) => local.mcs_slices.apply(slice),
+            Self::Export(export) => local.exports.apply(export),
+            Self::Published(published) => local_only.published.apply(published),
+            Self::PublishedSlice(slice) => local_only.published.apply(slice),
+            Self::Refused { .. } => {}
+            Self::Deleted {
+                kind,
+                namespace,
+                name,
+            } => kind.forget(local, local_only, &namespace, &name),
+        }
+    }
+}
+
+// Here, beside `Written`: which store a write lands in is the writer's
+// rule, shared with the tests that play the apiserver.
+impl Kind {
+    /// Forgets `namespace/name`, of this kind, deleted by our own write,
+    /// from the store its watch fills (so the next plan does not delete it
+    /// again).
+    pub(super) fn forget(
+        self,
+        local: &mut ClusterData,
+        local_only: &mut LocalData,
+        namespace: &str,
+        name: &str,
+    ) {
+        match self {
+            Self::ServiceImport | Self::ServiceImportStatus => {
+                local_only.imports.forget(namespace, name)
+            }
+            Self::Service => local.services.forget(namespace, name),
+            Self::EndpointSlice => local.mcs_slices.forget(namespace, name),
+            Self::PublishedService => local_only.published.forget_service(name),
+            Self::PublishedSlice => local_only.published.forget_slice(name),
+            // The export is the user's: none is ever deleted.
+            Self::ServiceExportStatus => {}
+        }
+    }
 }
 
 /// Why a write failed.

@@ -18,15 +18,17 @@
 //! replacement that indexed what the old connection held replans nothing.
 //! A peer that refuses its Secret's credential (401, 403), or whose
 //! credential has expired, gets an Event naming that, not only an outage;
-//! one about to expire is warned of a day ahead.
+//! one about to expire is warned of a day ahead (`credential`).
+//!
+//! Inputs and effects are in `input`, one peer in `peer`, and what the
+//! shell and the plans read of the peers in `views`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use super::cluster::{ClusterData, Objects, PeerLimits, Touched};
 use super::compact::Compact;
-use super::connection::{ClusterEvent, WatchEvent};
-use super::reconcile::PeerView;
+use super::connection::WatchEvent;
 use crate::api::ServiceRef;
 use crate::peering::PeerSecret;
 use crate::peering::membership::peer_refusal;
@@ -34,29 +36,15 @@ use crate::peering::reason;
 use crate::watch::Verdict;
 use crate::watch::backoff::RestartSchedule;
 
+mod credential;
 mod input;
 mod peer;
+mod views;
 
+use credential::{rejection_in_text, rejection_in_watch};
 pub(super) use input::{Contact, Effect, Input, Now, SECRET_DELETE_DEBOUNCE};
 use peer::Usability;
 pub(super) use peer::{Peer, PeerConn};
-
-/// The reasons of the Events about a peer's credential, beside
-/// [`crate::peering::reason`]'s refusals. `CredentialRejected` and
-/// `CredentialExpired` travel as [`Effect::Refused`] (a `PeerRefused`
-/// Event, so `peer list` shows them), `CredentialExpiring` as
-/// [`Effect::Warning`].
-pub(super) mod credential_reason {
-    /// The peer answered 401 or 403 to the Secret's credential.
-    pub(crate) const REJECTED: &str = "CredentialRejected";
-    /// The Secret's credential is past its expiry, and the peer is not up.
-    pub(crate) const EXPIRED: &str = "CredentialExpired";
-    /// The Secret's credential expires within [`super::EXPIRY_WARNING`].
-    pub(crate) const EXPIRING: &str = "CredentialExpiring";
-}
-
-/// How long before its credential expires a peer is warned of.
-pub(super) const EXPIRY_WARNING: Duration = Duration::from_secs(24 * 3600);
 
 /// Settings of the peers.
 #[derive(Debug, Clone)]
@@ -649,103 +637,6 @@ impl Peers {
         }
     }
 
-    /// Reports, once per episode, that the peer refuses its Secret's
-    /// credential (`code` 401 or 403) to connection `generation`, when
-    /// that connection holds what the Secret holds now (an old connection
-    /// whose superseded token was revoked is no news). Reported past the
-    /// credential's expiry as `CredentialExpired`, else
-    /// `CredentialRejected`. Nothing else changes: the peer is down as for
-    /// any outage, its services kept for the grace period, and its
-    /// connection goes on probing, so a credential that works again is
-    /// noticed.
-    fn credential_rejected(
-        &mut self,
-        secret: &str,
-        generation: u64,
-        code: u16,
-        now: Now,
-        effects: &mut Vec<Effect>,
-    ) {
-        let Some(peer) = self.peers.get_mut(secret) else {
-            return;
-        };
-        let frozen = peer.identity_changed
-            && peer.next.is_none()
-            && peer.current.as_ref().map(|c| c.generation) == Some(generation);
-        if peer.newest() != Some(generation) || frozen {
-            return;
-        }
-        let expired = peer.expires_at().is_some_and(|at| now.wall >= at);
-        let reason = if expired {
-            credential_reason::EXPIRED
-        } else {
-            credential_reason::REJECTED
-        };
-        if !peer.credential_reported.insert(reason) {
-            return;
-        }
-        let message = if expired {
-            expired_message(secret, peer.credential_expires)
-        } else if code == 401 {
-            format!(
-                "Secret {secret}: the peer rejects its credential (401 Unauthorized: the token was revoked, or has expired); the peer's services stay imported for the grace period, then go. {RENEW} --name {secret}` again to issue a new one"
-            )
-        } else {
-            format!(
-                "Secret {secret}: the peer denies its credential access (403 Forbidden: its reader role or binding there was removed or changed); the peer's services stay imported for the grace period, then go. {RENEW} --name {secret}` again to grant it anew"
-            )
-        };
-        credential_refused(secret.to_owned(), reason, message, effects);
-    }
-
-    /// Warns, once per credential, of a credential that expires within
-    /// [`EXPIRY_WARNING`]; reports one past its expiry as
-    /// `CredentialExpired` (once per episode) while the peer is not up,
-    /// rather than as an outage only. Ends a credential episode once the
-    /// credential works again.
-    fn credential_checks(&mut self, now: Now, effects: &mut Vec<Effect>) {
-        for peer in self.peers.values_mut() {
-            if peer.credential_works() {
-                peer.credential_reported.clear();
-            }
-            let Some(expires) = peer.expires_at() else {
-                continue;
-            };
-            let secret = peer.secret.clone();
-            let at = peer.credential_expires;
-            if now.wall >= expires {
-                // A skewed clock aside, the peer refuses it at its next
-                // probe: reported once the credential does not work.
-                if !peer.credential_works()
-                    && peer.credential_reported.insert(credential_reason::EXPIRED)
-                {
-                    let message = expired_message(&secret, at);
-                    credential_refused(secret, credential_reason::EXPIRED, message, effects);
-                }
-            } else if !peer.expiry_warned
-                && let Ok(left) = expires.duration_since(now.wall)
-                && left < EXPIRY_WARNING
-            {
-                peer.expiry_warned = true;
-                let at = at.map(|t| t.to_string()).unwrap_or_default();
-                let hours = left.as_secs() / 3600;
-                let message = format!(
-                    "Secret {secret}: its credential expires at {at} (in {hours} h); then the peer refuses it, and its services stop being imported after the grace period. {RENEW} --name {secret}` before then to issue a new one"
-                );
-                tracing::warn!(
-                    secret,
-                    reason = credential_reason::EXPIRING,
-                    "peer credential expiring: {message}"
-                );
-                effects.push(Effect::Warning {
-                    secret,
-                    reason: credential_reason::EXPIRING,
-                    message,
-                });
-            }
-        }
-    }
-
     /// Carries out the changes of publication form that waited for a
     /// reconnect to be due ([`Self::reconnect`]).
     fn pending_reconnects(&mut self, now: Now, effects: &mut Vec<Effect>) {
@@ -860,113 +751,6 @@ impl Peers {
             effects.push(Effect::ReplanAll);
         }
     }
-
-    /// Whether the peer Secrets have been listed once.
-    pub(super) fn listed(&self) -> bool {
-        self.secrets_listed
-    }
-
-    /// Whether every peer not refused has synced and been probed once.
-    pub(super) fn synced(&self) -> bool {
-        self.peers
-            .values()
-            .filter(|p| p.refused.is_none())
-            .all(|p| p.current.as_ref().is_some_and(PeerConn::settled))
-    }
-
-    /// How many peers there are (refused ones too).
-    pub(super) fn len(&self) -> usize {
-        self.peers.len()
-    }
-
-    /// Whether connection `generation` of Secret `secret` is one of the
-    /// peer's (current or next): the shell drops the tasks and clients of
-    /// the others.
-    pub(super) fn is_live(&self, secret: &str, generation: u64) -> bool {
-        self.peers.get(secret).is_some_and(|peer| {
-            let is =
-                |conn: &Option<PeerConn>| conn.as_ref().is_some_and(|c| c.generation == generation);
-            // A frozen current connection (a changed identity, a refusal)
-            // is read no more; its replacement is.
-            is(&peer.next) || (!peer.identity_changed && is(&peer.current))
-        })
-    }
-
-    /// The peers neither usable nor within grace (refused ones aside), by
-    /// name: `/ready` waits for them.
-    pub(super) fn not_ready(&self, now: Now) -> Vec<String> {
-        let grace = self.settings.grace;
-        self.peers
-            .values()
-            .filter(|p| p.refused.is_none() && !p.ready(grace, now.wall))
-            .map(Peer::name)
-            .collect()
-    }
-
-    /// What a plan reads of the peers: a view of each identified and
-    /// synced one, and the ids of peers not read yet but within grace
-    /// (their services are left alone).
-    pub(super) fn views(&self, now: Now) -> (Vec<PeerView<'_>>, BTreeSet<String>) {
-        let grace = self.settings.grace;
-        let mut views = Vec::new();
-        let mut unknown = BTreeSet::new();
-        for peer in self.peers.values() {
-            let within_grace = peer.within_grace(grace, now.wall);
-            let Some(conn) = &peer.current else {
-                // Known only from its Lease, then refused for a changed
-                // id: what it published is left alone until grace ends.
-                if peer.identity_changed
-                    && within_grace
-                    && let Some(id) = &peer.lease_id
-                {
-                    unknown.insert(id.clone());
-                }
-                continue;
-            };
-            let Some(identity) = &conn.identity else {
-                if within_grace && let Some(id) = &peer.lease_id {
-                    unknown.insert(id.clone());
-                }
-                continue;
-            };
-            let id = identity.cluster_id.as_str();
-            if !conn.settled() {
-                // Listed but not probed yet, it is a moment from being
-                // known up or down: what names it is left alone until then.
-                if within_grace || conn.synced() {
-                    unknown.insert(id.to_owned());
-                }
-                continue;
-            }
-            views.push(PeerView {
-                id,
-                endpoint_ranges: peer.endpoint_ranges.as_deref(),
-                data: &conn.data,
-                usable: peer.usable(grace, now.wall),
-            });
-        }
-        (views, unknown)
-    }
-
-    /// Every service some peer's current connection exports.
-    pub(super) fn exported_services(&self) -> impl Iterator<Item = &ServiceRef> {
-        self.peers
-            .values()
-            .filter_map(|p| p.current.as_ref())
-            .flat_map(|c| c.data.exports.services())
-    }
-}
-
-/// How the peer-credential messages end: what to run again.
-const RENEW: &str =
-    "Run `clusterset-dns peer add --kubeconfig <this cluster> --peer-kubeconfig <the peer>";
-
-/// The message of a `CredentialExpired` report.
-fn expired_message(secret: &str, expires: Option<k8s_openapi::jiff::Timestamp>) -> String {
-    let at = expires.map(|t| t.to_string()).unwrap_or_default();
-    format!(
-        "Secret {secret}: its credential expired at {at}, so the peer refuses it (the peer is not down); the peer's services stay imported for the grace period, then go. {RENEW} --name {secret}` again to issue a new one"
-    )
 }
 
 /// The services whose objects differ between two connections' data of
@@ -991,54 +775,6 @@ fn differing_services(old: &ClusterData, new: &ClusterData) -> Touched {
     kind(&old.services, &new.services, &mut touched.services);
     kind(&old.mcs_slices, &new.mcs_slices, &mut touched.services);
     touched
-}
-
-/// Reports that the peer refuses `secret`'s credential for `reason`: a
-/// log line and the refusal's Event and metric.
-fn credential_refused(
-    secret: String,
-    reason: &'static str,
-    message: String,
-    effects: &mut Vec<Effect>,
-) {
-    tracing::error!(secret, reason, "peer credential refused: {message}");
-    effects.push(Effect::Refused {
-        secret,
-        reason,
-        message,
-    });
-}
-
-/// The HTTP status of a watch error that says the peer refuses the
-/// credential: 401 only. A 403 on a watch is what reading a peer of the
-/// previous release's form with the narrow reader role gives before that
-/// peer publishes (docs/upgrade.md), not a credential taken away; the
-/// probe and the identity read, which the role always allows, report 403.
-fn rejection_in_watch(event: &ClusterEvent) -> Option<u16> {
-    let error = match event {
-        ClusterEvent::Exports(Err(error))
-        | ClusterEvent::Services(Err(error))
-        | ClusterEvent::McsSlices(Err(error)) => error,
-        _ => return None,
-    };
-    let code = crate::watch::api_status(error)?.code;
-    (code == 401).then_some(code)
-}
-
-/// The HTTP status, when 401 or 403, of an apiserver refusal in the text
-/// of a probe or identity error. They reach the state machine as text
-/// only, which holds the kube error as kube writes it: `ApiError: …
-/// (Status { status: Some(Failure), code: 401, … })`; `code` comes first
-/// after `status`, before anything the peer wrote (its message).
-fn rejection_in_text(text: &str) -> Option<u16> {
-    let status = &text[text.find("(Status { status: ")?..];
-    let code = &status[status.find(", code: ")? + ", code: ".len()..];
-    let code: u16 = code
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()?;
-    matches!(code, 401 | 403).then_some(code)
 }
 
 /// Whether a reconnect may happen now; if so, records it.

@@ -70,6 +70,26 @@ pub fn form_of_marker(data: Option<&BTreeMap<String, String>>) -> Form {
     }
 }
 
+/// The marker ConfigMap this cluster applies in `namespace` (its
+/// controller's) once its publication is complete: what a peer reads back
+/// with [`form_of_marker`] as [`Form::Published`]. `cluster-id` is for a
+/// person listing the namespace.
+pub(super) fn marker(namespace: &str, cluster_id: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": MARKER,
+            "namespace": namespace,
+            "labels": {LABEL_APP_MANAGED_BY: MANAGED_BY},
+        },
+        "data": {
+            MARKER_FORMAT_KEY: FORMAT,
+            "cluster-id": cluster_id,
+        },
+    })
+}
+
 /// The name of `service`'s PublishedService: `<namespace>.<name>`.
 pub fn published_name(service: &ServiceRef) -> String {
     format!("{}.{}", service.namespace, service.name)
@@ -640,5 +660,25 @@ mod tests {
         let later = BTreeMap::from([(MARKER_FORMAT_KEY.to_owned(), "2".to_owned())]);
         assert_eq!(form_of_marker(Some(&later)), Form::Legacy);
         assert_eq!(form_of_marker(None), Form::Legacy);
+    }
+
+    #[test]
+    fn the_marker_written_is_read_back_as_this_releases_publication() {
+        let written: k8s_openapi::api::core::v1::ConfigMap =
+            serde_json::from_value(marker("clusterset-dns", "a")).unwrap();
+        // Where a peer's reader looks for it.
+        assert_eq!(written.metadata.name.as_deref(), Some(MARKER));
+        assert_eq!(
+            written.metadata.namespace.as_deref(),
+            Some("clusterset-dns")
+        );
+        assert_eq!(form_of_marker(written.data.as_ref()), Form::Published);
+        let data = written.data.unwrap_or_default();
+        assert_eq!(data.get("cluster-id").map(String::as_str), Some("a"));
+        let labels = written.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels.get(LABEL_APP_MANAGED_BY).map(String::as_str),
+            Some(MANAGED_BY)
+        );
     }
 }

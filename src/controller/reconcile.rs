@@ -46,6 +46,7 @@ use crate::api::{
 use crate::cidr::Cidr;
 use crate::label_selector::LabelSelector;
 
+pub(super) use self::explain::explain;
 use self::hints::Hints;
 pub(super) use self::hints::LocalFirst;
 pub(super) use self::objects::export_status_object;
@@ -785,6 +786,7 @@ fn names_unknown_peer(import: &ServiceImport, unknown: &BTreeSet<String>) -> boo
             .is_some_and(|status| status.clusters.iter().any(|c| unknown.contains(&c.cluster)))
 }
 
+mod explain;
 mod hints;
 mod objects;
 mod published;

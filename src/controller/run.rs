@@ -5,9 +5,12 @@
 //!
 //! One owner, no locks: connection tasks only forward events; decisions
 //! are pure functions of the state here: the peers'
-//! ([`super::peers::Peers::handle`]) and the plans
-//! ([`super::reconcile::plan`]). This shell carries them out: the peers'
-//! effects in `peer_io`, the write cycle in `cycle`.
+//! ([`super::peers::Peers::handle`]), the plans
+//! ([`super::reconcile::plan`]), what the cycle makes of them (`decide`),
+//! what each Warning Event says ([`super::events::Warning`]), the
+//! publication's marker ([`super::publication::marker`]) and `/explain`'s
+//! answer ([`super::reconcile::explain`]). This shell carries them out:
+//! the peers' effects in `peer_io`, the write cycle in `cycle`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,7 +37,7 @@ use super::metrics::ControllerMetrics;
 use super::naming::FIELD_MANAGER;
 use super::peers::{Contact, Input, Now, Peers, Settings as PeerSettings};
 use super::publication::Form;
-use super::reconcile::{Inputs, NamespaceFilter, plan};
+use super::reconcile::{Inputs, NamespaceFilter, explain, plan};
 use super::schedule::{Gate, Schedule, Source};
 use crate::api::ServiceRef;
 use crate::api::{PublishedService, ServiceImport};
@@ -43,6 +46,7 @@ use crate::peering::{Identity, read_identity};
 use crate::watch::{Verdict, Watch};
 
 mod cycle;
+mod decide;
 mod peer_io;
 
 /// How often this cluster's ClusterProperties are read again.
@@ -154,7 +158,7 @@ pub(super) struct Controller {
     rejections: BTreeMap<ServiceRef, Vec<crate::controller::reconcile::Rejection>>,
     /// Per service: the local export's `Valid` reason and the conflict
     /// reasons, for the gauges.
-    summaries: BTreeMap<ServiceRef, (Option<&'static str>, Option<String>)>,
+    summaries: BTreeMap<ServiceRef, decide::Summary>,
     /// Why the controller must stop, once it knows.
     fatal: Option<String>,
     /// The label of each peer Secret's credential expiry gauge.
@@ -510,31 +514,24 @@ impl Controller {
         }
     }
 
+    /// `/explain`'s answer for `service`, planned now.
     fn explain(&self, service: &ServiceRef) -> serde_json::Value {
-        let (plan, views) = self.with_inputs(|inputs| {
-            let views: Vec<(String, bool)> = inputs
-                .peers
-                .iter()
-                .map(|v| (v.id.to_owned(), v.usable))
-                .collect();
-            (plan(inputs, service), views)
+        let write_refusals = self
+            .write_refusals
+            .get(service)
+            .map_or(&[][..], Vec::as_slice);
+        let explanation = self.with_inputs(|inputs| {
+            let plan = plan(inputs, service);
+            explain(
+                service,
+                inputs.local_id,
+                inputs.peers,
+                &plan,
+                write_refusals,
+            )
         });
-        serde_json::json!({
-            "service": service.to_string(),
-            "cluster": self.local_id,
-            "peers": views.iter().map(|(id, usable)| serde_json::json!({"id": id, "usable": usable})).collect::<Vec<_>>(),
-            "exporters": plan.merged.as_ref().map(|m| m.clusters.clone()),
-            "excluded": plan.merged.as_ref().map(|m| m.excluded.clone()),
-            "winner": plan.merged.as_ref().map(|m| m.winner().to_owned()),
-            "conflict": plan.merged.as_ref().and_then(|m| m.conflict.as_ref()).map(|c| serde_json::json!({"reason": c.reason, "message": c.message})),
-            "spec": plan.merged.as_ref().map(|m| serde_json::to_value(&m.spec).unwrap_or_default()),
-            "fields": plan.merged.as_ref().map(|m| super::merge::field_decisions(&plan.exports, m)),
-            "local_first": plan.local_first,
-            "pending_writes": plan.writes.iter().map(|w| format!("{:?}", w.kind())).collect::<Vec<_>>(),
-            "deferred": plan.deferred,
-            "refused": plan.refused.iter().chain(self.write_refusals.get(service).into_iter().flatten()).map(|r| serde_json::json!({"kind": r.kind.object_kind(), "name": r.name, "reason": r.reason, "message": r.message(service)})).collect::<Vec<_>>(),
-            "rejected": plan.rejected.iter().map(|r| serde_json::json!({"peer": r.peer, "reason": r.reason, "what": r.what})).collect::<Vec<_>>(),
-        })
+        // Plain data (string keys only): serialising it cannot fail.
+        serde_json::to_value(explanation).unwrap_or_default()
     }
 
     /// Runs `f` with everything a plan reads, as of now.

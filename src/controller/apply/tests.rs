@@ -107,3 +107,34 @@ fn adoption_patch_needs_both_preconditions() {
     no_version.resource_version = None;
     assert_eq!(adoption_patch(&no_version), None);
 }
+
+#[test]
+fn what_is_written_lands_where_its_watch_puts_it_and_a_delete_leaves() {
+    let mut local = ClusterData::default();
+    let mut local_only = crate::controller::cluster::LocalData::default();
+    let import: ServiceImport = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "demo", "uid": "u1"},
+        "spec": {"type": "ClusterSetIP", "ports": []},
+    }))
+    .unwrap();
+    Written::Import(Lean::from_whole(&import)).land(&mut local, &mut local_only);
+    assert!(local_only.imports.get("demo", "web").is_some());
+    let derived: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "derived-x", "namespace": "demo", "uid": "u2"},
+    }))
+    .unwrap();
+    Written::Service(Lean::from_whole(&derived)).land(&mut local, &mut local_only);
+    assert!(local.services.get("demo", "derived-x").is_some());
+
+    let deleted = |kind, name: &str| Written::Deleted {
+        kind,
+        namespace: "demo".into(),
+        name: name.into(),
+    };
+    deleted(Kind::Service, "derived-x").land(&mut local, &mut local_only);
+    assert!(local.services.get("demo", "derived-x").is_none());
+    assert!(local_only.imports.get("demo", "web").is_some());
+    // A status is the import's: deleting either forgets the import.
+    deleted(Kind::ServiceImportStatus, "web").land(&mut local, &mut local_only);
+    assert!(local_only.imports.get("demo", "web").is_none());
+}

@@ -10,6 +10,7 @@ use kube::runtime::watcher::{self, Event};
 
 use super::super::connection::ClusterEvent;
 use super::super::lean::Lean;
+use super::credential::credential_reason;
 use super::*;
 use crate::api::ServiceExport;
 use crate::cidr::Cidr;

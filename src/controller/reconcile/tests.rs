@@ -248,23 +248,13 @@ impl World {
                     export.status = Some(crate::api::ServiceExportStatus { conditions });
                     self.local.exports.apply(export);
                 }
-                Write::Delete { kind, name, .. } => match kind {
-                    Kind::ServiceImport | Kind::ServiceImportStatus => {
-                        let object = self.local_only.imports.get(NS, &name).unwrap();
-                        self.local_only.imports.delete(object);
-                    }
-                    Kind::Service => {
-                        let object = self.local.services.get(NS, &name).unwrap();
-                        self.local.services.delete(object);
-                    }
-                    Kind::EndpointSlice => {
-                        let object = self.local.mcs_slices.get(NS, &name).unwrap();
-                        self.local.mcs_slices.delete(object);
-                    }
-                    Kind::PublishedService => self.local_only.published.forget_service(&name),
-                    Kind::PublishedSlice => self.local_only.published.forget_slice(&name),
-                    Kind::ServiceExportStatus => {}
-                },
+                // Where the controller's own writes land (`Written::land`).
+                Write::Delete {
+                    kind,
+                    namespace,
+                    name,
+                    ..
+                } => kind.forget(&mut self.local, &mut self.local_only, &namespace, &name),
             }
         }
     }
@@ -1149,5 +1139,109 @@ fn the_share_counts_derived_services_whatever_the_imports_status_says() {
         ["ClusterSetIPShareExceeded"],
         "{:?}",
         refused.writes
+    );
+}
+
+/// `/explain` of a conflicting import with a rejected endpoint and a
+/// refused write: every key, `null` where nothing applies.
+#[test]
+fn explain_shows_the_merge_the_plan_and_what_was_refused() {
+    let mut world = World::new();
+    local_export(&mut world);
+    let peer = world.peer("b");
+    peer.exports.apply(export("web", 5));
+    peer.services.apply(service("web", 81));
+    peer.mcs_slices
+        .apply(peer_slice("b", "web", &["127.0.0.1"]));
+    world.converge("web", 5);
+    // A new local endpoint: the plan has writes again.
+    world.local_only.kubernetes_slices.apply(kubernetes_slice(
+        "web",
+        &["10.2.0.1", "10.2.0.2", "10.2.0.3"],
+    ));
+    let plan = world.plan("web");
+    let b = ClusterData::default();
+    let views = [PeerView {
+        id: "b",
+        endpoint_ranges: None,
+        data: &b,
+        usable: false,
+    }];
+    let web = ServiceRef::new(NS, "web");
+    let refused_at_write = Refusal {
+        kind: Kind::EndpointSlice,
+        name: "web-x".into(),
+        reason: NOT_OURS,
+    };
+    let explained = explain(
+        &web,
+        "a",
+        &views,
+        &plan,
+        std::slice::from_ref(&refused_at_write),
+    );
+    let mut json = serde_json::to_value(&explained).unwrap();
+    // The merge's own parts, as they serialise.
+    let merged = plan.merged.as_ref().unwrap();
+    let object = json.as_object_mut().unwrap();
+    assert_eq!(
+        object.remove("spec"),
+        Some(serde_json::to_value(&merged.spec).unwrap())
+    );
+    let fields = crate::controller::merge::field_decisions(&plan.exports, merged);
+    assert_eq!(
+        object.remove("fields"),
+        Some(serde_json::to_value(fields).unwrap())
+    );
+    let rejected = format!(
+        "endpoint 127.0.0.1 of EndpointSlice {}",
+        mirrored_slice_name(NS, "web", "b", "x")
+    );
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "service": "demo/web",
+            "cluster": "a",
+            "peers": [{"id": "b", "usable": false}],
+            "exporters": ["a", "b"],
+            "excluded": [],
+            "winner": "a",
+            "conflict": {
+                "reason": "PortConflict",
+                "message": merged.conflict.as_ref().unwrap().message,
+            },
+            "local_first": null,
+            "pending_writes": ["EndpointSlice", "PublishedSlice"],
+            "deferred": false,
+            "refused": [{
+                "kind": "EndpointSlice",
+                "name": "web-x",
+                "reason": "NotOurs",
+                "message": refused_at_write.message(&web),
+            }],
+            "rejected": [{"peer": "b", "reason": "NotRoutable", "what": rejected}],
+        })
+    );
+
+    // Nobody exports it: the merge's keys are there, and null.
+    let nothing = explain(&web, "a", &[], &Plan::default(), &[]);
+    assert_eq!(
+        serde_json::to_value(&nothing).unwrap(),
+        serde_json::json!({
+            "service": "demo/web",
+            "cluster": "a",
+            "peers": [],
+            "exporters": null,
+            "excluded": null,
+            "winner": null,
+            "conflict": null,
+            "spec": null,
+            "fields": null,
+            "local_first": null,
+            "pending_writes": [],
+            "deferred": false,
+            "refused": [],
+            "rejected": [],
+        })
     );
 }

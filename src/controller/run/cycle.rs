@@ -3,25 +3,27 @@
 //! each service's writes in order), and write the results through to the
 //! indexed state so the next plan starts from them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event as KubeEvent, EventType};
-
-use super::super::schedule::{FAILURES_REPORTED, ROUNDS_PER_CYCLE, Source};
-use super::{Controller, WRITE_CONCURRENCY};
-use crate::api::ServiceImport;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 
+use super::decide::{
+    claim_uid, gauge_counts, new_rejections, sorted_rejections, summary, told_rejections,
+};
+use super::{Controller, WRITE_CONCURRENCY};
 use crate::api::ServiceRef;
 use crate::controller::apply::{Written, execute};
-use crate::controller::events::Events;
-use crate::controller::naming::{FIELD_MANAGER, LABEL_APP_MANAGED_BY, MANAGED_BY};
+use crate::controller::events::{Events, Warning};
+use crate::controller::metrics::ControllerMetrics;
+use crate::controller::naming::FIELD_MANAGER;
 use crate::controller::publication;
 use crate::controller::reconcile::{Kind, Plan, Refusal, Rejection, Write, plan, plan_publication};
+use crate::controller::schedule::{FAILURES_REPORTED, ROUNDS_PER_CYCLE, Source};
 
 /// Writes a plan refused, with the service each belongs to.
 type Refused = Vec<(ServiceRef, Refusal)>;
@@ -29,9 +31,9 @@ type Refused = Vec<(ServiceRef, Refusal)>;
 /// Peer input newly rejected, with the service it was for.
 type Rejected = Vec<(ServiceRef, Rejection)>;
 
-/// The most rejection Events one service gets per change (the rest are
-/// counted, and all of them listed by `/explain`).
-const REJECTED_EVENTS_PER_SERVICE: usize = 5;
+/// What one plan's writes came to, in order: each `Ok` written (or
+/// refused by the apiserver), each `Err` failed.
+type Results = Vec<Result<Written, ()>>;
 
 impl Controller {
     /// One cycle over the services marked dirty.
@@ -48,15 +50,11 @@ impl Controller {
         for round in 0..ROUNDS_PER_CYCLE {
             let (plans, refused, rejected) = self.plan_round(keys, round == 0);
             for (service, refusal) in &refused {
-                refused_event(&self.events, service, refusal);
+                self.events.warn(Warning::Refused { service, refusal });
             }
-            let mut per_service: BTreeMap<&ServiceRef, usize> = BTreeMap::new();
-            for (service, rejection) in &rejected {
-                let published = per_service.entry(service).or_default();
-                if *published < REJECTED_EVENTS_PER_SERVICE {
-                    *published += 1;
-                    rejected_event(&self.events, service, rejection);
-                }
+            for (service, rejection) in told_rejections(&rejected) {
+                self.events
+                    .warn(Warning::RejectedPeerInput { service, rejection });
             }
             if plans.is_empty() {
                 break;
@@ -102,12 +100,7 @@ impl Controller {
                 .into_iter()
                 .map(|key| {
                     let plan = plan(inputs, &key);
-                    let conflict = plan
-                        .merged
-                        .as_ref()
-                        .and_then(|m| m.conflict.as_ref())
-                        .map(|c| c.reason.clone());
-                    summaries.push((key.clone(), (plan.export_reason, conflict)));
+                    summaries.push((key.clone(), summary(&plan)));
                     rejections.push((key.clone(), plan.rejected.clone()));
                     (key, plan)
                 })
@@ -116,11 +109,10 @@ impl Controller {
             (plans, summaries, rejections)
         });
         let mut rejected = Vec::new();
-        for (service, mut now) in rejections {
-            now.sort();
-            now.dedup();
+        for (service, now) in rejections {
+            let now = sorted_rejections(now);
             let before = self.rejections.remove(&service).unwrap_or_default();
-            for rejection in now.iter().filter(|r| before.binary_search(r).is_err()) {
+            for rejection in new_rejections(&before, &now) {
                 self.count_rejected(&service, rejection);
                 rejected.push((service.clone(), rejection.clone()));
             }
@@ -129,11 +121,10 @@ impl Controller {
             }
         }
         for (key, summary) in summaries {
-            if summary == (None, None) {
-                self.summaries.remove(&key);
-            } else {
-                self.summaries.insert(key, summary);
-            }
+            match summary {
+                Some(summary) => self.summaries.insert(key, summary),
+                None => self.summaries.remove(&key),
+            };
         }
         self.update_gauges();
         let mut refused = Vec::new();
@@ -190,68 +181,13 @@ impl Controller {
     /// retry), and records what was written. Returns the
     /// services whose writes all succeeded.
     async fn write_round(&mut self, plans: Vec<(ServiceRef, Plan)>) -> BTreeSet<ServiceRef> {
-        let client = self.client.clone();
-        let metrics = self.metrics.clone();
+        let client = &self.client;
+        let metrics = &self.metrics;
         let events = &self.events;
-        let results: Vec<(ServiceRef, Vec<Result<Written, ()>>)> = futures::stream::iter(plans)
-            .map(|(key, plan)| {
-                let client = client.clone();
-                let metrics = metrics.clone();
-                async move {
-                    let mut results = Vec::new();
-                    // The uid of an import this plan creates: its status
-                    // write follows, and names it.
-                    let mut created_import = None;
-                    let mut failed: Vec<&Write> = Vec::new();
-                    for planned in &plan.writes {
-                        if failed.iter().any(|f| planned.waits_for(f)) {
-                            continue;
-                        }
-                        let write = planned;
-                        let op = if matches!(write, Write::Delete { .. }) { "delete" } else { "apply" };
-                        tracing::debug!(service = %key, kind = write.kind().as_str(), op, "write");
-                        metrics.writes.with_label_values(&[write.kind().as_str(), op]).inc();
-                        let claimed;
-                        let write = match (write, &created_import) {
-                            (Write::ImportStatus(import), Some(uid)) if import.metadata.uid.is_none() => {
-                                let mut import = import.clone();
-                                import.metadata.uid = Some(String::clone(uid));
-                                claimed = Write::ImportStatus(import);
-                                &claimed
-                            }
-                            _ => write,
-                        };
-                        match execute(&client, &key, write).await {
-                            Ok(Written::Refused { kind, name, reason }) => {
-                                let refusal = Refusal { kind, name, reason };
-                                refused_event(events, &key, &refusal);
-                                // What needs the object refused waits, as for a
-                                // failure (no status written into a foreign import).
-                                failed.push(planned);
-                                results.push(Ok(Written::Refused { kind: refusal.kind, name: refusal.name, reason }));
-                            }
-                            Ok(written) => {
-                                if let Written::Import(import) = &written {
-                                    created_import = import.0.metadata.uid.clone();
-                                }
-                                if let Write::Delete { kind: Kind::Service, namespace, name, .. } = write {
-                                    vip_released(events, &key, namespace, name);
-                                }
-                                results.push(Ok(written));
-                            }
-                            Err(error) if error.namespace_terminating() => {}
-                            Err(error) => {
-                                metrics.write_errors.with_label_values(&[write.kind().as_str()]).inc();
-                                tracing::warn!(service = %key, error = %crate::error::Chain(&error), "write failed; retrying");
-                                results.push(Err(()));
-                                // Only the writes that depend on it wait
-                                // (Write::waits_for); the retry plans again.
-                                failed.push(planned);
-                            }
-                        }
-                    }
-                    (key, results)
-                }
+        let results: Vec<(ServiceRef, Results)> = futures::stream::iter(plans)
+            .map(|(key, plan)| async move {
+                let results = write_plan(client, metrics, events, &key, &plan).await;
+                (key, results)
             })
             .buffer_unordered(WRITE_CONCURRENCY)
             .collect()
@@ -273,7 +209,7 @@ impl Controller {
                     }
                     Ok(written) => {
                         any = true;
-                        self.write_through(written);
+                        written.land(&mut self.local, &mut self.local_only);
                     }
                     Err(()) => failed = true,
                 }
@@ -281,7 +217,10 @@ impl Controller {
             if failed {
                 let failures = self.schedule.write_failed(key.clone(), Instant::now());
                 if failures == FAILURES_REPORTED {
-                    failing_event(&self.events, &key, failures);
+                    self.events.warn(Warning::WriteFailing {
+                        service: &key,
+                        failures,
+                    });
                 }
                 self.failed_this_cycle.insert(key);
             } else if any {
@@ -292,53 +231,17 @@ impl Controller {
     }
 
     fn update_gauges(&self) {
-        let mut exports: BTreeMap<&str, i64> = BTreeMap::new();
-        let mut conflicts: BTreeMap<&str, i64> = BTreeMap::new();
-        for (reason, conflict) in self.summaries.values() {
-            if let Some(reason) = reason {
-                *exports.entry(reason).or_default() += 1;
-            }
-            for reason in conflict.iter().flat_map(|c| c.split(',')) {
-                *conflicts.entry(reason).or_default() += 1;
-            }
-        }
+        let counts = gauge_counts(self.summaries.values());
         self.metrics.exports.reset();
-        for (reason, count) in exports {
+        for (reason, count) in counts.exports {
             self.metrics.exports.with_label_values(&[reason]).set(count);
         }
         self.metrics.conflicts.reset();
-        for (reason, count) in conflicts {
+        for (reason, count) in counts.conflicts {
             self.metrics
                 .conflicts
                 .with_label_values(&[reason])
                 .set(count);
-        }
-    }
-
-    fn write_through(&mut self, written: Written) {
-        use crate::watch::IndexResource;
-        match written {
-            Written::Import(import) => self.local_only.imports.apply(import),
-            Written::Service(service) => self.local.services.apply(service),
-            Written::Slice(slice) => self.local.mcs_slices.apply(slice),
-            Written::Export(export) => self.local.exports.apply(export),
-            Written::Published(published) => self.local_only.published.apply(published),
-            Written::PublishedSlice(slice) => self.local_only.published.apply(slice),
-            Written::Refused { .. } => {}
-            Written::Deleted {
-                kind,
-                namespace,
-                name,
-            } => match kind {
-                Kind::ServiceImport | Kind::ServiceImportStatus => {
-                    self.local_only.imports.forget(&namespace, &name)
-                }
-                Kind::Service => self.local.services.forget(&namespace, &name),
-                Kind::EndpointSlice => self.local.mcs_slices.forget(&namespace, &name),
-                Kind::PublishedService => self.local_only.published.forget_service(&name),
-                Kind::PublishedSlice => self.local_only.published.forget_slice(&name),
-                Kind::ServiceExportStatus => {}
-            },
         }
     }
 
@@ -383,19 +286,7 @@ impl Controller {
     /// over. Returns whether it is written.
     async fn publish_marker(&self) -> bool {
         let namespace = &self.settings.namespace;
-        let marker = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": publication::MARKER,
-                "namespace": namespace,
-                "labels": {LABEL_APP_MANAGED_BY: MANAGED_BY},
-            },
-            "data": {
-                publication::MARKER_FORMAT_KEY: publication::FORMAT,
-                "cluster-id": self.local_id,
-            },
-        });
+        let marker = publication::marker(namespace, &self.local_id);
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
         match api
             .patch(
@@ -429,78 +320,77 @@ impl Controller {
     }
 }
 
-/// Tells the users of an import that a write for it was refused: an
-/// object not ours holds the name (issue 31: never taken over).
-fn refused_event(events: &Events, service: &ServiceRef, refusal: &Refusal) {
-    let event = KubeEvent {
-        type_: EventType::Warning,
-        reason: "Refused".into(),
-        note: Some(format!("{}: {}", refusal.reason, refusal.message(service))),
-        action: "Write".into(),
-        secondary: None,
-    };
-    events.publish(import_reference(service), event);
-}
-
-/// Tells the users of an import that its writes keep failing: they are
-/// retried with a growing delay, and the controller's log has each error.
-fn failing_event(events: &Events, service: &ServiceRef, failures: u32) {
-    let event = KubeEvent {
-        type_: EventType::Warning,
-        reason: "WriteFailing".into(),
-        note: Some(format!(
-            "{failures} tries in a row to write what {service} needs here failed; retrying with a growing delay (up to 5 minutes); the controller's log says why"
-        )),
-        action: "Write".into(),
-        secondary: None,
-    };
-    events.publish(import_reference(service), event);
-}
-
-/// Tells the users of an import that part of a peer's input was refused.
-fn rejected_event(events: &Events, service: &ServiceRef, rejection: &Rejection) {
-    // The reason names the rule: the Recorder folds Events of one reason
-    // and action on one object into a series, whatever their notes say.
-    let event = KubeEvent {
-        type_: EventType::Warning,
-        reason: rejection.reason.into(),
-        note: Some(format!(
-            "{}: {} from cluster {} is not imported for {service}",
-            rejection.reason, rejection.what, rejection.peer
-        )),
-        action: "RejectPeerInput".into(),
-        secondary: None,
-    };
-    events.publish(import_reference(service), event);
-}
-
-/// The ServiceImport of `service`, as an Event's subject.
-fn import_reference(service: &ServiceRef) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(<ServiceImport as kube::Resource>::api_version(&()).into_owned()),
-        kind: Some("ServiceImport".into()),
-        name: Some(service.name.to_string()),
-        namespace: Some(service.namespace.to_string()),
-        ..ObjectReference::default()
+/// Carries out one service's plan: its writes in order, skipping those
+/// that wait for one that failed or was refused ([`Write::waits_for`]);
+/// a status write names the import created before it ([`claim_uid`]).
+async fn write_plan(
+    client: &Client,
+    metrics: &Arc<ControllerMetrics>,
+    events: &Events,
+    key: &ServiceRef,
+    plan: &Plan,
+) -> Results {
+    let mut results = Vec::new();
+    // The uid of an import this plan creates: its status write follows,
+    // and names it.
+    let mut created_import = None;
+    let mut failed: Vec<&Write> = Vec::new();
+    for planned in &plan.writes {
+        if failed.iter().any(|f| planned.waits_for(f)) {
+            continue;
+        }
+        let kind_label = planned.kind().as_str();
+        let op = if matches!(planned, Write::Delete { .. }) {
+            "delete"
+        } else {
+            "apply"
+        };
+        tracing::debug!(service = %key, kind = kind_label, op, "write");
+        metrics.writes.with_label_values(&[kind_label, op]).inc();
+        let claimed = claim_uid(planned, created_import.as_deref());
+        let write = claimed.as_ref().unwrap_or(planned);
+        match execute(client, key, write).await {
+            Ok(Written::Refused { kind, name, reason }) => {
+                let refusal = Refusal { kind, name, reason };
+                events.warn(Warning::Refused {
+                    service: key,
+                    refusal: &refusal,
+                });
+                // What needs the object refused waits, as for a failure
+                // (no status written into a foreign import).
+                failed.push(planned);
+                let Refusal { kind, name, reason } = refusal;
+                results.push(Ok(Written::Refused { kind, name, reason }));
+            }
+            Ok(written) => {
+                if let Written::Import(import) = &written {
+                    created_import = import.0.metadata.uid.clone();
+                }
+                if let Write::Delete {
+                    kind: Kind::Service,
+                    namespace,
+                    name,
+                    ..
+                } = write
+                {
+                    events.warn(Warning::ClusterSetIpReleased {
+                        service: key,
+                        namespace,
+                        derived: name,
+                    });
+                }
+                results.push(Ok(written));
+            }
+            Err(error) if error.namespace_terminating() => {}
+            Err(error) => {
+                metrics.write_errors.with_label_values(&[kind_label]).inc();
+                tracing::warn!(service = %key, error = %crate::error::Chain(&error), "write failed; retrying");
+                results.push(Err(()));
+                // Only the writes that depend on it wait (Write::waits_for);
+                // the retry plans again.
+                failed.push(planned);
+            }
+        }
     }
-}
-
-/// Tells the users of an import that its clusterset IP is gone (the import
-/// became headless, or this cluster lost the import's families): clients
-/// holding the old VIP must resolve again.
-fn vip_released(events: &Events, service: &ServiceRef, namespace: &str, derived: &str) {
-    let reference = ObjectReference {
-        namespace: Some(namespace.to_owned()),
-        ..import_reference(service)
-    };
-    let event = KubeEvent {
-        type_: EventType::Warning,
-        reason: "ClusterSetIPReleased".into(),
-        note: Some(format!(
-            "derived Service {derived} deleted: the import no longer has a clusterset IP here"
-        )),
-        action: "DeleteDerivedService".into(),
-        secondary: None,
-    };
-    events.publish(reference, event);
+    results
 }

@@ -6,18 +6,18 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::watcher::{self, Event as WatcherEvent};
 use kube::{Client, ResourceExt};
 
 use super::{ConnTasks, Controller};
 use crate::controller::connection::{ClusterKey, Scope, connect, read_form};
+use crate::controller::events::{SecretRef, Warning};
 use crate::controller::naming::FIELD_MANAGER;
 use crate::controller::peers::{Contact, Effect, Input, Now};
 use crate::controller::schedule::Source;
-use crate::peering::{self, PeerSecret, lease, read_identity, reason};
+use crate::peering::{self, PeerSecret, lease, read_identity};
 
 impl Controller {
     /// The peer Secret watch, as inputs of the peers' state.
@@ -135,7 +135,11 @@ impl Controller {
                 secret,
                 reason,
                 message,
-            } => self.record_warning(&secret, reason, message),
+            } => self.events.warn(Warning::Credential {
+                secret: self.secret_ref(&secret),
+                reason,
+                message: &message,
+            }),
             Effect::Touched(touched) => self.mark(source, touched),
             Effect::ReplanAll => self.schedule.mark_all(),
             Effect::SyncError { peer, kind } => self
@@ -251,28 +255,12 @@ impl Controller {
             .rejected
             .with_label_values(&[peer, reason])
             .inc();
-        let reference = self.secret_reference(secret);
-        let event = KubeEvent {
-            type_: EventType::Warning,
-            reason: reason.into(),
-            note: Some(format!(
-                "{reason}: {what} published by cluster {peer} is not imported"
-            )),
-            action: "RejectPeerInput".into(),
-            secondary: None,
-        };
-        self.events.publish(reference, event);
-    }
-
-    /// The peer Secret `secret`, as an Event's subject.
-    fn secret_reference(&self, secret: &str) -> ObjectReference {
-        ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Secret".into()),
-            name: Some(secret.to_owned()),
-            namespace: Some(self.settings.namespace.clone()),
-            ..ObjectReference::default()
-        }
+        self.events.warn(Warning::PeerInputRejected {
+            secret: self.secret_ref(secret),
+            peer,
+            reason,
+            what,
+        });
     }
 
     /// Counts a refused peer Secret and records a Warning Event on it.
@@ -281,34 +269,19 @@ impl Controller {
             .peers_refused
             .with_label_values(&[reason])
             .inc();
-        let reference = self.secret_reference(secret);
-        let event = KubeEvent {
-            type_: EventType::Warning,
-            reason: reason::PEER_REFUSED.into(),
-            note: Some(format!("{reason}: {message}")),
-            // The refusal's own reason as the action: Events of one reason
-            // and action on one object are folded into a series that keeps
-            // its first note, so a later refusal of the same Secret for
-            // another reason would otherwise never be told.
-            action: reason.into(),
-            secondary: None,
-        };
-        self.events.publish(reference, event);
+        self.events.warn(Warning::PeerRefused {
+            secret: self.secret_ref(secret),
+            reason,
+            message,
+        });
     }
 
-    /// Records a Warning Event on a peer Secret that refuses nothing (its
-    /// credential expires soon): `reason` is the Event's own, so `peer
-    /// list` does not take it for a refusal.
-    fn record_warning(&self, secret: &str, reason: &'static str, message: String) {
-        let reference = self.secret_reference(secret);
-        let event = KubeEvent {
-            type_: EventType::Warning,
-            reason: reason.into(),
-            note: Some(message),
-            action: "CheckCredential".into(),
-            secondary: None,
-        };
-        self.events.publish(reference, event);
+    /// The peer Secret `name`, as a Warning's subject.
+    fn secret_ref<'a>(&'a self, name: &'a str) -> SecretRef<'a> {
+        SecretRef {
+            namespace: &self.settings.namespace,
+            name,
+        }
     }
 }
 
