@@ -11,7 +11,7 @@
 //! `cargo test --test answer_size -- --nocapture` prints the table of sizes
 //! that docs/benchmarks.md ("Answer size") quotes.
 
-mod common;
+mod dns_server;
 mod support;
 
 use std::net::SocketAddr;
@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{
+use dns_server::{
     Options, QUERY_TIMEOUT, TestServer, Transport, big_headless, decode, encode, exchange_sized,
     query, query_edns, sorted, tcp_raw,
 };
@@ -203,7 +203,7 @@ async fn answers_are_no_larger_than_knots_for_the_same_records() {
     let yaml = manifest();
     let ours = TestServer::from_yaml(&yaml, Options::fast_path(true)).await;
     let dir = tempfile::tempdir().expect("create tempdir");
-    let port = common::free_udp_and_tcp_port();
+    let port = dns_server::free_udp_and_tcp_port();
     let knot_addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let conf = knot_files(dir.path(), ours.manifest(), port);
     let mut knot = start_knot(&conf, knot_addr).await;
@@ -258,7 +258,7 @@ async fn answers_are_no_larger_than_knots_for_the_same_records() {
 /// endpoints only and SRV with every cluster's.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_local_first_zone_dumps_to_the_answers_it_serves() {
-    use common::{NOT_READY, READY, local_first_clusterset};
+    use dns_server::{NOT_READY, READY, local_first_clusterset};
     for yaml in [
         local_first_clusterset(Some("cluster-a"), [READY, READY], READY),
         local_first_clusterset(Some("cluster-a"), [NOT_READY, NOT_READY], READY),
@@ -266,7 +266,7 @@ async fn a_local_first_zone_dumps_to_the_answers_it_serves() {
     ] {
         let ours = TestServer::from_yaml(&yaml, Options::fast_path(true)).await;
         let dir = tempfile::tempdir().expect("create tempdir");
-        let port = common::free_udp_and_tcp_port();
+        let port = dns_server::free_udp_and_tcp_port();
         let knot_addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let conf = knot_files(dir.path(), ours.manifest(), port);
         let mut knot = start_knot(&conf, knot_addr).await;

@@ -3,14 +3,14 @@
 //! every subcommand speaks one dialect of flags (one name, environment
 //! variable and duration syntax for one thing), old spellings still accepted.
 
-mod common;
+mod dns_server;
 mod support;
 
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{
+use dns_server::{
     POLL_INTERVAL, QUERY_TIMEOUT, Transport, exchange, query, repo_path, tcp_raw, udp_raw, within,
 };
 use hickory_proto::op::{Message, MessageType, ResponseCode};
@@ -37,7 +37,7 @@ fn free_tcp_port() -> u16 {
 async fn start_serve(extra: &[&str]) -> (Child, SocketAddr) {
     let probe = query("dns-version.clusterset.local.", RecordType::TXT);
     for _ in 0..3 {
-        let dns = SocketAddr::from(([127, 0, 0, 1], common::free_udp_and_tcp_port()));
+        let dns = SocketAddr::from(([127, 0, 0, 1], dns_server::free_udp_and_tcp_port()));
         let admin = SocketAddr::from(([127, 0, 0, 1], free_tcp_port()));
         let mut child = Command::new(BIN)
             .arg("serve")
@@ -62,7 +62,7 @@ async fn start_serve(extra: &[&str]) -> (Child, SocketAddr) {
                 eprintln!("serve exited early ({status}); retrying on other ports");
                 break;
             }
-            let bytes = common::encode(&probe);
+            let bytes = dns_server::encode(&probe);
             match udp_raw(dns, &bytes, POLL_INTERVAL * 5).await {
                 Some(reply) if is_response_to(&reply, &probe) => return (child, dns),
                 // Not bound yet (refused at once) or not answering yet.
@@ -108,7 +108,7 @@ async fn serve_answers_and_exits_cleanly_on_sigterm() {
         assert_eq!(r.metadata.response_code, ResponseCode::NoError);
         assert!(r.metadata.authoritative);
         assert_eq!(
-            common::sorted(&r.answers),
+            dns_server::sorted(&r.answers),
             ["web.shop.svc.clusterset.local. 5 IN A 10.96.10.10"],
             "{transport:?}"
         );
@@ -121,7 +121,7 @@ async fn serve_answers_and_exits_cleanly_on_sigterm() {
     assert!(status.success(), "exit status after SIGTERM: {status}");
 
     // Nothing answers any more.
-    let bytes = common::encode(&query("web.shop.svc.clusterset.local.", RecordType::A));
+    let bytes = dns_server::encode(&query("web.shop.svc.clusterset.local.", RecordType::A));
     assert!(tcp_raw(dns, &bytes, QUERY_TIMEOUT).await.is_none());
 }
 
@@ -131,7 +131,7 @@ async fn check_rejects_a_broken_manifest_naming_document_and_field() {
     let good = Command::new(BIN)
         .arg("check")
         .arg("--file")
-        .arg(repo_path(common::EXAMPLE))
+        .arg(repo_path(dns_server::EXAMPLE))
         .output();
     let good = within(STOP_LIMIT, "check example", good)
         .await
@@ -257,7 +257,7 @@ async fn help_shows_defaults_and_only_the_options_a_command_reads() {
 #[tokio::test(flavor = "multi_thread")]
 async fn flags_win_over_environment_over_file_over_defaults() {
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::copy(repo_path(common::EXAMPLE), dir.path().join("m.yaml")).expect("copy example");
+    std::fs::copy(repo_path(dns_server::EXAMPLE), dir.path().join("m.yaml")).expect("copy example");
     let config = dir.path().join("c.toml");
     std::fs::write(
         &config,
@@ -294,7 +294,7 @@ async fn flags_win_over_environment_over_file_over_defaults() {
         .count();
     assert_eq!(db, 1, "{zone}");
     // Defaults without flag, environment or file.
-    let example = repo_path(common::EXAMPLE);
+    let example = repo_path(dns_server::EXAMPLE);
     let (ok, zone, stderr) = run(
         &["dump-zone", "--file", example.to_str().expect("UTF-8 path")],
         &[],

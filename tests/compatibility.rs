@@ -2,13 +2,13 @@
 //! the testenv build's Kubernetes, etcd and CoreDNS, the mcs-api release and
 //! schema revision labelled on `crds/*.yaml`, and the minimum Rust.
 
-mod common;
+mod dns_server;
 mod support;
 
 use clusterset_dns::api::well_known::{
     LABEL_CRD_SCHEMA_REVISION, LABEL_RELEASE_VERSION, MCS_CRD_SCHEMA_REVISION, MCS_RELEASE_VERSION,
 };
-use common::repo_path;
+use dns_server::repo_path;
 
 fn read(relative: &str) -> String {
     std::fs::read_to_string(repo_path(relative)).unwrap_or_else(|e| panic!("{relative}: {e}"))

@@ -32,6 +32,7 @@ use controlplane::ClusterSpec;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use libtest_mimic::{Arguments, Failed, Trial};
+use support::trials::{self, behaviours};
 
 /// The peers' grace period: how long a lost cluster's endpoints stay.
 const GRACE: &str = "10s";
@@ -49,58 +50,31 @@ fn main() {
         test_threads: Some(1),
         ..args
     };
-    let behaviours: Vec<(&str, Behaviour)> = vec![
-        ("reach_and_route", |cs| Box::pin(reach_and_route(cs))),
-        ("not_exported_not_reachable", |cs| {
-            Box::pin(not_exported_not_reachable(cs))
-        }),
-        ("local_service_not_impacted", |cs| {
-            Box::pin(local_service_not_impacted(cs))
-        }),
-        ("port_conflicts", |cs| Box::pin(port_conflicts(cs))),
-        ("headless_per_pod_names", |cs| {
-            Box::pin(headless_per_pod_names(cs))
-        }),
-        ("ports_kept_current", |cs| Box::pin(ports_kept_current(cs))),
-        ("exec_and_dns_inside_pods", |cs| {
-            Box::pin(exec_and_dns_inside_pods(cs))
-        }),
-        ("pod_commands_expand_like_the_kubelet", |cs| {
-            Box::pin(pod_commands_expand_like_the_kubelet(cs))
-        }),
-        ("without_root_it_fails_saying_so", |cs| {
-            Box::pin(without_root_it_fails_saying_so(cs))
-        }),
-        ("leftovers_of_a_killed_run_are_removed", |cs| {
-            Box::pin(leftovers_of_a_killed_run_are_removed(cs))
-        }),
-        ("local_first_failover_and_back", |cs| {
-            Box::pin(local_first_failover_and_back(cs))
-        }),
-        ("spread_without_traffic_distribution", |cs| {
-            Box::pin(spread_without_traffic_distribution(cs))
-        }),
-        ("headless_local_first", |cs| {
-            Box::pin(headless_local_first(cs))
-        }),
-        ("prefer_same_zone_in_cluster", |cs| {
-            Box::pin(prefer_same_zone_in_cluster(cs))
-        }),
-        ("prefer_same_node_in_cluster", |cs| {
-            Box::pin(prefer_same_node_in_cluster(cs))
-        }),
-        ("lost_cluster_failover", |cs| {
-            Box::pin(lost_cluster_failover(cs))
-        }),
+    let behaviours = behaviours![
+        reach_and_route,
+        not_exported_not_reachable,
+        local_service_not_impacted,
+        port_conflicts,
+        headless_per_pod_names,
+        ports_kept_current,
+        exec_and_dns_inside_pods,
+        pod_commands_expand_like_the_kubelet,
+        without_root_it_fails_saying_so,
+        leftovers_of_a_killed_run_are_removed,
+        local_first_failover_and_back,
+        spread_without_traffic_distribution,
+        headless_local_first,
+        prefer_same_zone_in_cluster,
+        prefer_same_node_in_cluster,
+        lost_cluster_failover,
     ];
     let selected: Vec<&str> = behaviours
         .iter()
         .map(|(name, _)| *name)
-        .filter(|name| args.filter.as_deref().is_none_or(|f| name.contains(f)))
-        .filter(|name| !args.skip.iter().any(|s| name.contains(s.as_str())))
+        .filter(|name| trials::selected(&args, name))
         .collect();
     let host_before = dataplane::host_network_snapshot();
-    let clusterset = if args.list || selected.is_empty() {
+    let clusterset = if selected.is_empty() {
         None
     } else {
         Some(Arc::new(std::sync::Mutex::new(runtime.block_on(
@@ -161,9 +135,6 @@ fn main() {
     }
     conclusion.exit();
 }
-
-type Behaviour =
-    for<'a> fn(&'a mut Clusterset) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
 
 // ---------------------------------------------------------------------------
 // The behaviours.

@@ -7,11 +7,19 @@
 //! Workloads are real: Deployments whose pods kwok runs, Services whose
 //! EndpointSlices the in-tree controller writes. The three clusters start
 //! once (they take seconds); each behaviour is a named trial
-//! (`harness = false`, libtest-mimic) in a namespace of its own that fails
-//! on its own and names the test IDs it covers (docs/controller.md, "How it is tested").
+//! (`harness = false`, libtest-mimic) that fails on its own and names the
+//! test IDs it covers (docs/controller.md, "How it is tested").
+//!
+//! Every trial passes alone (`cargo test --features testenv --test
+//! controller -- --exact <trial>`): it works in a namespace of its own, or
+//! observes a scenario that several trials share (a ClusterSetIP export,
+//! a port conflict, merged exports), which the first of them to run sets
+//! up ([`Clusterset::web`], [`Clusterset::conflict`],
+//! [`Clusterset::merge`]). A trial that changes what it observes (scales,
+//! unexports) sets the scenario up again in a namespace of its own.
 
-mod common;
 mod controlplane;
+mod dns_server;
 mod support;
 
 use std::collections::BTreeMap;
@@ -24,11 +32,12 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::{http_get, import, object, trials};
+use support::trials::{self, behaviours};
+use support::{create_if_absent, http_get, import, object};
+use tokio::sync::OnceCell;
 
 use clusterset_dns::api::{ServiceExport, ServiceImport};
 use clusterset_dns::app::Running;
-use clusterset_dns::config::{Config, ServeArgs};
 use hickory_proto::rr::RecordType;
 
 /// Conformance's deadline for imports and their removal.
@@ -36,24 +45,9 @@ const WAIT: Duration = Duration::from_secs(20);
 /// A peer's grace period in this test (production default: 5 m).
 const GRACE: &str = "8s";
 
-/// clusterset-dns serving from `cluster`'s apiserver, as its DaemonSet would.
-async fn start_dns(cluster: &Cluster) -> Running {
-    common::init_tracing();
-    let args = ServeArgs {
-        kubeconfig: Some(cluster.admin_kubeconfig.clone()),
-        dns_listen: Some("127.0.0.1:0".parse().unwrap()),
-        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-        udp_workers: Some(1),
-        ..Default::default()
-    };
-    clusterset_dns::app::start(&Config::resolve(&args).unwrap())
-        .await
-        .unwrap()
-}
-
 /// The A or AAAA addresses `name` resolves to through `dns`.
 async fn resolve(dns: &Running, name: &str, rtype: RecordType) -> Vec<String> {
-    let mut addresses: Vec<String> = common::answers(dns.dns_addr(), name, rtype)
+    let mut addresses: Vec<String> = dns_server::answers(dns.dns_addr(), name, rtype)
         .await
         .iter()
         .filter_map(|line| line.rsplit(' ').next().map(str::to_owned))
@@ -73,8 +67,10 @@ impl Member<'_> {
         &self.cluster.name
     }
 
+    /// The sum of the samples whose line starts with `name` (a metric
+    /// name, or one with the start of its labels).
     async fn metric(&self, name: &str) -> f64 {
-        let body = http_get(self.controller.admin_port(), "/metrics").await;
+        let (_, body) = http_get(self.controller.admin_addr(), "/metrics").await;
         body.lines()
             .filter(|l| l.starts_with(name))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -88,6 +84,8 @@ fn tail(log: &str) -> String {
     lines[lines.len().saturating_sub(60)..].join("\n")
 }
 
+/// Deployment `name` of `replicas` pods and its Service (`headless` or a
+/// ClusterIP one) with `ports`; what exists already is kept.
 async fn deploy(
     client: &Client,
     ns: &str,
@@ -96,46 +94,38 @@ async fn deploy(
     headless: bool,
     ports: serde_json::Value,
 ) {
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    deployments
-        .create(
-            &PostParams::default(),
-            &object(json!({
-                "metadata": {"name": name},
-                "spec": {
-                    "replicas": replicas,
-                    "selector": {"matchLabels": {"app": name}},
-                    "template": {
-                        "metadata": {"labels": {"app": name}},
-                        "spec": {"containers": [{"name": "app", "image": "example/app"}]},
-                    },
+    create_if_absent(
+        &Api::<Deployment>::namespaced(client.clone(), ns),
+        &object(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "app", "image": "example/app"}]},
                 },
-            })),
-        )
-        .await
-        .unwrap();
+            },
+        })),
+    )
+    .await;
     let mut spec = json!({"selector": {"app": name}, "ports": ports});
     if headless {
         spec["clusterIP"] = "None".into();
     }
-    let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    services
-        .create(
-            &PostParams::default(),
-            &object(json!({"metadata": {"name": name}, "spec": spec})),
-        )
-        .await
-        .unwrap();
+    create_if_absent(
+        &Api::<Service>::namespaced(client.clone(), ns),
+        &object(json!({"metadata": {"name": name}, "spec": spec})),
+    )
+    .await;
 }
 
 async fn export(client: &Client, ns: &str, name: &str) {
-    let api: Api<ServiceExport> = Api::namespaced(client.clone(), ns);
-    api.create(
-        &PostParams::default(),
+    create_if_absent(
+        &Api::<ServiceExport>::namespaced(client.clone(), ns),
         &object(json!({"metadata": {"name": name}})),
     )
-    .await
-    .unwrap();
+    .await;
 }
 
 async fn unexport(client: &Client, ns: &str, name: &str) {
@@ -224,6 +214,11 @@ fn v4(ips: &[String]) -> Vec<String> {
 /// clusterset-dns: started once, shared by every behaviour. Fields drop in
 /// order: the DNS server and controllers before the clusters.
 struct Clusterset {
+    /// The scenarios several trials observe, each set up once by the first
+    /// of them to run (a setup that panics is tried again by the next).
+    web: OnceCell<Vec<ServiceImport>>,
+    conflict: OnceCell<()>,
+    merge: OnceCell<()>,
     dns: Running,
     controllers: Vec<ControllerProcess>,
     clients: Vec<Client>,
@@ -269,17 +264,20 @@ impl Clusterset {
         for (cluster, controller) in plane.clusters.iter().zip(&controllers) {
             cluster
                 .wait_for("controller ready", Duration::from_secs(60), || async {
-                    let body = http_get(controller.admin_port(), "/ready").await;
-                    if body.starts_with("ready") {
-                        Ok(())
-                    } else {
-                        Err(format!("{body:?}; log:\n{}", controller.log()))
+                    match http_get(controller.admin_addr(), "/ready").await {
+                        (200, _) => Ok(()),
+                        (status, body) => {
+                            Err(format!("{status} {body:?}; log:\n{}", controller.log()))
+                        }
                     }
                 })
                 .await;
         }
-        let dns = start_dns(&plane.clusters[1]).await;
+        let dns = dns_server::start_dns(&plane.clusters[1].admin_kubeconfig, |_| {}).await;
         Clusterset {
+            web: OnceCell::new(),
+            conflict: OnceCell::new(),
+            merge: OnceCell::new(),
             dns,
             controllers,
             clients,
@@ -300,6 +298,32 @@ impl Clusterset {
             })
             .collect()
     }
+
+    /// The ClusterSetIP scenario in namespace [`WEB`]
+    /// ([`clusterset_ip_exported`]): every member's import.
+    async fn web(&self) -> &[ServiceImport] {
+        self.web
+            .get_or_init(|| async { clusterset_ip_exported(&self.members(), WEB).await })
+            .await
+    }
+
+    /// The port-conflict scenario in namespace [`CONFLICT`]
+    /// ([`port_conflict_exported`]).
+    async fn conflict(&self) {
+        self.conflict
+            .get_or_init(|| async { port_conflict_exported(&self.members(), CONFLICT).await })
+            .await;
+    }
+
+    /// The merge scenario in namespace [`MERGE`] ([`merge_exported`]),
+    /// all three services.
+    async fn merge(&self) {
+        self.merge
+            .get_or_init(|| async {
+                merge_exported(&self.members(), MERGE, &["union", "kind", "labels"]).await
+            })
+            .await;
+    }
 }
 
 /// Each behaviour is a named trial on the one shared clusterset, in a
@@ -308,100 +332,32 @@ impl Clusterset {
 fn main() {
     let args = trials::serial_arguments();
     let runtime = trials::runtime();
-    let behaviours: Vec<(&str, trials::Behaviour<Clusterset>)> = vec![
-        (
-            "a_clusterset_ip_export_is_imported_ready_with_its_endpoints_everywhere",
-            |cs| Box::pin(clusterset_ip_imported(cs)),
-        ),
-        (
-            "its_derived_service_is_selectorless_owned_and_holds_each_clusters_vip",
-            |cs| Box::pin(clusterset_ip_derived_service(cs)),
-        ),
-        (
-            "its_imported_slices_carry_the_derived_name_and_our_manager_only",
-            |cs| Box::pin(clusterset_ip_slices_labelled(cs)),
-        ),
-        (
-            "its_name_resolves_to_the_clusters_vip_and_the_export_is_valid_and_ready",
-            |cs| Box::pin(clusterset_ip_resolved(cs)),
-        ),
-        ("scaling_its_source_moves_the_endpoints_everywhere", |cs| {
-            Box::pin(clusterset_ip_scaled(cs))
-        }),
-        (
-            "unexporting_it_removes_the_import_its_slices_and_the_name_everywhere",
-            |cs| Box::pin(clusterset_ip_unexported(cs)),
-        ),
-        ("headless_per_pod_names_resolve_for_every_exporter", |cs| {
-            Box::pin(headless_service(cs))
-        }),
-        (
-            "an_externalname_or_missing_service_is_not_imported_until_a_service_appears",
-            |cs| Box::pin(invalid_exports(cs)),
-        ),
-        (
-            "a_port_conflict_is_written_alike_on_both_exporters_naming_the_oldest",
-            |cs| Box::pin(port_conflict_conditions(cs)),
-        ),
-        (
-            "the_oldests_port_is_imported_alike_everywhere_and_the_losers_slices_lack_it",
-            |cs| Box::pin(port_conflict_imports(cs)),
-        ),
-        (
-            "explain_names_the_exporters_the_winner_and_who_lost_the_port",
-            |cs| Box::pin(port_conflict_explained(cs)),
-        ),
-        (
-            "when_the_oldest_unexports_the_conflict_clears_and_the_last_unexport_removes_the_import",
-            |cs| Box::pin(port_conflict_cleared(cs)),
-        ),
-        (
-            "service_properties_are_copied_and_a_new_port_reaches_every_cluster",
-            |cs| Box::pin(service_properties(cs)),
-        ),
-        (
-            "exports_that_differ_in_ports_type_or_labels_conflict_alike_on_both_exporters",
-            |cs| Box::pin(merge_conflicts(cs)),
-        ),
-        ("differing_ports_import_their_union_everywhere", |cs| {
-            Box::pin(merge_port_union(cs))
-        }),
-        (
-            "a_type_conflict_imports_the_oldests_type_without_the_losers_slices",
-            |cs| Box::pin(merge_type_conflict(cs)),
-        ),
-        ("differing_labels_import_the_oldests_everywhere", |cs| {
-            Box::pin(merge_labels(cs))
-        }),
-        (
-            "when_the_clusterset_ip_exporter_leaves_the_headless_one_wins_and_the_ip_is_released",
-            |cs| Box::pin(merge_type_flip(cs)),
-        ),
-        ("an_import_has_the_ip_families_its_cluster_has", |cs| {
-            Box::pin(ip_families(cs))
-        }),
-        (
-            "a_large_slice_is_copied_one_to_one_and_removed_exactly",
-            |cs| Box::pin(large_slices(cs)),
-        ),
-        (
-            "a_local_first_import_hints_every_slice_for_this_clusters_zones",
-            |cs| Box::pin(local_first_hints(cs)),
-        ),
-        ("a_converged_clusterset_makes_no_writes", |cs| {
-            Box::pin(idle(cs))
-        }),
-        ("a_removed_peer_secret_drops_its_imports_at_once", |cs| {
-            Box::pin(peer_secret_removed(cs))
-        }),
-        (
-            "rotating_peer_credentials_drops_nothing_and_writes_nothing",
-            |cs| Box::pin(credentials_rotated(cs)),
-        ),
-        (
-            "a_peer_forbidden_within_grace_is_kept_and_back_without_writes",
-            |cs| Box::pin(peer_forbidden_within_grace(cs)),
-        ),
+    let behaviours = behaviours![
+        a_clusterset_ip_export_is_imported_ready_with_its_endpoints_everywhere,
+        its_derived_service_is_selectorless_owned_and_holds_each_clusters_vip,
+        its_imported_slices_carry_the_derived_name_and_our_manager_only,
+        its_name_resolves_to_the_clusters_vip_and_the_export_is_valid_and_ready,
+        scaling_its_source_moves_the_endpoints_everywhere,
+        unexporting_it_removes_the_import_its_slices_and_the_name_everywhere,
+        headless_per_pod_names_resolve_for_every_exporter,
+        an_externalname_or_missing_service_is_not_imported_until_a_service_appears,
+        a_port_conflict_is_written_alike_on_both_exporters_naming_the_oldest,
+        the_oldests_port_is_imported_alike_everywhere_and_the_losers_slices_lack_it,
+        explain_names_the_exporters_the_winner_and_who_lost_the_port,
+        when_the_oldest_unexports_the_conflict_clears_and_the_last_unexport_removes_the_import,
+        service_properties_are_copied_and_a_new_port_reaches_every_cluster,
+        exports_that_differ_in_ports_type_or_labels_conflict_alike_on_both_exporters,
+        differing_ports_import_their_union_everywhere,
+        a_type_conflict_imports_the_oldests_type_without_the_losers_slices,
+        differing_labels_import_the_oldests_everywhere,
+        when_the_clusterset_ip_exporter_leaves_the_headless_one_wins_and_the_ip_is_released,
+        an_import_has_the_ip_families_its_cluster_has,
+        a_large_slice_is_copied_one_to_one_and_removed_exactly,
+        a_local_first_import_hints_every_slice_for_this_clusters_zones,
+        a_converged_clusterset_makes_no_writes,
+        a_removed_peer_secret_drops_its_imports_at_once,
+        rotating_peer_credentials_drops_nothing_and_writes_nothing,
+        a_peer_forbidden_within_grace_is_kept_and_back_without_writes,
     ];
     let t0 = Instant::now();
     let start: trials::Start<Clusterset> = || {
@@ -429,13 +385,11 @@ async fn export_with(
     spec: serde_json::Value,
     labels: serde_json::Value,
 ) {
-    let api: Api<ServiceExport> = Api::namespaced(client.clone(), ns);
-    api.create(
-        &PostParams::default(),
+    create_if_absent(
+        &Api::<ServiceExport>::namespaced(client.clone(), ns),
         &object(json!({"metadata": {"name": name, "labels": labels}, "spec": spec})),
     )
-    .await
-    .unwrap();
+    .await;
 }
 
 async fn create_service(
@@ -445,14 +399,11 @@ async fn create_service(
     metadata_labels: serde_json::Value,
     spec: serde_json::Value,
 ) {
-    let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    services
-        .create(
-            &PostParams::default(),
-            &object(json!({"metadata": {"name": name, "labels": metadata_labels}, "spec": spec})),
-        )
-        .await
-        .unwrap();
+    create_if_absent(
+        &Api::<Service>::namespaced(client.clone(), ns),
+        &object(json!({"metadata": {"name": name, "labels": metadata_labels}, "spec": spec})),
+    )
+    .await;
 }
 
 /// Waits until every member has an import of `name` for which `check`
@@ -512,7 +463,7 @@ async fn wait_export_condition(
 /// families there (two ips, in family order) and with IPv4 only in the
 /// single-stack clusters; an IPv6-only export cannot be imported into them
 /// (`Ready=False/IPFamilyNotSupported`, no derived Service).
-async fn ip_families(cs: &Clusterset) {
+async fn an_import_has_the_ip_families_its_cluster_has(cs: &Clusterset) {
     let members = &cs.members();
     let ns = "families";
     for m in members {
@@ -589,7 +540,7 @@ async fn ip_families(cs: &Clusterset) {
 
 /// C21: a 1,000-endpoint source slice is copied 1:1 under its
 /// deterministic name; deleting a source slice removes exactly its copy.
-async fn large_slices(cs: &Clusterset) {
+async fn a_large_slice_is_copied_one_to_one_and_removed_exactly(cs: &Clusterset) {
     let members = &cs.members();
     let ns = "large";
     for m in members {
@@ -708,7 +659,7 @@ async fn large_slices(cs: &Clusterset) {
 /// NodePort and LoadBalancer export as ClusterSetIP; a port added at the
 /// source reaches the import and the derived Service everywhere; a
 /// condition's lastTransitionTime moves only when its status flips.
-async fn service_properties(cs: &Clusterset) {
+async fn service_properties_are_copied_and_a_new_port_reaches_every_cluster(cs: &Clusterset) {
     let members = &cs.members();
     let ns = "props";
     for m in members {
@@ -859,88 +810,69 @@ async fn service_properties(cs: &Clusterset) {
     );
 }
 
-/// The namespace of the merge trials: three services exported from
-/// cluster0, then 1.1 s later from cluster2 with another port set, type or
-/// exported labels.
+/// The namespace of the merge scenario ([`Clusterset::merge`]).
 const MERGE: &str = "merge";
 
-/// A6, A8, A12: exports of one service that differ in their ports, type
-/// or labels; both exporters get the same Conflict condition.
-async fn merge_conflicts(cs: &Clusterset) {
-    let members = &cs.members();
-    let ns = MERGE;
+/// Namespace `ns` everywhere, and in it each of `names` exported from
+/// cluster0, then a second later (creation times have a resolution of one
+/// second) from cluster2 with another port set (`union`), type (`kind`:
+/// ClusterSetIP in cluster0, headless in cluster2) or exported labels
+/// (`labels`). What exists already is kept.
+async fn merge_exported(members: &[Member<'_>], ns: &str, names: &[&str]) {
     for m in members {
         create_namespace(&m.client, ns).await;
     }
-    let (a, c) = (&members[0], &members[2]);
-    // A6: port union.
-    create_service(
-        &a.client,
-        ns,
-        "union",
-        json!({}),
-        json!({"ports": [{"name": "tcp", "port": 42}]}),
-    )
-    .await;
-    export(&a.client, ns, "union").await;
-    // A8: type.
-    deploy(
-        &a.client,
-        ns,
-        "kind",
-        1,
-        false,
-        json!([{"name": "tcp", "port": 42}]),
-    )
-    .await;
-    export(&a.client, ns, "kind").await;
-    // A12: labels.
-    create_service(
-        &a.client,
-        ns,
-        "labels",
-        json!({}),
-        json!({"ports": [{"name": "tcp", "port": 42}]}),
-    )
-    .await;
-    export_with(
-        &a.client,
-        ns,
-        "labels",
-        json!({"exportedLabels": {"tier": "gold"}}),
-        json!({}),
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    create_service(&c.client, ns, "union", json!({}), json!({"ports": [{"name": "tcp", "port": 42}, {"name": "stcp", "port": 142, "protocol": "SCTP"}]})).await;
-    export(&c.client, ns, "union").await;
-    deploy(
-        &c.client,
-        ns,
-        "kind",
-        1,
-        true,
-        json!([{"name": "tcp", "port": 42}]),
-    )
-    .await;
-    export(&c.client, ns, "kind").await;
-    create_service(
-        &c.client,
-        ns,
-        "labels",
-        json!({}),
-        json!({"ports": [{"name": "tcp", "port": 42}]}),
-    )
-    .await;
-    export_with(
-        &c.client,
-        ns,
-        "labels",
-        json!({"exportedLabels": {"tier": "silver"}}),
-        json!({}),
-    )
-    .await;
+    let tcp_42 = || json!([{"name": "tcp", "port": 42}]);
+    for (i, exporter) in [&members[0], &members[2]].into_iter().enumerate() {
+        if i == 1 {
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+        }
+        let client = &exporter.client;
+        for name in names {
+            match *name {
+                // A6: port union.
+                "union" => {
+                    let ports = if i == 0 {
+                        tcp_42()
+                    } else {
+                        json!([{"name": "tcp", "port": 42}, {"name": "stcp", "port": 142, "protocol": "SCTP"}])
+                    };
+                    create_service(client, ns, name, json!({}), json!({"ports": ports})).await;
+                    export(client, ns, name).await;
+                }
+                // A8: type.
+                "kind" => {
+                    deploy(client, ns, name, 1, i == 1, tcp_42()).await;
+                    export(client, ns, name).await;
+                }
+                // A12: labels.
+                "labels" => {
+                    let tier = if i == 0 { "gold" } else { "silver" };
+                    create_service(client, ns, name, json!({}), json!({"ports": tcp_42()})).await;
+                    export_with(
+                        client,
+                        ns,
+                        name,
+                        json!({"exportedLabels": {"tier": tier}}),
+                        json!({}),
+                    )
+                    .await;
+                }
+                other => panic!("no merge scenario {other}"),
+            }
+        }
+    }
+}
 
+/// A6, A8, A12: exports of one service that differ in their ports, type
+/// or labels; both exporters get the same Conflict condition.
+async fn exports_that_differ_in_ports_type_or_labels_conflict_alike_on_both_exporters(
+    cs: &Clusterset,
+) {
+    let members = &cs.members();
+    let ns = MERGE;
+    cs.merge().await;
+    let (a, c) = (&members[0], &members[2]);
     for (name, reason) in [
         ("union", "PortConflict"),
         ("kind", "TypeConflict"),
@@ -957,9 +889,10 @@ async fn merge_conflicts(cs: &Clusterset) {
 }
 
 /// A6: the import has the union of the exporters' ports.
-async fn merge_port_union(cs: &Clusterset) {
+async fn differing_ports_import_their_union_everywhere(cs: &Clusterset) {
     let members = &cs.members();
     let ns = MERGE;
+    cs.merge().await;
     imports_everywhere(members, ns, "union", "the union of the ports", |import| {
         let mut ports: Vec<(String, i32)> = import
             .spec
@@ -977,12 +910,10 @@ async fn merge_port_union(cs: &Clusterset) {
     .await;
 }
 
-/// A8: the import has the oldest export's type; the headless loser is not
-/// ready and none of its slices are imported.
-async fn merge_type_conflict(cs: &Clusterset) {
-    let members = &cs.members();
-    let ns = MERGE;
-    let c = &members[2];
+/// Waits until every member imports `kind` of `ns` as the oldest export
+/// has it: ClusterSetIP (with its ips) from cluster0 alone, the headless
+/// exporter left out.
+async fn kind_imported_as_the_oldests(members: &[Member<'_>], ns: &str) {
     imports_everywhere(
         members,
         ns,
@@ -995,15 +926,29 @@ async fn merge_type_conflict(cs: &Clusterset) {
                 .flat_map(|s| s.clusters.iter().map(|c| c.cluster.as_str()))
                 .collect();
             if import.spec.type_ == clusterset_dns::api::ServiceImportType::ClusterSetIp
+                && !import.spec.ips.is_empty()
                 && clusters == ["cluster0"]
             {
                 Ok(())
             } else {
-                Err(format!("{:?} {clusters:?}", import.spec.type_))
+                Err(format!(
+                    "{:?} {:?} {clusters:?}",
+                    import.spec.type_, import.spec.ips
+                ))
             }
         },
     )
     .await;
+}
+
+/// A8: the import has the oldest export's type; the headless loser is not
+/// ready and none of its slices are imported.
+async fn a_type_conflict_imports_the_oldests_type_without_the_losers_slices(cs: &Clusterset) {
+    let members = &cs.members();
+    let ns = MERGE;
+    cs.merge().await;
+    let c = &members[2];
+    kind_imported_as_the_oldests(members, ns).await;
     wait_export_condition(c, ns, "kind", "Ready", "False", "Failed").await;
     for m in members {
         let from_c = mcs_slices(&m.client, ns, "kind")
@@ -1028,9 +973,10 @@ async fn merge_type_conflict(cs: &Clusterset) {
 }
 
 /// A12: the import has the oldest export's labels.
-async fn merge_labels(cs: &Clusterset) {
+async fn differing_labels_import_the_oldests_everywhere(cs: &Clusterset) {
     let members = &cs.members();
     let ns = MERGE;
+    cs.merge().await;
     imports_everywhere(
         members,
         ns,
@@ -1055,10 +1001,15 @@ async fn merge_labels(cs: &Clusterset) {
 
 /// B4: the ClusterSetIP exporter leaves; the headless one wins: every
 /// cluster's import turns Headless, loses its ips and derived Service
-/// (with an Event), and imports cluster2's endpoints.
-async fn merge_type_flip(cs: &Clusterset) {
+/// (with an Event), and imports cluster2's endpoints (in a namespace of
+/// its own, where the ClusterSetIP import was seen first).
+async fn when_the_clusterset_ip_exporter_leaves_the_headless_one_wins_and_the_ip_is_released(
+    cs: &Clusterset,
+) {
     let members = &cs.members();
-    let ns = MERGE;
+    let ns = "merge-flip";
+    merge_exported(members, ns, &["kind"]).await;
+    kind_imported_as_the_oldests(members, ns).await;
     let (a, c) = (&members[0], &members[2]);
     unexport(&a.client, ns, "kind").await;
     imports_everywhere(
@@ -1120,17 +1071,17 @@ async fn merge_type_flip(cs: &Clusterset) {
     wait_export_condition(c, ns, "kind", "Ready", "True", "Ready").await;
 }
 
-/// The namespace of the ClusterSetIP trials below, which run in this
-/// order, each from where the one before left: exported from cluster0,
-/// imported everywhere, scaled, unexported.
+/// The namespace of the ClusterSetIP scenario ([`Clusterset::web`]): `web`
+/// exported from cluster0 and imported everywhere, which the first four
+/// trials below observe.
 const WEB: &str = "web";
 
-/// A1, A4, A5, A14: a Deployment and Service exported from cluster0 become
-/// a ready ServiceImport with a clusterset IP per family, the Service's
-/// port, cluster0 as the exporter and the pods' endpoints in every cluster.
-async fn clusterset_ip_imported(cs: &Clusterset) {
-    let members = &cs.members();
-    let ns = WEB;
+/// Namespace `ns` everywhere, and in it a Deployment and Service `web` (2
+/// pods, `http` 80 → 8080) exported from cluster0; waits until every
+/// member has a ready ServiceImport with a clusterset IP and the pods'
+/// endpoints, and returns those imports (in member order). What exists
+/// already is kept: set up again, it only waits.
+async fn clusterset_ip_exported(members: &[Member<'_>], ns: &str) -> Vec<ServiceImport> {
     for m in members {
         create_namespace(&m.client, ns).await;
     }
@@ -1149,13 +1100,13 @@ async fn clusterset_ip_imported(cs: &Clusterset) {
         .await;
     export(&a.client, ns, "web").await;
     let pods = v4(&pod_ips(&a.client, ns, "web").await);
-    assert_eq!(pods.len(), 2);
-
+    assert_eq!(pods.len(), 2, "{ns}/web's pods: {pods:?}");
+    let mut imports = Vec::new();
     for m in members {
         let import = m
             .cluster
             .wait_for(
-                "ServiceImport web with a clusterset IP and 2 endpoints",
+                &format!("ServiceImport {ns}/web with a clusterset IP and 2 endpoints"),
                 WAIT,
                 || async {
                     let import = import(&m.client, ns, "web")
@@ -1181,6 +1132,17 @@ async fn clusterset_ip_imported(cs: &Clusterset) {
                 },
             )
             .await;
+        imports.push(import);
+    }
+    imports
+}
+
+/// A1, A4, A5, A14: a Deployment and Service exported from cluster0 become
+/// a ready ServiceImport with a clusterset IP per family, the Service's
+/// port, cluster0 as the exporter and the pods' endpoints in every cluster.
+async fn a_clusterset_ip_export_is_imported_ready_with_its_endpoints_everywhere(cs: &Clusterset) {
+    let members = &cs.members();
+    for (m, import) in members.iter().zip(cs.web().await) {
         let spec = &import.spec;
         assert_eq!(
             spec.type_,
@@ -1222,14 +1184,11 @@ async fn clusterset_ip_imported(cs: &Clusterset) {
 /// B1: in every cluster, the derived Service of the import is selector-less,
 /// owned by the ServiceImport, and its cluster IPs are the import's, from
 /// that cluster's Service CIDR.
-async fn clusterset_ip_derived_service(cs: &Clusterset) {
+async fn its_derived_service_is_selectorless_owned_and_holds_each_clusters_vip(cs: &Clusterset) {
     let ns = WEB;
     let derived_name = clusterset_dns::controller::naming::derived_service_name(ns, "web");
-    for m in &cs.members() {
-        let spec = import(&m.client, ns, "web")
-            .await
-            .expect("imported by the trial before")
-            .spec;
+    for (m, import) in cs.members().iter().zip(cs.web().await) {
+        let spec = &import.spec;
         let derived = Api::<Service>::namespaced(m.client.clone(), ns)
             .get(&derived_name)
             .await
@@ -1258,16 +1217,13 @@ async fn clusterset_ip_derived_service(cs: &Clusterset) {
 /// A13, B3: the imported slices carry the derived Service's name and our
 /// managed-by label from creation, and none of the source's references to
 /// its pods and nodes.
-async fn clusterset_ip_slices_labelled(cs: &Clusterset) {
+async fn its_imported_slices_carry_the_derived_name_and_our_manager_only(cs: &Clusterset) {
     let ns = WEB;
+    cs.web().await;
     let derived_name = clusterset_dns::controller::naming::derived_service_name(ns, "web");
     for m in &cs.members() {
         let slices = mcs_slices(&m.client, ns, "web").await;
-        assert!(
-            !slices.is_empty(),
-            "{}: imported by the trial before",
-            m.id()
-        );
+        assert!(!slices.is_empty(), "{}: no imported slice", m.id());
         for slice in slices {
             let labels = slice.metadata.labels.unwrap();
             assert_eq!(
@@ -1291,29 +1247,29 @@ async fn clusterset_ip_slices_labelled(cs: &Clusterset) {
     }
 }
 
+/// `name`'s A records through `dns` become `want`, within [`WAIT`].
+async fn resolves_to(cluster: &Cluster, dns: &Running, name: &str, want: &[String]) {
+    cluster
+        .wait_for(&format!("{name} answers {want:?}"), WAIT, || async {
+            let got = resolve(dns, name, RecordType::A).await;
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        })
+        .await;
+}
+
 /// End to end: cluster1's clusterset-dns answers the name with cluster1's
 /// VIP, and the exporting cluster's ServiceExport is Valid, Ready and
 /// without conflict.
-async fn clusterset_ip_resolved(cs: &Clusterset) {
+async fn its_name_resolves_to_the_clusters_vip_and_the_export_is_valid_and_ready(cs: &Clusterset) {
     let (members, dns) = (&cs.members(), &cs.dns);
     let ns = WEB;
     let (a, b) = (&members[0], &members[1]);
-    let vip = import(&b.client, ns, "web").await.unwrap().spec.ips;
-    let vip4 = v4(&vip);
-    b.cluster
-        .wait_for(
-            "web.web.svc.clusterset.local answers cluster1's VIP",
-            WAIT,
-            || async {
-                let got = resolve(dns, "web.web.svc.clusterset.local.", RecordType::A).await;
-                if got == vip4 {
-                    Ok(())
-                } else {
-                    Err(format!("{got:?}, want {vip4:?}"))
-                }
-            },
-        )
-        .await;
+    let vip4 = v4(&cs.web().await[1].spec.ips);
+    resolves_to(b.cluster, dns, "web.web.svc.clusterset.local.", &vip4).await;
 
     let conditions = export_conditions(&a.client, ns, "web").await;
     for (type_, status, reason) in [
@@ -1331,10 +1287,12 @@ async fn clusterset_ip_resolved(cs: &Clusterset) {
     }
 }
 
-/// A5: scaling the source 2 → 3 moves the imported endpoints in cluster2.
-async fn clusterset_ip_scaled(cs: &Clusterset) {
+/// A5: scaling the source 2 → 3 moves the imported endpoints in cluster2
+/// (in a namespace of its own: the scenario's import keeps 2 endpoints).
+async fn scaling_its_source_moves_the_endpoints_everywhere(cs: &Clusterset) {
     let members = &cs.members();
-    let ns = WEB;
+    let ns = "web-scaled";
+    clusterset_ip_exported(members, ns).await;
     let a = &members[0];
     Api::<Deployment>::namespaced(a.client.clone(), ns)
         .patch(
@@ -1348,6 +1306,7 @@ async fn clusterset_ip_scaled(cs: &Clusterset) {
         .wait_deployment_ready(&a.client, ns, "web", 3)
         .await;
     let pods = v4(&pod_ips(&a.client, ns, "web").await);
+    assert_eq!(pods.len(), 3, "{pods:?}");
     let c = &members[2];
     c.cluster
         .wait_for("3 endpoints imported", WAIT, || async {
@@ -1362,10 +1321,14 @@ async fn clusterset_ip_scaled(cs: &Clusterset) {
 }
 
 /// A1, A13: unexported, the import, its slices and the name are gone
-/// everywhere within conformance's 20 s.
-async fn clusterset_ip_unexported(cs: &Clusterset) {
+/// everywhere within conformance's 20 s (in a namespace of its own, where
+/// the name resolved first).
+async fn unexporting_it_removes_the_import_its_slices_and_the_name_everywhere(cs: &Clusterset) {
     let (members, dns) = (&cs.members(), &cs.dns);
-    let ns = WEB;
+    let ns = "web-unexported";
+    let name = format!("web.{ns}.svc.clusterset.local.");
+    let imports = clusterset_ip_exported(members, ns).await;
+    resolves_to(members[1].cluster, dns, &name, &v4(&imports[1].spec.ips)).await;
     unexport(&members[0].client, ns, "web").await;
     for m in members {
         m.cluster
@@ -1384,22 +1347,12 @@ async fn clusterset_ip_unexported(cs: &Clusterset) {
             })
             .await;
     }
-    members[1]
-        .cluster
-        .wait_for("web.web.svc.clusterset.local gone", WAIT, || async {
-            let got = resolve(dns, "web.web.svc.clusterset.local.", RecordType::A).await;
-            if got.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("{got:?}"))
-            }
-        })
-        .await;
+    resolves_to(members[1].cluster, dns, &name, &[]).await;
 }
 
 /// A StatefulSet behind a headless Service, exported from cluster0 and
 /// cluster2: cluster1's clusterset-dns answers the per-pod names of both.
-async fn headless_service(cs: &Clusterset) {
+async fn headless_per_pod_names_resolve_for_every_exporter(cs: &Clusterset) {
     let (members, dns) = (&cs.members(), &cs.dns);
     let ns = "db";
     for m in members {
@@ -1479,7 +1432,9 @@ async fn headless_service(cs: &Clusterset) {
 }
 
 /// A9, A10: ExternalName and a missing Service.
-async fn invalid_exports(cs: &Clusterset) {
+async fn an_externalname_or_missing_service_is_not_imported_until_a_service_appears(
+    cs: &Clusterset,
+) {
     let members = &cs.members();
     let ns = "invalid";
     for m in members {
@@ -1539,15 +1494,14 @@ async fn invalid_exports(cs: &Clusterset) {
     }
 }
 
-/// The namespace of the port-conflict trials: `hello` exported from
-/// cluster0 with port `tcp` 42, then from cluster2 with 43.
+/// The namespace of the port-conflict scenario ([`Clusterset::conflict`]).
 const CONFLICT: &str = "conflict";
 
-/// A7, C2: both exporters write the same Conflict condition, naming the
-/// oldest export's cluster.
-async fn port_conflict_conditions(cs: &Clusterset) {
-    let members = &cs.members();
-    let ns = CONFLICT;
+/// Namespace `ns` everywhere, and `hello` exported from cluster0 with
+/// port `tcp` 42, then (a second later: creation times have a resolution
+/// of one second) from cluster2 with 43; waits until every member imports
+/// it from both. What exists already is kept.
+async fn port_conflict_exported(members: &[Member<'_>], ns: &str) {
     for m in members {
         create_namespace(&m.client, ns).await;
     }
@@ -1562,7 +1516,6 @@ async fn port_conflict_conditions(cs: &Clusterset) {
     )
     .await;
     export(&a.client, ns, "hello").await;
-    // Creation timestamps have a resolution of one second.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     deploy(
         &c.client,
@@ -1574,21 +1527,32 @@ async fn port_conflict_conditions(cs: &Clusterset) {
     )
     .await;
     export(&c.client, ns, "hello").await;
+    imports_everywhere(members, ns, "hello", "imported from both", |import| {
+        let clusters: Vec<&str> = import
+            .status
+            .iter()
+            .flat_map(|s| s.clusters.iter().map(|c| c.cluster.as_str()))
+            .collect();
+        if clusters == ["cluster0", "cluster2"] {
+            Ok(())
+        } else {
+            Err(format!("clusters {clusters:?}"))
+        }
+    })
+    .await;
+}
 
+/// A7, C2: both exporters write the same Conflict condition, naming the
+/// oldest export's cluster.
+async fn a_port_conflict_is_written_alike_on_both_exporters_naming_the_oldest(cs: &Clusterset) {
+    let members = &cs.members();
+    let ns = CONFLICT;
+    cs.conflict().await;
+    let (a, c) = (&members[0], &members[2]);
     let mut messages = Vec::new();
     for exporter in [a, c] {
-        let conflict = exporter
-            .cluster
-            .wait_for("Conflict=True/PortConflict", WAIT, || async {
-                let conditions = export_conditions(&exporter.client, ns, "hello").await;
-                match condition(&conditions, "Conflict") {
-                    Some(c) if c.status == "True" && c.reason.contains("PortConflict") => {
-                        Ok(c.clone())
-                    }
-                    other => Err(format!("{other:?}")),
-                }
-            })
-            .await;
+        let conflict =
+            wait_export_condition(exporter, ns, "hello", "Conflict", "True", "PortConflict").await;
         messages.push((conflict.reason, conflict.message));
     }
     assert_eq!(
@@ -1604,27 +1568,17 @@ async fn port_conflict_conditions(cs: &Clusterset) {
 
 /// A7: every cluster imports the oldest's port in a byte-identical spec,
 /// and the loser's slices without the conflicting port.
-async fn port_conflict_imports(cs: &Clusterset) {
+async fn the_oldests_port_is_imported_alike_everywhere_and_the_losers_slices_lack_it(
+    cs: &Clusterset,
+) {
     let members = &cs.members();
     let ns = CONFLICT;
+    cs.conflict().await;
     let mut specs = BTreeMap::new();
     for m in members {
-        let import = m
-            .cluster
-            .wait_for("import of both exporters", WAIT, || async {
-                let import = import(&m.client, ns, "hello").await.ok_or("no import")?;
-                let clusters: Vec<String> = import
-                    .status
-                    .iter()
-                    .flat_map(|s| s.clusters.iter().map(|c| c.cluster.clone()))
-                    .collect();
-                if clusters == ["cluster0", "cluster2"] {
-                    Ok(import)
-                } else {
-                    Err(format!("clusters {clusters:?}"))
-                }
-            })
-            .await;
+        let import = import(&m.client, ns, "hello")
+            .await
+            .unwrap_or_else(|| panic!("{}: the scenario's import is gone", m.id()));
         assert_eq!(
             import.spec.ports.iter().map(|p| p.port).collect::<Vec<_>>(),
             [42],
@@ -1678,25 +1632,36 @@ async fn port_conflict_imports(cs: &Clusterset) {
 }
 
 /// `/explain` on a cluster that only imports names the exporters, the
-/// winner, the conflict and who lost the port.
-async fn port_conflict_explained(cs: &Clusterset) {
+/// winner, the conflict and who lost the port, once it has converged (no
+/// write pending).
+async fn explain_names_the_exporters_the_winner_and_who_lost_the_port(cs: &Clusterset) {
     let members = &cs.members();
     let ns = CONFLICT;
-    // /explain on a cluster that only imports: exporters, winner, conflict.
+    cs.conflict().await;
     let b = &members[1];
-    let explained: serde_json::Value = serde_json::from_str(
-        &http_get(
-            b.controller.admin_port(),
-            &format!("/explain?service={ns}/hello"),
+    let explained = b
+        .cluster
+        .wait_for(
+            "/explain on cluster1: both exporters, no write pending",
+            WAIT,
+            || async {
+                let (status, body) = http_get(
+                    b.controller.admin_addr(),
+                    &format!("/explain?service={ns}/hello"),
+                )
+                .await;
+                let explained: serde_json::Value =
+                    serde_json::from_str(&body).map_err(|e| format!("{status} {body:?}: {e}"))?;
+                if explained["exporters"] == json!(["cluster0", "cluster2"])
+                    && explained["pending_writes"] == json!([])
+                {
+                    Ok(explained)
+                } else {
+                    Err(format!("{explained:#}"))
+                }
+            },
         )
-        .await,
-    )
-    .expect("/explain answers JSON");
-    assert_eq!(
-        explained["exporters"],
-        json!(["cluster0", "cluster2"]),
-        "{explained:#}"
-    );
+        .await;
     assert_eq!(explained["winner"], json!("cluster0"));
     assert!(
         explained["conflict"]["reason"]
@@ -1723,19 +1688,19 @@ async fn port_conflict_explained(cs: &Clusterset) {
         json!(["cluster2"]),
         "{explained:#}"
     );
-    assert_eq!(
-        explained["pending_writes"],
-        json!([]),
-        "converged: {explained:#}"
-    );
 }
 
 /// A2, D3, D4: the oldest unexports; the import takes the other's port
-/// and the conflict clears; the last unexport removes the import.
-async fn port_conflict_cleared(cs: &Clusterset) {
+/// and the conflict clears; the last unexport removes the import (in a
+/// namespace of its own, where the conflict was seen first).
+async fn when_the_oldest_unexports_the_conflict_clears_and_the_last_unexport_removes_the_import(
+    cs: &Clusterset,
+) {
     let members = &cs.members();
-    let ns = CONFLICT;
+    let ns = "conflict-cleared";
+    port_conflict_exported(members, ns).await;
     let (a, c) = (&members[0], &members[2]);
+    wait_export_condition(c, ns, "hello", "Conflict", "True", "PortConflict").await;
     // A2, D4: the oldest unexports; the import stays (cluster2 still
     // exports), takes cluster2's port, and the conflict clears.
     unexport(&a.client, ns, "hello").await;
@@ -1774,7 +1739,6 @@ async fn port_conflict_cleared(cs: &Clusterset) {
     }
 }
 
-/// C13: after convergence, no input change means no write.
 /// Each endpoint's (source cluster, zone, zone hints) in `slices`, sorted;
 /// `None` hints for an endpoint without any.
 fn zone_hints(slices: &[EndpointSlice]) -> Vec<(String, Option<String>, Option<Vec<String>>)> {
@@ -1811,7 +1775,7 @@ fn zone_hints(slices: &[EndpointSlice]) -> Vec<(String, Option<String>, Option<V
 /// of cluster0's Nodes, nobody else's; cluster2, which does not export,
 /// sends everywhere (`/explain`). A Node leaving takes its zone out of the
 /// hints. The import spreads again when the field is removed.
-async fn local_first_hints(cs: &Clusterset) {
+async fn a_local_first_import_hints_every_slice_for_this_clusters_zones(cs: &Clusterset) {
     use k8s_openapi::api::core::v1::Node;
     let (members, ns) = (&cs.members(), "nearby");
     for m in members {
@@ -1907,9 +1871,9 @@ async fn local_first_hints(cs: &Clusterset) {
         })
         .await;
     let explained = |m: &Member<'_>| {
-        let port = m.controller.admin_port();
+        let admin = m.controller.admin_addr();
         async move {
-            let body = http_get(port, "/explain?service=nearby/api").await;
+            let (_, body) = http_get(admin, "/explain?service=nearby/api").await;
             serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default()
         }
     };
@@ -1974,7 +1938,8 @@ async fn local_first_hints(cs: &Clusterset) {
     }
 }
 
-async fn idle(cs: &Clusterset) {
+/// C13: after convergence, no input change means no write.
+async fn a_converged_clusterset_makes_no_writes(cs: &Clusterset) {
     let members = &cs.members();
     writes_settled(members).await;
     let mut before = Vec::new();
@@ -2054,7 +2019,7 @@ async fn reader_account(cluster: &Cluster, name: &str) -> String {
 /// C9: rotating cluster0's credentials on cluster1 (a new token in the
 /// Secret, then the old account deleted, which invalidates the old token)
 /// never drops what cluster1 imports from cluster0, and causes no write.
-async fn credentials_rotated(cs: &Clusterset) {
+async fn rotating_peer_credentials_drops_nothing_and_writes_nothing(cs: &Clusterset) {
     let members = &cs.members();
     let ns = "rotation";
     let (a, b) = (&members[0], &members[1]);
@@ -2123,7 +2088,7 @@ async fn credentials_rotated(cs: &Clusterset) {
 /// C8 (and C5 for a 403): cluster0 revokes the peers' read access; within
 /// the grace period cluster1 keeps what cluster0 exports and reports the
 /// peer down; access restored, the peer is up again without a single write.
-async fn peer_forbidden_within_grace(cs: &Clusterset) {
+async fn a_peer_forbidden_within_grace_is_kept_and_back_without_writes(cs: &Clusterset) {
     let members = &cs.members();
     use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
     let ns = "forbidden";
@@ -2222,7 +2187,7 @@ async fn export_api(members: &[Member<'_>], ns: &str) {
 /// C10: deleting cluster0's Secret in cluster1 drops what cluster0
 /// exports from cluster1 at once (no grace period: the operator removed the
 /// peer); recreating it imports it again. The other clusters are untouched.
-async fn peer_secret_removed(cs: &Clusterset) {
+async fn a_removed_peer_secret_drops_its_imports_at_once(cs: &Clusterset) {
     let members = &cs.members();
     let ns = "membership";
     let (a, b, c) = (&members[0], &members[1], &members[2]);

@@ -23,8 +23,8 @@ mod controlplane;
 mod support;
 mod toxiproxy;
 
-use support::trials::{self, Behaviour};
-use support::{import, object};
+use support::trials::{self, behaviours, standalone};
+use support::{http_get, import, object};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -49,69 +49,22 @@ use clusterset_dns::controller::naming::MANAGED_BY;
 fn main() {
     let args = trials::serial_arguments();
     let runtime = trials::runtime();
-    let peer_loss: Vec<(&str, Behaviour<Mesh>)> = vec![
-        ("a_peer_restarted_within_grace_causes_no_write", |mesh| {
-            Box::pin(restart_within_grace(mesh))
-        }),
-        (
-            "a_stopped_peer_is_kept_for_the_grace_period_then_dropped_and_back_once_started",
-            |mesh| Box::pin(apiserver_stopped(mesh)),
-        ),
-        (
-            "a_hung_peer_is_noticed_by_the_probe_and_dropped_after_grace",
-            |mesh| Box::pin(apiserver_hung(mesh)),
-        ),
-        (
-            "a_controller_restarted_while_its_peer_is_down_keeps_it_until_the_lease_grace_ends",
-            |mesh| Box::pin(controller_restarted_while_peer_down(mesh)),
-        ),
+    let peer_loss = behaviours![
+        a_peer_restarted_within_grace_causes_no_write,
+        a_stopped_peer_is_kept_for_the_grace_period_then_dropped_and_back_once_started,
+        a_hung_peer_is_noticed_by_the_probe_and_dropped_after_grace,
+        a_controller_restarted_while_its_peer_is_down_keeps_it_until_the_lease_grace_ends,
     ];
-    let misconfiguration: Vec<(&str, Behaviour<Mesh>)> = vec![
-        (
-            "refused_peer_secrets_get_an_event_and_a_metric_and_cause_no_write",
-            |mesh| Box::pin(refused_peers(mesh)),
-        ),
-        (
-            "a_peer_kubeconfig_with_a_plugin_or_a_token_file_is_refused_before_anything_runs_or_is_sent",
-            |mesh| Box::pin(not_inline_kubeconfigs(mesh)),
-        ),
-        (
-            "exports_in_denied_namespaces_are_imported_nowhere",
-            |mesh| Box::pin(denied_namespace(mesh)),
-        ),
-        ("a_namespace_created_late_gets_its_import", |mesh| {
-            Box::pin(missing_namespace(mesh))
-        }),
-        ("deleted_imported_objects_are_recreated", |mesh| {
-            Box::pin(deleted_objects_recreated(mesh))
-        }),
-        (
-            "orphaned_slices_are_swept_when_the_controller_starts",
-            |mesh| Box::pin(orphan_sweep(mesh)),
-        ),
-        (
-            "exports_beyond_the_peer_limit_are_counted_and_not_imported",
-            |mesh| Box::pin(peer_limit(mesh)),
-        ),
-        (
-            "one_of_two_controllers_leads_and_the_standby_takes_over_when_it_dies",
-            |mesh| Box::pin(leader_election(mesh)),
-        ),
+    let misconfiguration = behaviours![
+        refused_peer_secrets_get_an_event_and_a_metric_and_cause_no_write,
+        a_peer_kubeconfig_with_a_plugin_or_a_token_file_is_refused_before_anything_runs_or_is_sent,
+        exports_in_denied_namespaces_are_imported_nowhere,
+        a_namespace_created_late_gets_its_import,
+        deleted_imported_objects_are_recreated,
+        orphaned_slices_are_swept_when_the_controller_starts,
+        exports_beyond_the_peer_limit_are_counted_and_not_imported,
+        one_of_two_controllers_leads_and_the_standby_takes_over_when_it_dies,
     ];
-    let proxy: Vec<(&str, Behaviour<()>)> = vec![(
-        "a_peer_behind_a_proxy_that_drops_traffic_is_dropped_after_grace_and_back_after",
-        |_| {
-            Box::pin(
-                a_peer_behind_a_proxy_that_drops_traffic_is_dropped_after_grace_and_back_after(),
-            )
-        },
-    )];
-    let fenced: Vec<(&str, Behaviour<()>)> = vec![(
-        "a_leader_cut_off_from_its_apiserver_stops_by_its_deadline_and_the_standby_takes_over",
-        |_| {
-            Box::pin(a_leader_cut_off_from_its_apiserver_stops_by_its_deadline_and_the_standby_takes_over())
-        },
-    )];
     let mut all = trials::group(&args, &runtime, || Box::pin(peer_loss_mesh()), peer_loss);
     all.extend(trials::group(
         &args,
@@ -119,13 +72,11 @@ fn main() {
         || Box::pin(misconfiguration_mesh()),
         misconfiguration,
     ));
-    all.extend(trials::group(&args, &runtime, || Box::pin(async {}), proxy));
-    all.extend(trials::group(
-        &args,
-        &runtime,
-        || Box::pin(async {}),
-        fenced,
-    ));
+    // Each on a mesh of its own.
+    all.extend(trials::alone(standalone![
+        a_peer_behind_a_proxy_that_drops_traffic_is_dropped_after_grace_and_back_after,
+        a_leader_cut_off_from_its_apiserver_stops_by_its_deadline_and_the_standby_takes_over,
+    ]));
     let conclusion = libtest_mimic::run(&args, all);
     drop(runtime);
     conclusion.exit();
@@ -140,36 +91,10 @@ const WAIT: Duration = Duration::from_secs(20);
 const NS: &str = "mesh";
 const WRITES: &str = "clusterset_dns_controller_writes_total";
 
-/// `GET path` on the admin port: (status code, body); (0, "") when it does
-/// not answer.
-async fn http(port: u16, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
-        return (0, String::new());
-    };
-    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).await.is_err() {
-        return (0, String::new());
-    }
-    let mut response = String::new();
-    let _ =
-        tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut response)).await;
-    let code = response
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    (code, body)
-}
-
 /// The sum of the samples whose line starts with `prefix` (a metric name,
 /// optionally with the start of its labels: `name{peer="cluster0"`).
 async fn metric(controller: &ControllerProcess, prefix: &str) -> f64 {
-    let (_, body) = http(controller.admin_port(), "/metrics").await;
+    let (_, body) = http_get(controller.admin_addr(), "/metrics").await;
     body.lines()
         .filter(|l| l.starts_with(prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -180,45 +105,12 @@ fn peer_up(peer: &str) -> String {
     format!("clusterset_dns_controller_peer_up{{peer=\"{peer}\"}}")
 }
 
-/// A ClusterIP Service without a selector, a source EndpointSlice as the
-/// in-tree controller would write it (one ready endpoint at `ip`), and a
-/// ServiceExport.
+/// A ClusterIP Service `ns/name` without a selector (port `http` 80), its
+/// source EndpointSlice (one ready endpoint at `ip`) and its ServiceExport
+/// ([`controlplane::export_selectorless`]).
 async fn export_service(client: &Client, ns: &str, name: &str, ip: &str) {
-    Api::<Service>::namespaced(client.clone(), ns)
-        .create(
-            &PostParams::default(),
-            &object(json!({
-                "metadata": {"name": name},
-                "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
-            })),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("Service {ns}/{name}: {e}"));
-    Api::<EndpointSlice>::namespaced(client.clone(), ns)
-        .create(
-            &PostParams::default(),
-            &object(json!({
-                "metadata": {
-                    "name": format!("{name}-src"),
-                    "labels": {
-                        LABEL_KUBERNETES_SERVICE_NAME: name,
-                        LABEL_MANAGED_BY: "endpointslice-controller.k8s.io",
-                    },
-                },
-                "addressType": "IPv4",
-                "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
-                "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-            })),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("EndpointSlice {ns}/{name}-src: {e}"));
-    Api::<ServiceExport>::namespaced(client.clone(), ns)
-        .create(
-            &PostParams::default(),
-            &object(json!({"metadata": {"name": name}})),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("ServiceExport {ns}/{name}: {e}"));
+    let ports = json!([{"name": "http", "port": 80, "protocol": "TCP"}]);
+    controlplane::export_selectorless(client, ns, name, ports, &[ip]).await;
 }
 
 fn import_clusters(import: &ServiceImport) -> Vec<String> {
@@ -390,7 +282,7 @@ impl Mesh {
             Duration::from_secs(60),
             || async {
                 controller.assert_running();
-                match http(controller.admin_port(), "/ready").await {
+                match http_get(controller.admin_addr(), "/ready").await {
                     (200, _) => Ok(()),
                     (code, body) => Err(format!("{code} {body:?}")),
                 }
@@ -431,7 +323,7 @@ impl Mesh {
             &format!("{}: {name} = {want}", self.id(i)),
             timeout,
             || async {
-                let (_, body) = http(controller.admin_port(), "/metrics").await;
+                let (_, body) = http_get(controller.admin_addr(), "/metrics").await;
                 let line = body.lines().find(|l| l.starts_with(&name));
                 match line.and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok()) {
                     Some(v) if v == want => Ok(()),
@@ -592,9 +484,12 @@ async fn peer_loss_mesh() -> Mesh {
 }
 
 impl Mesh {
-    /// What a peer-loss trial starts from, whatever the one before left:
-    /// cluster0's apiserver running (resumed or started), every controller
-    /// running, and clusters 1 and 2 importing cluster0's services.
+    /// What a peer-loss trial starts from, whatever the one before left
+    /// (or right after the mesh started, run alone): cluster0's apiserver
+    /// running (resumed or started), every controller running, clusters 1
+    /// and 2 importing cluster0's services and seeing cluster0 up. A peer
+    /// is within its grace period only once a controller has seen it up
+    /// (`last_seen`): one lost before its first probe is dropped at once.
     async fn with_cluster0_back(&mut self) {
         if self.plane.apiservers[0].pid().is_some() {
             self.plane.apiservers[0].signal("CONT");
@@ -603,6 +498,9 @@ impl Mesh {
         }
         self.controllers_running().await;
         wait_with_a(self, "the trial's start", Duration::from_secs(45)).await;
+        for i in [1, 2] {
+            self.wait_peer_up(i, 0, true, WAIT).await;
+        }
     }
 
     /// Every cluster that runs a controller runs one again (a trial before
@@ -622,7 +520,7 @@ impl Mesh {
 
 /// C5: cluster0's apiserver restarts within the grace period: clusters 1
 /// and 2 notice (peer_up 0) but write nothing, not even a resourceVersion.
-async fn restart_within_grace(mesh: &mut Mesh) {
+async fn a_peer_restarted_within_grace_causes_no_write(mesh: &mut Mesh) {
     mesh.with_cluster0_back().await;
     for i in [1, 2] {
         mesh.settle(i).await;
@@ -669,7 +567,9 @@ async fn restart_within_grace(mesh: &mut Mesh) {
 /// its part of every import for the grace period, then drop them (a
 /// ServiceImport only cluster0 exported is deleted); restarted, everything
 /// comes back.
-async fn apiserver_stopped(mesh: &mut Mesh) {
+async fn a_stopped_peer_is_kept_for_the_grace_period_then_dropped_and_back_once_started(
+    mesh: &mut Mesh,
+) {
     mesh.with_cluster0_back().await;
     let stopped = Instant::now();
     let stopped_at = SystemTime::now();
@@ -695,11 +595,8 @@ async fn apiserver_stopped(mesh: &mut Mesh) {
 
 /// C4: cluster0's apiserver hangs (SIGSTOP): connections stay open and
 /// nothing errors, so only the probe can notice; the rest is C3.
-async fn apiserver_hung(mesh: &mut Mesh) {
+async fn a_hung_peer_is_noticed_by_the_probe_and_dropped_after_grace(mesh: &mut Mesh) {
     mesh.with_cluster0_back().await;
-    for i in [1, 2] {
-        mesh.wait_peer_up(i, 0, true, WAIT).await;
-    }
     let stopped = Instant::now();
     mesh.plane.apiservers[0].signal("STOP");
     // Probe every 2 s with a 3 s timeout, metrics refreshed every second.
@@ -719,11 +616,10 @@ async fn apiserver_hung(mesh: &mut Mesh) {
 /// C6: cluster1's controller restarts while cluster0 is down and its Lease
 /// is fresh: nothing of cluster0's is deleted in cluster1, and it is ready;
 /// once the Lease's grace has passed, cluster0's services go.
-async fn controller_restarted_while_peer_down(mesh: &mut Mesh) {
+async fn a_controller_restarted_while_its_peer_is_down_keeps_it_until_the_lease_grace_ends(
+    mesh: &mut Mesh,
+) {
     mesh.with_cluster0_back().await;
-    for i in [1, 2] {
-        mesh.wait_peer_up(i, 0, true, WAIT).await;
-    }
     mesh.settle(1).await;
     mesh.plane.apiservers[0].stop();
     mesh.wait_peer_up(1, 0, false, Duration::from_secs(8)).await;
@@ -816,7 +712,7 @@ async fn misconfiguration_mesh() -> Mesh {
 /// C11: in cluster1, Secrets naming cluster1 itself, cluster0 a second time,
 /// cluster3 (another clusterset) and an invalid kubeconfig are each refused:
 /// a Warning Event on the Secret, the metric, and no write.
-async fn refused_peers(mesh: &mut Mesh) {
+async fn refused_peer_secrets_get_an_event_and_a_metric_and_cause_no_write(mesh: &mut Mesh) {
     mesh.controllers_running().await;
     let b = mesh.client(1);
     export_service(mesh.client(3), NS, "elsewhere", "10.203.0.5").await;
@@ -892,7 +788,7 @@ async fn refused_peers(mesh: &mut Mesh) {
             "C11: Lease {name} for a refused peer"
         );
     }
-    assert_eq!(http(controller.admin_port(), "/ready").await.0, 200);
+    assert_eq!(http_get(controller.admin_addr(), "/ready").await.0, 200);
     for (peer, _, _) in &cases {
         controlplane::remove_peer_secret(b, peer).await;
     }
@@ -904,7 +800,9 @@ async fn refused_peers(mesh: &mut Mesh) {
 /// are refused as InvalidKubeconfig, naming the field, in the Event, the
 /// metric and `peer list`; the plugin never runs, the listener never sees
 /// a connection (nor from `peer list`, which reads the Secrets too).
-async fn not_inline_kubeconfigs(mesh: &mut Mesh) {
+async fn a_peer_kubeconfig_with_a_plugin_or_a_token_file_is_refused_before_anything_runs_or_is_sent(
+    mesh: &mut Mesh,
+) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     mesh.controllers_running().await;
@@ -1038,7 +936,7 @@ async fn not_inline_kubeconfigs(mesh: &mut Mesh) {
 /// C15: exports in kube-system (denied by default) and in a namespace
 /// matching `--deny-namespaces` are imported nowhere, and their status is
 /// not written.
-async fn denied_namespace(mesh: &mut Mesh) {
+async fn exports_in_denied_namespaces_are_imported_nowhere(mesh: &mut Mesh) {
     mesh.controllers_running().await;
     // kube-* and secret-team by --deny-namespaces; the controller's own
     // namespace always (issue 31).
@@ -1090,7 +988,7 @@ async fn denied_namespace(mesh: &mut Mesh) {
 
 /// C14: a namespace missing in cluster2 gets no ServiceImport there; once
 /// created, the service is imported within 20 s.
-async fn missing_namespace(mesh: &mut Mesh) {
+async fn a_namespace_created_late_gets_its_import(mesh: &mut Mesh) {
     mesh.controllers_running().await;
     let ns = "late";
     for i in [0, 1] {
@@ -1128,7 +1026,7 @@ async fn missing_namespace(mesh: &mut Mesh) {
 
 /// C16: an imported slice deleted in cluster1 and the ServiceImport deleted
 /// in cluster2 come back promptly, their owned objects re-owned.
-async fn deleted_objects_recreated(mesh: &mut Mesh) {
+async fn deleted_imported_objects_are_recreated(mesh: &mut Mesh) {
     mesh.controllers_running().await;
     let prompt = Duration::from_secs(10);
     let b = mesh.client(1);
@@ -1187,7 +1085,7 @@ async fn deleted_objects_recreated(mesh: &mut Mesh) {
 /// previous controller wrote them) whose source does not exist, created
 /// while cluster1's controller is stopped, are deleted when it starts. One
 /// with our label but no owner is not ours and stays (issue 31).
-async fn orphan_sweep(mesh: &mut Mesh) {
+async fn orphaned_slices_are_swept_when_the_controller_starts(mesh: &mut Mesh) {
     mesh.controllers_running().await;
     mesh.settle(1).await;
     mesh.controllers[1].take().unwrap().kill();
@@ -1299,7 +1197,7 @@ async fn orphan_sweep(mesh: &mut Mesh) {
 /// with `--peer-max-exports` at cluster0's current number of exports,
 /// imports none of cluster0's next exports (while cluster2 does), counts
 /// them, and keeps importing what it had.
-async fn peer_limit(mesh: &mut Mesh) {
+async fn exports_beyond_the_peer_limit_are_counted_and_not_imported(mesh: &mut Mesh) {
     mesh.controllers_running().await;
     let exports = Api::<ServiceExport>::all(mesh.client(0).clone())
         .list(&ListParams::default())
@@ -1358,7 +1256,7 @@ async fn peer_limit(mesh: &mut Mesh) {
 /// C18: two controllers for cluster1 with leader election: one leads and
 /// writes, the other is a standby (not ready, no writes); killing the
 /// leader hands over within ~20 s and the new leader keeps importing.
-async fn leader_election(mesh: &mut Mesh) {
+async fn one_of_two_controllers_leads_and_the_standby_takes_over_when_it_dies(mesh: &mut Mesh) {
     mesh.controllers_running().await;
     mesh.controllers[1].take().unwrap().kill();
     let replicas = [
@@ -1377,7 +1275,7 @@ async fn leader_election(mesh: &mut Mesh) {
                 }
             }
             match leading.as_slice() {
-                [n] if http(replicas[*n].admin_port(), "/ready").await.0 == 200 => Ok(*n),
+                [n] if http_get(replicas[*n].admin_addr(), "/ready").await.0 == 200 => Ok(*n),
                 _ => Err(format!("leading: {leading:?}")),
             }
         },
@@ -1403,7 +1301,7 @@ async fn leader_election(mesh: &mut Mesh) {
         metric(&replicas[standby], "clusterset_dns_controller_leader").await,
         0.0
     );
-    let (code, body) = http(replicas[standby].admin_port(), "/ready").await;
+    let (code, body) = http_get(replicas[standby].admin_addr(), "/ready").await;
     assert_eq!(code, 503, "C18: standby /ready: {body}");
 
     replicas[leader].kill();
@@ -1415,7 +1313,7 @@ async fn leader_election(mesh: &mut Mesh) {
         || async {
             new.assert_running();
             let leading = metric(new, "clusterset_dns_controller_leader").await;
-            match http(new.admin_port(), "/ready").await {
+            match http_get(new.admin_addr(), "/ready").await {
                 (200, _) if leading == 1.0 => Ok(()),
                 (code, body) => Err(format!("leader {leading}, /ready {code} {body:?}")),
             }
@@ -1449,25 +1347,8 @@ async fn leader_election(mesh: &mut Mesh) {
 /// once the proxy heals, cluster1 imports them again.
 async fn a_peer_behind_a_proxy_that_drops_traffic_is_dropped_after_grace_and_back_after() {
     let t0 = Instant::now();
-    let grace = format!("{}s", GRACE.as_secs());
-    let mesh = Mesh::start(
-        &["test"; 3],
-        3,
-        &[
-            "--peer-grace-period",
-            &grace,
-            "--startup-sync-timeout",
-            "5s",
-        ],
-    )
-    .await;
-    for i in 0..3 {
-        create_namespace(mesh.client(i), NS).await;
-    }
-    export_service(mesh.client(0), NS, "only-a", "10.200.0.10").await;
-    export_service(mesh.client(0), NS, "shared", "10.200.0.11").await;
-    export_service(mesh.client(2), NS, "shared", "10.202.0.11").await;
-    wait_with_a(&mesh, "start", WAIT).await;
+    // A mesh like the peer-loss one, of its own.
+    let mesh = peer_loss_mesh().await;
 
     let toxiproxy = toxiproxy::Toxiproxy::start(&mesh.plane.dir().join("toxiproxy.log")).await;
     let url = mesh.plane.apiservers[0].url.clone();
@@ -1581,7 +1462,7 @@ async fn a_leader_cut_off_from_its_apiserver_stops_by_its_deadline_and_the_stand
         Duration::from_secs(60),
         || async {
             leader.assert_running();
-            match http(leader.admin_port(), "/ready").await {
+            match http_get(leader.admin_addr(), "/ready").await {
                 (200, _) => Ok(()),
                 (code, body) => Err(format!("/ready {code} {body:?}")),
             }
@@ -1594,7 +1475,7 @@ async fn a_leader_cut_off_from_its_apiserver_stops_by_its_deadline_and_the_stand
         Duration::from_secs(30),
         || async {
             standby.assert_running();
-            match http(standby.admin_port(), "/ready").await {
+            match http_get(standby.admin_addr(), "/ready").await {
                 (503, _) => Ok(()),
                 (code, body) => Err(format!("/ready {code} {body:?}")),
             }
@@ -1641,7 +1522,7 @@ async fn a_leader_cut_off_from_its_apiserver_stops_by_its_deadline_and_the_stand
         LEASE_DURATION + RETRY_EVERY + Duration::from_secs(3),
         || async {
             standby.assert_running();
-            match http(standby.admin_port(), "/ready").await {
+            match http_get(standby.admin_addr(), "/ready").await {
                 (200, _) => Ok(()),
                 (code, body) => Err(format!("/ready {code} {body:?}")),
             }

@@ -9,34 +9,22 @@
 //! `cargo test --features testenv`). A missing binary fails the tests with
 //! the command that builds it (`tests/controlplane`).
 
-mod common;
 mod controlplane;
+mod dns_server;
 mod support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use clusterset_dns::app::{self, Running};
-use clusterset_dns::config::{Config, ServeArgs};
-use common::{Transport, exchange, query, sorted};
+use clusterset_dns::app::Running;
+
 use controlplane::{ControlPlane, CoreDns};
+use dns_server::{Transport, exchange, query, sorted};
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::RecordType;
 use tokio::time::Instant;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-async fn start_dns(kubeconfig: &std::path::Path) -> Running {
-    common::init_tracing();
-    let args = ServeArgs {
-        kubeconfig: Some(kubeconfig.to_path_buf()),
-        dns_listen: Some("127.0.0.1:0".parse().unwrap()),
-        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-        udp_workers: Some(1),
-        ..Default::default()
-    };
-    app::start(&Config::resolve(&args).unwrap()).await.unwrap()
-}
 
 /// Waits until `server` answers `name` A with NOERROR and an answer.
 async fn wait_answering(
@@ -47,8 +35,8 @@ async fn wait_answering(
 ) {
     let start = Instant::now();
     loop {
-        if let Some(bytes) = probe(server, &common::encode(&query(name, RecordType::A))).await {
-            let response = common::decode(&bytes, what);
+        if let Some(bytes) = probe(server, &dns_server::encode(&query(name, RecordType::A))).await {
+            let response = dns_server::decode(&bytes, what);
             if response.metadata.response_code == ResponseCode::NoError
                 && !response.answers.is_empty()
             {
@@ -66,7 +54,7 @@ async fn wait_answering(
 
 /// One UDP exchange that tolerates a server that is not listening yet.
 async fn probe(server: std::net::SocketAddr, bytes: &[u8]) -> Option<Vec<u8>> {
-    let socket = common::client_udp_socket(server).await;
+    let socket = dns_server::client_udp_socket(server).await;
     socket.send(bytes).await.ok()?;
     let mut buf = vec![0u8; 65535];
     let n = tokio::time::timeout(Duration::from_millis(500), socket.recv(&mut buf))
@@ -169,9 +157,9 @@ async fn example_cluster() -> (ControlPlane, Running) {
     let plane = ControlPlane::start(1).await;
     let api = &plane.apiservers[0];
     let client = api.admin_client().await;
-    let example = std::fs::read_to_string(common::repo_path(common::EXAMPLE)).unwrap();
+    let example = std::fs::read_to_string(dns_server::repo_path(dns_server::EXAMPLE)).unwrap();
     controlplane::apply_manifest(&client, &example).await;
-    let ours = start_dns(&api.admin_kubeconfig).await;
+    let ours = dns_server::start_dns(&api.admin_kubeconfig, |_| {}).await;
     (plane, ours)
 }
 
@@ -201,7 +189,7 @@ async fn answers_match_coredns_multicluster_except_documented_deviations() {
 
     let mut differences = BTreeMap::new();
     for (name, rtype) in queries() {
-        let q = common::query_edns(&name, rtype, 1232, 0);
+        let q = dns_server::query_edns(&name, rtype, 1232, 0);
         let a = summary(&exchange(ours.dns_addr(), Transport::Udp, &q).await);
         let b = summary(&exchange(coredns.addr, Transport::Udp, &q).await);
         if a != b {
@@ -233,7 +221,7 @@ async fn answers_match_coredns_multicluster_except_documented_deviations() {
 /// first cell is `<name> <TYPE>` in backticks.
 fn documented_deviations() -> BTreeMap<&'static str, ()> {
     let text: &'static str = Box::leak(
-        std::fs::read_to_string(common::repo_path("docs/coredns.md"))
+        std::fs::read_to_string(dns_server::repo_path("docs/coredns.md"))
             .unwrap()
             .into_boxed_str(),
     );

@@ -11,8 +11,8 @@
 //!
 //! Tier 2: needs the Go-built coredns, hence the `testenv` feature.
 
-mod common;
 mod controlplane;
+mod dns_server;
 mod markdown;
 mod support;
 
@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Options, TestServer};
+use dns_server::{Options, TestServer};
 use hickory_proto::rr::RecordType;
 use markdown::Block;
 
@@ -187,7 +187,7 @@ impl CoreDns {
 async fn resolve_through(server: SocketAddr, name: &str, log: impl Fn() -> String) -> Vec<String> {
     let start = Instant::now();
     loop {
-        let answers = common::answers(server, name, RecordType::A).await;
+        let answers = dns_server::answers(server, name, RecordType::A).await;
         if !answers.is_empty() {
             return answers;
         }
@@ -266,7 +266,7 @@ fn corefile_server_blocks_appear_only_in_corefile_fences() {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_corefile_snippet_starts_in_coredns_and_forwards_to_clusterset_dns() {
     let t0 = Instant::now();
-    let server = TestServer::from_file(common::EXAMPLE, Options::fast_path(true)).await;
+    let server = TestServer::from_file(dns_server::EXAMPLE, Options::fast_path(true)).await;
     let all = snippets();
     assert!(!all.is_empty());
     for block in &all {

@@ -5,13 +5,13 @@
 //! or the controller's registry renders, a histogram's `_bucket`, `_sum` or
 //! `_count` included. The dashboard also has to show what it is for.
 
-mod common;
+mod dns_server;
 mod support;
 
 use std::collections::BTreeSet;
 
 use clusterset_dns::controller::metrics::ControllerMetrics;
-use common::{EXAMPLE, Options, TestServer, http_get};
+use dns_server::{EXAMPLE, Options, TestServer};
 
 const DASHBOARD: &str = "deploy/grafana/clusterset-dns.json";
 
@@ -177,7 +177,7 @@ fn exposed_names(text: &str) -> BTreeSet<String> {
 
 /// Every `expr` of every panel target, with the panel's title.
 fn dashboard_queries() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(common::repo_path(DASHBOARD)).expect("read dashboard");
+    let text = std::fs::read_to_string(dns_server::repo_path(DASHBOARD)).expect("read dashboard");
     let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard is JSON");
     let mut queries = Vec::new();
     let mut panels: Vec<&serde_json::Value> = dashboard["panels"]
@@ -205,7 +205,7 @@ fn dashboard_queries() -> Vec<(String, String)> {
 /// controller's registry (catalog and rendered types).
 async fn exported_names() -> BTreeSet<String> {
     let server = TestServer::from_file(EXAMPLE, Options::fast_path(true)).await;
-    let scraped = http_get(server.admin(), "/metrics").await;
+    let scraped = support::http_ok(server.admin(), "/metrics").await;
     let mut names = exposed_names(&scraped);
     assert!(
         names.contains("clusterset_dns_responses_total")

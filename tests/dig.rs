@@ -4,13 +4,13 @@
 //! status, flags and answer records. CI installs both tools; a missing tool
 //! fails the test instead of skipping it.
 
-mod common;
+mod dns_server;
 mod support;
 
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{EXAMPLE, Options, TestServer, within};
+use dns_server::{EXAMPLE, Options, TestServer, within};
 use tokio::process::Command;
 
 /// How long one tool run may take.

@@ -4,10 +4,10 @@
 //! server. Records are zone-file lines; sections are compared sorted, names
 //! case-insensitively, the SOA serial masked.
 
-mod common;
+mod dns_server;
 mod support;
 
-use common::{
+use dns_server::{
     EXAMPLE, Options, SOA, TestServer, Transport, exchange, exchange_sized, expected, sorted,
 };
 use hickory_proto::op::{Message, ResponseCode};
@@ -394,9 +394,9 @@ async fn every_case_answers_as_specified_on_every_transport_and_path() {
         for (path, server) in servers {
             for with_edns in [false, true] {
                 let query = if with_edns {
-                    common::query_edns(case.qname, case.qtype, 1232, 0)
+                    dns_server::query_edns(case.qname, case.qtype, 1232, 0)
                 } else {
-                    common::query(case.qname, case.qtype)
+                    dns_server::query(case.qname, case.qtype)
                 };
                 // TCP has no size limit: its size is that of the complete answer.
                 let (_, full_len) = exchange_sized(server.dns(), Transport::Tcp, &query).await;

@@ -3,18 +3,18 @@
 //! holds behind it, and notes that say why. (The Kubernetes-only parts,
 //! rejected objects and missing namespaces, are in `tests/kubernetes.rs`.)
 
-mod common;
+mod dns_server;
 mod support;
 
 use std::time::Duration;
 
-use common::{
-    Options, TestServer, Transport, exchange, explain, explain_notes, http_get_status, poll, query,
-    read_metric,
+use dns_server::{
+    Options, TestServer, Transport, exchange, explain, explain_notes, query, read_metric,
 };
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
 use serde_json::Value;
+use support::{http_get, wait_for};
 
 const EXAMPLE: &str = "config/example-clusterset.yaml";
 
@@ -69,7 +69,7 @@ async fn explain_reports_the_response_dns_sends() {
             };
             assert_eq!(explained["rcode"], rcode, "{what}");
             let render = |records: &[hickory_proto::rr::Record]| {
-                let mut lines: Vec<String> = records.iter().map(common::render).collect();
+                let mut lines: Vec<String> = records.iter().map(dns_server::render).collect();
                 lines.sort();
                 lines
             };
@@ -178,7 +178,7 @@ async fn explain_rejects_bad_requests_with_usage() {
         "/explain?name=bad%2",
         "/explain?name=a..b",
     ] {
-        let (status, body) = http_get_status(server.admin(), path).await;
+        let (status, body) = http_get(server.admin(), path).await;
         assert_eq!(status, 400, "{path}: {body}");
         assert!(body.contains("usage: /explain?name="), "{path}: {body}");
     }
@@ -192,11 +192,14 @@ async fn explain_rejects_bad_requests_with_usage() {
 /// good index and names the error.
 #[tokio::test(flavor = "multi_thread")]
 async fn explain_names_the_error_while_the_source_is_stale() {
-    let good = std::fs::read_to_string(common::repo_path(EXAMPLE)).unwrap();
+    let good = std::fs::read_to_string(dns_server::repo_path(EXAMPLE)).unwrap();
     let server = TestServer::from_yaml(&good, Options::fast_path(true)).await;
     server.write_manifest(&good.replacen("10.96.10.10", "not-an-ip", 1));
-    poll(Duration::from_secs(5), "source_stale", || async {
-        (read_metric(server.admin(), "clusterset_dns_source_stale").await == 1.0).then_some(())
+    wait_for("source_stale = 1", Duration::from_secs(5), || async {
+        match read_metric(server.admin(), "clusterset_dns_source_stale").await {
+            1.0 => Ok(()),
+            other => Err(format!("source_stale {other}")),
+        }
     })
     .await;
     let web = explain(server.admin(), "web.shop.svc.clusterset.local", "A").await;

@@ -9,7 +9,7 @@
 //! question itself must be echoed exactly. The SOA serial is the publish
 //! time of each server and is masked.
 
-mod common;
+mod dns_server;
 mod support;
 
 use std::collections::BTreeSet;
@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use clusterset_dns::index::Index;
 use clusterset_dns::source::manifest;
 use clusterset_dns::zone::ZoneSettings;
-use common::{
+use dns_server::{
     EXAMPLE, Options, TestServer, UdpClient, big_headless, decode, describe, encode, read_metric,
     repo_path,
 };
@@ -113,7 +113,7 @@ fn edns(payload: u16) -> Edns {
 }
 
 fn with_edns(name: &str, rtype: RecordType, edns: Option<Edns>) -> Message {
-    let mut message = common::query(name, rtype);
+    let mut message = dns_server::query(name, rtype);
     if let Some(edns) = edns {
         message.set_edns(edns);
     }
@@ -197,7 +197,7 @@ fn unusual_queries() -> Vec<(String, Message)> {
             }
         }
         for flags in ["rd=0", "cd=1", "ad=1"] {
-            let mut message = common::query(name, RecordType::A);
+            let mut message = dns_server::query(name, RecordType::A);
             match flags {
                 "rd=0" => message.metadata.recursion_desired = false,
                 "cd=1" => message.metadata.checking_disabled = true,
@@ -382,12 +382,12 @@ async fn answers_near_the_udp_limit_are_whole_or_empty_with_tc() {
     let mut yaml = String::new();
     for n in 0..SERVICES {
         let service = format!("s{n:02}");
-        yaml.push_str(&common::headless_import("shop", &service, "http", 80));
+        yaml.push_str(&dns_server::headless_import("shop", &service, "http", 80));
         let host = |i: usize| Some(format!("{}{i}", "h".repeat(7 + n)));
         let endpoints: Vec<_> = (0..ENDPOINTS)
-            .map(|i| (host(i), common::v4(n as u8, i), true))
+            .map(|i| (host(i), dns_server::v4(n as u8, i), true))
             .collect();
-        yaml.push_str(&common::slice(
+        yaml.push_str(&dns_server::slice(
             "shop", &service, &cluster, "IPv4", &endpoints,
         ));
     }
@@ -398,8 +398,9 @@ async fn answers_near_the_udp_limit_are_whole_or_empty_with_tc() {
     let mut compact = Vec::new();
     for n in 0..SERVICES {
         let name = format!("_http._tcp.s{n:02}.shop.svc.clusterset.local.");
-        let query = common::query(&name, RecordType::SRV);
-        let over_tcp = common::exchange(hickory.dns(), common::Transport::Tcp, &query).await;
+        let query = dns_server::query(&name, RecordType::SRV);
+        let over_tcp =
+            dns_server::exchange(hickory.dns(), dns_server::Transport::Tcp, &query).await;
         assert_eq!(over_tcp.answers.len(), ENDPOINTS, "{name}: TCP answers");
         assert_eq!(over_tcp.additionals.len(), ENDPOINTS, "{name}: TCP glue");
         // The compact size: every name compressed wherever it can be.
@@ -433,8 +434,8 @@ async fn answers_near_the_udp_limit_are_whole_or_empty_with_tc() {
             };
             if kept < 2 {
                 assert_eq!(
-                    common::sorted(&reply.answers),
-                    common::sorted(&over_tcp.answers),
+                    dns_server::sorted(&reply.answers),
+                    dns_server::sorted(&over_tcp.answers),
                     "{what}"
                 );
             }

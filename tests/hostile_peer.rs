@@ -7,7 +7,6 @@
 //! their resourceVersion, that the refusal is visible (Event, metric,
 //! `/explain`), and that cluster1's honest exports keep importing.
 
-mod common;
 mod controlplane;
 mod support;
 
@@ -23,7 +22,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
-use support::trials::{self, Behaviour};
+use support::trials::{self, behaviours};
 use support::{counter, http_get, object};
 
 use clusterset_dns::api::{PublishedService, ServiceExport, ServiceImport};
@@ -137,72 +136,24 @@ impl Pair {
 fn main() {
     let args = trials::serial_arguments();
     let runtime = trials::runtime();
-    let behaviours: Vec<(&str, Behaviour<Pair>)> = vec![
-        (
-            "a_peer_slice_named_after_a_local_slice_takes_nothing_over",
-            |pair| Box::pin(slice_named_after_a_local_one(pair)),
-        ),
-        (
-            "an_object_not_ours_under_a_computed_name_is_refused_with_an_event_a_metric_and_explain",
-            |pair| Box::pin(squatted_name_refused(pair)),
-        ),
-        (
-            "slices_under_peer_chosen_names_are_replaced_without_a_gap_on_upgrade",
-            |pair| Box::pin(upgrade_replaces_old_names(pair)),
-        ),
-        (
-            "endpoints_in_the_victims_service_cidr_or_at_its_node_addresses_are_refused_and_the_rest_kept",
-            |pair| Box::pin(endpoints_pointing_back_refused(pair)),
-        ),
-        (
-            "endpoints_outside_the_ranges_recorded_for_a_peer_are_refused",
-            |pair| Box::pin(endpoints_outside_ranges_refused(pair)),
-        ),
-        (
-            "an_export_into_the_controllers_namespace_is_refused_and_imported_nowhere",
-            |pair| Box::pin(controller_namespace_refused(pair)),
-        ),
-        (
-            "in_the_opt_in_mode_only_selected_namespaces_are_imported_into",
-            |pair| Box::pin(namespace_selector(pair)),
-        ),
-        (
-            "a_peer_past_its_share_of_clusterset_ips_gets_no_new_import",
-            |pair| Box::pin(clusterset_ip_share(pair)),
-        ),
-        (
-            "a_publication_naming_another_or_no_valid_service_is_refused_with_an_event_and_a_metric",
-            |pair| Box::pin(forged_publication_refused(pair)),
-        ),
-        (
-            "an_unnamed_port_beside_a_peers_named_port_is_a_port_conflict_and_the_service_keeps_following_its_endpoints",
-            |pair| Box::pin(unnamed_beside_named(pair)),
-        ),
-        (
-            "each_field_a_service_may_not_have_is_refused_and_the_honest_exporters_changes_still_arrive",
-            |pair| Box::pin(invalid_fields_refused(pair)),
-        ),
-        (
-            "an_import_made_first_by_someone_else_is_refused_and_never_written",
-            |pair| Box::pin(unlabelled_import_refused(pair)),
-        ),
-        (
-            "headless_imports_flipped_to_clusterset_ip_count_against_the_peers_share",
-            |pair| Box::pin(headless_flip_past_share(pair)),
-        ),
-        (
-            "a_broken_rotation_of_a_peer_secret_is_refused_and_keeps_the_imports",
-            |pair| Box::pin(broken_rotation_keeps_imports(pair)),
-        ),
-        (
-            "a_publication_marker_toggled_every_2_s_causes_a_handful_of_reconnects_and_no_import_write",
-            |pair| Box::pin(marker_toggled(pair)),
-        ),
+    let behaviours = behaviours![
+        a_peer_slice_named_after_a_local_slice_takes_nothing_over,
+        an_object_not_ours_under_a_computed_name_is_refused_with_an_event_a_metric_and_explain,
+        slices_under_peer_chosen_names_are_replaced_without_a_gap_on_upgrade,
+        endpoints_in_the_victims_service_cidr_or_at_its_node_addresses_are_refused_and_the_rest_kept,
+        endpoints_outside_the_ranges_recorded_for_a_peer_are_refused,
+        an_export_into_the_controllers_namespace_is_refused_and_imported_nowhere,
+        in_the_opt_in_mode_only_selected_namespaces_are_imported_into,
+        a_peer_past_its_share_of_clusterset_ips_gets_no_new_import,
+        a_publication_naming_another_or_no_valid_service_is_refused_with_an_event_and_a_metric,
+        an_unnamed_port_beside_a_peers_named_port_is_a_port_conflict_and_the_service_keeps_following_its_endpoints,
+        each_field_a_service_may_not_have_is_refused_and_the_honest_exporters_changes_still_arrive,
+        an_import_made_first_by_someone_else_is_refused_and_never_written,
+        headless_imports_flipped_to_clusterset_ip_count_against_the_peers_share,
+        a_broken_rotation_of_a_peer_secret_is_refused_and_keeps_the_imports,
+        a_publication_marker_toggled_every_2_s_causes_a_handful_of_reconnects_and_no_import_write,
         // Last: the hostile peer stays refused afterwards.
-        (
-            "a_peer_that_changes_its_cluster_id_is_refused_and_its_imports_go_after_grace",
-            |pair| Box::pin(identity_change_refused(pair)),
-        ),
+        a_peer_that_changes_its_cluster_id_is_refused_and_its_imports_go_after_grace,
     ];
     let start: trials::Start<Pair> = || Box::pin(Pair::start());
     let trials = trials::group(&args, &runtime, start, behaviours);
@@ -211,15 +162,17 @@ fn main() {
     conclusion.exit();
 }
 
-/// A selector-less Service and its ServiceExport in the hostile cluster,
-/// and the PublishedService its controller would write.
-async fn export_selectorless(client: &Client, ns: &str, name: &str) {
-    export_selectorless_as(client, ns, name, false).await;
+/// What the hostile cluster's controller would publish of a selector-less
+/// Service `ns/name` (port `http` 80), written by its admin: the
+/// PublishedService and the ServiceExport (`controlplane::publish_export`),
+/// and the Service itself.
+async fn publish_selectorless(client: &Client, ns: &str, name: &str) {
+    publish_selectorless_as(client, ns, name, false).await;
 }
 
-/// [`export_selectorless`], of a headless Service (`clusterIP: None`)
+/// [`publish_selectorless`], of a headless Service (`clusterIP: None`)
 /// when `headless`.
-async fn export_selectorless_as(client: &Client, ns: &str, name: &str, headless: bool) {
+async fn publish_selectorless_as(client: &Client, ns: &str, name: &str, headless: bool) {
     let ports = json!([{"name": "http", "port": 80, "protocol": "TCP"}]);
     controlplane::publish_export(
         client,
@@ -320,7 +273,7 @@ async fn imported(client: &Client, ns: &str, service: &str, source: &str) -> Vec
 /// and after a hand-made slice of a selector-less Service. Before the fix
 /// both ended with cluster1's address and our labels; now both keep their
 /// resourceVersion, and cluster1's endpoints arrive under computed names.
-async fn slice_named_after_a_local_one(pair: &mut Pair) {
+async fn a_peer_slice_named_after_a_local_slice_takes_nothing_over(pair: &mut Pair) {
     let (victim, hostile) = (pair.client(VICTIM), pair.client(HOSTILE));
     let ns = "default";
     let hostile_id = pair.hostile_id().to_owned();
@@ -334,7 +287,7 @@ async fn slice_named_after_a_local_one(pair: &mut Pair) {
     .await;
     let manual = create_slice(victim, ns, &local_slice("manual", "manual", "10.10.0.2")).await;
 
-    export_selectorless(hostile, ns, "takeover").await;
+    publish_selectorless(hostile, ns, "takeover").await;
     for (name, address) in [("kubernetes", "10.244.66.1"), ("manual", "10.244.66.2")] {
         publish_slice(
             hostile,
@@ -388,7 +341,7 @@ async fn slice_named_after_a_local_one(pair: &mut Pair) {
 async fn honest_export_imports(pair: &Pair, name: &str) {
     let (victim, hostile) = (pair.client(VICTIM), pair.client(HOSTILE));
     let ns = "default";
-    export_selectorless(hostile, ns, name).await;
+    publish_selectorless(hostile, ns, name).await;
     let hostile_id = pair.hostile_id().to_owned();
     // The hostile controller mirrors nothing for a selector-less Service:
     // the slice is its admin's, labelled as a mirror.
@@ -421,18 +374,20 @@ async fn honest_export_imports(pair: &Pair, name: &str) {
 /// the write is refused, the object keeps its resourceVersion, and the
 /// refusal is a Warning Event on the ServiceImport, a metric and an
 /// `/explain` entry; the export's other slice still imports.
-async fn squatted_name_refused(pair: &mut Pair) {
+async fn an_object_not_ours_under_a_computed_name_is_refused_with_an_event_a_metric_and_explain(
+    pair: &mut Pair,
+) {
     let (victim, hostile) = (pair.client(VICTIM), pair.client(HOSTILE));
     let ns = "default";
     let hostile_id = pair.hostile_id().to_owned();
-    let port = pair.controller(VICTIM).admin_port();
+    let admin = pair.controller(VICTIM).admin_addr();
     let metric = "clusterset_dns_controller_refused_total";
     let labels = ["kind=\"endpointslice\"", "reason=\"NotOurs\""];
-    let refused_before = counter(port, metric, &labels).await;
+    let refused_before = counter(admin, metric, &labels).await;
 
     let squatted = mirrored_slice_name(ns, "squat", &hostile_id, "taken");
     let squatter = create_slice(victim, ns, &local_slice(&squatted, "squatter", "10.10.0.3")).await;
-    export_selectorless(hostile, ns, "squat").await;
+    publish_selectorless(hostile, ns, "squat").await;
     for (name, address) in [("taken", "10.244.88.1"), ("free", "10.244.88.2")] {
         publish_slice(
             hostile,
@@ -453,8 +408,8 @@ async fn squatted_name_refused(pair: &mut Pair) {
                 && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("squat")
                 && e.note.as_deref().is_some_and(|n| n.starts_with("NotOurs: EndpointSlice") && n.contains(&squatted))
         });
-        let refused = counter(port, metric, &labels).await;
-        let explain = http_get(port, &format!("/explain?service={ns}/squat")).await;
+        let refused = counter(admin, metric, &labels).await;
+        let (_, explain) = http_get(admin, &format!("/explain?service={ns}/squat")).await;
         let explained = explain.contains(&squatted) && explain.contains("NotOurs");
         if found == [(free.clone(), "10.244.88.2".to_owned())]
             && event
@@ -482,7 +437,7 @@ async fn squatted_name_refused(pair: &mut Pair) {
 /// under its computed name first and only then deletes the old one: a
 /// watch on the namespace never sees the import without the peer's
 /// endpoint.
-async fn upgrade_replaces_old_names(pair: &mut Pair) {
+async fn slices_under_peer_chosen_names_are_replaced_without_a_gap_on_upgrade(pair: &mut Pair) {
     let ns = "default";
     let hostile_id = pair.hostile_id().to_owned();
     let service = "upgraded";
@@ -578,17 +533,19 @@ async fn upgrade_replaces_old_names(pair: &mut Pair) {
 /// with a Warning Event on the peer's Secret and
 /// `peer_objects_rejected_total`; nothing of them is imported, and the
 /// victim's own Service of that name keeps its resourceVersion.
-async fn forged_publication_refused(pair: &mut Pair) {
+async fn a_publication_naming_another_or_no_valid_service_is_refused_with_an_event_and_a_metric(
+    pair: &mut Pair,
+) {
     let (victim, hostile) = (pair.client(VICTIM).clone(), pair.client(HOSTILE).clone());
     let ns = "default";
     let hostile_id = pair.hostile_id().to_owned();
-    let port = pair.controller(VICTIM).admin_port();
+    let admin = pair.controller(VICTIM).admin_addr();
     let metric = "clusterset_dns_controller_peer_objects_rejected_total";
     let name_reason = "reason=\"InvalidPublishedName\"";
     let slice_reason = "reason=\"InvalidPublishedSlice\"";
     let before = [
-        counter(port, metric, &[name_reason]).await,
-        counter(port, metric, &[slice_reason]).await,
+        counter(admin, metric, &[name_reason]).await,
+        counter(admin, metric, &[slice_reason]).await,
     ];
     // The victim's own Service, whose name the forgery claims.
     let own: Service = Api::<Service>::namespaced(victim.clone(), ns)
@@ -634,8 +591,8 @@ async fn forged_publication_refused(pair: &mut Pair) {
     let secret = format!("peer-{hostile_id}");
     support::wait_for("the forged publication refused", WAIT, || async {
         let counted = [
-            counter(port, metric, &[name_reason]).await,
-            counter(port, metric, &[slice_reason]).await,
+            counter(admin, metric, &[name_reason]).await,
+            counter(admin, metric, &[slice_reason]).await,
         ];
         // One Event per reason: the Recorder folds Events of one reason on
         // one object into a series (the counter counts each).
@@ -733,12 +690,14 @@ async fn event_with(client: &Client, ns: &str, reason: &str, name: &str, parts: 
 /// address of one of its Nodes: both are refused by name (Event, metric,
 /// `/explain`), the honest endpoint of the same slice imported; the
 /// victim's Service and Node keep their resourceVersion.
-async fn endpoints_pointing_back_refused(pair: &mut Pair) {
+async fn endpoints_in_the_victims_service_cidr_or_at_its_node_addresses_are_refused_and_the_rest_kept(
+    pair: &mut Pair,
+) {
     use k8s_openapi::api::core::v1::Node;
     let (victim, hostile) = (pair.client(VICTIM), pair.client(HOSTILE));
     let ns = "default";
     let hostile_id = pair.hostile_id().to_owned();
-    let port = pair.controller(VICTIM).admin_port();
+    let admin = pair.controller(VICTIM).admin_addr();
     let nodes: Api<Node> = Api::all(victim.clone());
     nodes
         .create(
@@ -772,11 +731,11 @@ async fn endpoints_pointing_back_refused(pair: &mut Pair) {
     let metric = "clusterset_dns_controller_peer_objects_rejected_total";
     let peer_label = format!("peer=\"{hostile_id}\"");
     let before = [
-        counter(port, metric, &[&peer_label, "reason=\"InServiceCIDR\""]).await,
-        counter(port, metric, &[&peer_label, "reason=\"NodeAddress\""]).await,
+        counter(admin, metric, &[&peer_label, "reason=\"InServiceCIDR\""]).await,
+        counter(admin, metric, &[&peer_label, "reason=\"NodeAddress\""]).await,
     ];
 
-    export_selectorless(hostile, ns, "redirect").await;
+    publish_selectorless(hostile, ns, "redirect").await;
     let mut slice = forged_slice(&hostile_id, ns, "redirect", "redirect-slice", "10.244.99.1");
     slice.endpoints = ["10.244.99.1", cluster_ip.as_str(), "172.31.0.5"]
         .iter()
@@ -792,10 +751,10 @@ async fn endpoints_pointing_back_refused(pair: &mut Pair) {
             event_with(victim, ns, "NodeAddress", "redirect", &["NodeAddress: endpoint 172.31.0.5"]).await,
         ];
         let counted = [
-            counter(port, metric, &[&peer_label, "reason=\"InServiceCIDR\""]).await,
-            counter(port, metric, &[&peer_label, "reason=\"NodeAddress\""]).await,
+            counter(admin, metric, &[&peer_label, "reason=\"InServiceCIDR\""]).await,
+            counter(admin, metric, &[&peer_label, "reason=\"NodeAddress\""]).await,
         ];
-        let explain = http_get(port, &format!("/explain?service={ns}/redirect")).await;
+        let (_, explain) = http_get(admin, &format!("/explain?service={ns}/redirect")).await;
         let explained = explain.contains("InServiceCIDR") && explain.contains("NodeAddress") && explain.contains(&cluster_ip);
         if addresses == ["10.244.99.1"]
             && events == [true, true]
@@ -830,12 +789,12 @@ async fn endpoints_pointing_back_refused(pair: &mut Pair) {
 /// `peer add --endpoint-cidr 10.244.0.0/16` writes it), an endpoint the
 /// hostile peer publishes outside it is refused and one inside imported;
 /// the ranges removed, both import again.
-async fn endpoints_outside_ranges_refused(pair: &mut Pair) {
+async fn endpoints_outside_the_ranges_recorded_for_a_peer_are_refused(pair: &mut Pair) {
     use k8s_openapi::api::core::v1::Secret;
     let (victim, hostile) = (pair.client(VICTIM), pair.client(HOSTILE));
     let ns = "default";
     let hostile_id = pair.hostile_id().to_owned();
-    let port = pair.controller(VICTIM).admin_port();
+    let admin = pair.controller(VICTIM).admin_addr();
     let secrets: Api<Secret> = Api::namespaced(victim.clone(), controlplane::CONTROLLER_NAMESPACE);
     let secret = format!("peer-{hostile_id}");
     let annotate = |value: serde_json::Value| {
@@ -855,7 +814,7 @@ async fn endpoints_outside_ranges_refused(pair: &mut Pair) {
         }
     };
     annotate(json!("10.244.0.0/16")).await;
-    export_selectorless(hostile, ns, "ranged").await;
+    publish_selectorless(hostile, ns, "ranged").await;
     let mut slice = forged_slice(&hostile_id, ns, "ranged", "ranged-slice", "10.244.50.1");
     slice.endpoints = ["10.244.50.1", "10.250.0.9"]
         .iter()
@@ -878,7 +837,7 @@ async fn endpoints_outside_ranges_refused(pair: &mut Pair) {
             )
             .await;
             let counted = counter(
-                port,
+                admin,
                 "clusterset_dns_controller_peer_objects_rejected_total",
                 &["reason=\"OutsidePeerRanges\""],
             )
@@ -914,11 +873,13 @@ async fn endpoints_outside_ranges_refused(pair: &mut Pair) {
 /// (`PeerRefused` Event with `IdentityChanged`, the peers-refused metric),
 /// keeps what it published for the grace period (8 s here), then drops
 /// it; nothing is ever imported under the new id.
-async fn identity_change_refused(pair: &mut Pair) {
+async fn a_peer_that_changes_its_cluster_id_is_refused_and_its_imports_go_after_grace(
+    pair: &mut Pair,
+) {
     let (victim, hostile) = (pair.client(VICTIM), pair.client(HOSTILE));
     let ns = "default";
     let hostile_id = pair.hostile_id().to_owned();
-    let port = pair.controller(VICTIM).admin_port();
+    let admin = pair.controller(VICTIM).admin_addr();
     honest_export_imports(pair, "honest-3").await;
     let new_id = format!("{hostile_id}-renamed");
     controlplane::set_cluster_properties(hostile, &new_id, "hostile-test").await;
@@ -933,7 +894,7 @@ async fn identity_change_refused(pair: &mut Pair) {
         )
         .await;
         let counted = counter(
-            port,
+            admin,
             "clusterset_dns_controller_peers_refused_total",
             &["reason=\"IdentityChanged\""],
         )
@@ -990,11 +951,11 @@ async fn identity_change_refused(pair: &mut Pair) {
 /// The hostile member exports a Service in the controller's namespace
 /// (where the victim keeps its peer Secrets): nothing is imported there,
 /// and the refusal shows as an Event, a metric and in `/explain`.
-async fn controller_namespace_refused(pair: &mut Pair) {
+async fn an_export_into_the_controllers_namespace_is_refused_and_imported_nowhere(pair: &mut Pair) {
     let (victim, hostile) = (pair.client(VICTIM), pair.client(HOSTILE));
     let ns = controlplane::CONTROLLER_NAMESPACE;
-    let port = pair.controller(VICTIM).admin_port();
-    export_selectorless(hostile, ns, "intruder").await;
+    let admin = pair.controller(VICTIM).admin_addr();
+    publish_selectorless(hostile, ns, "intruder").await;
     support::wait_for(
         "the export in the controller's namespace refused",
         WAIT,
@@ -1008,12 +969,12 @@ async fn controller_namespace_refused(pair: &mut Pair) {
             )
             .await;
             let counted = counter(
-                port,
+                admin,
                 "clusterset_dns_controller_peer_objects_rejected_total",
                 &["reason=\"NamespaceDenied\""],
             )
             .await;
-            let explain = http_get(port, &format!("/explain?service={ns}/intruder")).await;
+            let (_, explain) = http_get(admin, &format!("/explain?service={ns}/intruder")).await;
             if event && counted > 0.0 && explain.contains("NamespaceDenied") {
                 Ok(())
             } else {
@@ -1038,11 +999,11 @@ async fn controller_namespace_refused(pair: &mut Pair) {
 /// The victim's controller runs with `--import-namespace-selector`: an
 /// export into a namespace without the label is refused
 /// (`NamespaceNotSelected`), one into a labelled namespace imported.
-async fn namespace_selector(pair: &mut Pair) {
+async fn in_the_opt_in_mode_only_selected_namespaces_are_imported_into(pair: &mut Pair) {
     use k8s_openapi::api::core::v1::Namespace;
     pair.restart_victim(&["--import-namespace-selector", "mcs.example/import=true"]);
     let (victim, hostile) = (pair.client(VICTIM).clone(), pair.client(HOSTILE).clone());
-    let port = pair.controller(VICTIM).admin_port();
+    let admin = pair.controller(VICTIM).admin_addr();
     let hostile_id = pair.hostile_id().to_owned();
     for (ns, labels) in [
         ("optin-yes", json!({"mcs.example/import": "true"})),
@@ -1062,7 +1023,7 @@ async fn namespace_selector(pair: &mut Pair) {
             )
             .await
             .unwrap();
-        export_selectorless(&hostile, ns, "opted").await;
+        publish_selectorless(&hostile, ns, "opted").await;
         publish_slice(
             &hostile,
             // One namespace holds every published slice: the name says
@@ -1095,7 +1056,7 @@ async fn namespace_selector(pair: &mut Pair) {
             )
             .await;
             let counted = counter(
-                port,
+                admin,
                 "clusterset_dns_controller_peer_objects_rejected_total",
                 &["reason=\"NamespaceNotSelected\""],
             )
@@ -1114,18 +1075,34 @@ async fn namespace_selector(pair: &mut Pair) {
 }
 
 /// The victim's controller runs with `--peer-clusterset-ip-share 1` (2
-/// addresses of its /24): the hostile peer already holds more imports
-/// than that, so its next export alone gets none (Event, metric), while
-/// the ones it has keep theirs.
-async fn clusterset_ip_share(pair: &mut Pair) {
+/// addresses of its /24): the hostile peer already holds as many imports
+/// as that (honest exports, made here when earlier trials have not), so
+/// its next export alone gets none (Event, metric), while the ones it has
+/// keep theirs.
+async fn a_peer_past_its_share_of_clusterset_ips_gets_no_new_import(pair: &mut Pair) {
     let ns = "default";
     let hostile_id = pair.hostile_id().to_owned();
-    let held = imported(pair.client(VICTIM), ns, "honest-1", &hostile_id).await;
-    assert!(!held.is_empty(), "an earlier trial's import is there");
+    let limit = share_limit(pair, VICTIM, 1);
+    honest_export_imports(pair, "share-held-0").await;
+    for i in 1..limit {
+        if held_by(pair.client(VICTIM), &hostile_id).await >= limit {
+            break;
+        }
+        honest_export_imports(pair, &format!("share-held-{i}")).await;
+    }
+    support::wait_for("the peer holds its share", WAIT, || async {
+        match held_by(pair.client(VICTIM), &hostile_id).await {
+            held if held >= limit => Ok(()),
+            held => Err(format!("{held} held, share {limit}")),
+        }
+    })
+    .await;
+    let held = imported(pair.client(VICTIM), ns, "share-held-0", &hostile_id).await;
+    assert!(!held.is_empty(), "share-held-0 imported");
     pair.restart_victim(&["--peer-clusterset-ip-share", "1"]);
     let (victim, hostile) = (pair.client(VICTIM).clone(), pair.client(HOSTILE).clone());
-    let port = pair.controller(VICTIM).admin_port();
-    export_selectorless(&hostile, ns, "one-too-many").await;
+    let admin = pair.controller(VICTIM).admin_addr();
+    publish_selectorless(&hostile, ns, "one-too-many").await;
     publish_slice(
         &hostile,
         &forged_slice(&hostile_id, ns, "one-too-many", "many-slice", "10.244.61.1"),
@@ -1141,7 +1118,7 @@ async fn clusterset_ip_share(pair: &mut Pair) {
         )
         .await;
         let counted = counter(
-            port,
+            admin,
             "clusterset_dns_controller_peer_objects_rejected_total",
             &["reason=\"ClusterSetIPShareExceeded\""],
         )
@@ -1159,52 +1136,11 @@ async fn clusterset_ip_share(pair: &mut Pair) {
         .unwrap();
     assert!(import.is_none(), "imported past the share: {import:?}");
     assert_eq!(
-        imported(&victim, ns, "honest-1", &hostile_id).await,
+        imported(&victim, ns, "share-held-0", &hostile_id).await,
         held,
         "an import it had is kept"
     );
     pair.restart_victim(&[]);
-}
-
-/// This cluster's own export of `name` with `ports`, and a slice of its
-/// Service (these apiservers run no EndpointSlice controller) holding
-/// `addresses`.
-async fn export_here(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    ports: serde_json::Value,
-    addresses: &[&str],
-) {
-    Api::<Service>::namespaced(client.clone(), ns)
-        .create(
-            &PostParams::default(),
-            &object(json!({"metadata": {"name": name}, "spec": {"ports": ports}})),
-        )
-        .await
-        .unwrap();
-    Api::<ServiceExport>::namespaced(client.clone(), ns)
-        .create(
-            &PostParams::default(),
-            &object(json!({"metadata": {"name": name}})),
-        )
-        .await
-        .unwrap();
-    create_slice(client, ns, &own_slice(name, addresses)).await;
-}
-
-/// The one Kubernetes slice of this cluster's Service `name`.
-fn own_slice(name: &str, addresses: &[&str]) -> EndpointSlice {
-    let endpoints: Vec<serde_json::Value> = addresses
-        .iter()
-        .map(|a| json!({"addresses": [a], "conditions": {"ready": true}}))
-        .collect();
-    object(json!({
-        "metadata": {"name": format!("{name}-own"), "labels": {"kubernetes.io/service-name": name}},
-        "addressType": "IPv4",
-        "endpoints": endpoints,
-        "ports": [{"port": 8080, "protocol": "TCP"}],
-    }))
 }
 
 /// The hostile cluster co-exports `name` with the published `spec`
@@ -1232,10 +1168,14 @@ async fn endpoints_follow(
     addresses: &[&str],
 ) {
     let slices = Api::<EndpointSlice>::namespaced(client.clone(), ns);
-    let mut slice = slices.get(&format!("{name}-own")).await.unwrap();
-    slice.endpoints = own_slice(name, addresses).endpoints;
+    let source = controlplane::source_slice_name(name);
+    let mut slice = slices.get(&source).await.unwrap();
+    slice.endpoints = addresses
+        .iter()
+        .map(|a| object(json!({"addresses": [a], "conditions": {"ready": true}})))
+        .collect();
     slices
-        .replace(&format!("{name}-own"), &PostParams::default(), &slice)
+        .replace(&source, &PostParams::default(), &slice)
         .await
         .unwrap();
     let want: BTreeSet<String> = addresses.iter().map(|a| a.to_string()).collect();
@@ -1263,13 +1203,15 @@ async fn endpoints_follow(
 /// Services; their union is not. The merge keeps the oldest's ports and
 /// says `PortConflict`; no write fails; the service's slices keep
 /// following its endpoints.
-async fn unnamed_beside_named(pair: &mut Pair) {
+async fn an_unnamed_port_beside_a_peers_named_port_is_a_port_conflict_and_the_service_keeps_following_its_endpoints(
+    pair: &mut Pair,
+) {
     let ns = "default";
     let (victim, hostile) = (pair.client(VICTIM).clone(), pair.client(HOSTILE).clone());
     let victim_id = pair.plane.clusters[VICTIM].name.clone();
-    let port = pair.controller(VICTIM).admin_port();
-    let errors_before = counter(port, "clusterset_dns_controller_write_errors_total", &[]).await;
-    export_here(
+    let admin = pair.controller(VICTIM).admin_addr();
+    let errors_before = counter(admin, "clusterset_dns_controller_write_errors_total", &[]).await;
+    controlplane::export_selectorless(
         &victim,
         ns,
         "mixed",
@@ -1314,7 +1256,7 @@ async fn unnamed_beside_named(pair: &mut Pair) {
     )
     .await;
     endpoints_follow(&victim, &victim_id, ns, "mixed", &["10.244.5.2"]).await;
-    let errors_after = counter(port, "clusterset_dns_controller_write_errors_total", &[]).await;
+    let errors_after = counter(admin, "clusterset_dns_controller_write_errors_total", &[]).await;
     assert_eq!(errors_after, errors_before, "no write failed");
 }
 
@@ -1323,11 +1265,13 @@ async fn unnamed_beside_named(pair: &mut Pair) {
 /// in a Service. Each is refused (metric, Event), none reaches the
 /// import, no write fails, and this cluster's endpoint changes still
 /// reach its imported slices within 5 s.
-async fn invalid_fields_refused(pair: &mut Pair) {
+async fn each_field_a_service_may_not_have_is_refused_and_the_honest_exporters_changes_still_arrive(
+    pair: &mut Pair,
+) {
     let ns = "default";
     let (victim, hostile) = (pair.client(VICTIM).clone(), pair.client(HOSTILE).clone());
     let victim_id = pair.plane.clusters[VICTIM].name.clone();
-    let port = pair.controller(VICTIM).admin_port();
+    let admin = pair.controller(VICTIM).admin_addr();
     let variants: [(&str, serde_json::Value); 6] = [
         (
             "xtp",
@@ -1354,10 +1298,10 @@ async fn invalid_fields_refused(pair: &mut Pair) {
             json!({"ports": [{"name": "http", "port": 80, "protocol": "TCP", "appProtocol": "not/a/name"}]}),
         ),
     ];
-    let errors_before = counter(port, "clusterset_dns_controller_write_errors_total", &[]).await;
+    let errors_before = counter(admin, "clusterset_dns_controller_write_errors_total", &[]).await;
     for (case, spec) in variants {
         let name = format!("shared-{case}");
-        export_here(
+        controlplane::export_selectorless(
             &victim,
             ns,
             &name,
@@ -1366,7 +1310,7 @@ async fn invalid_fields_refused(pair: &mut Pair) {
         )
         .await;
         let rejected_before = counter(
-            port,
+            admin,
             "clusterset_dns_controller_peer_objects_rejected_total",
             &["reason=\"InvalidExport\""],
         )
@@ -1374,7 +1318,7 @@ async fn invalid_fields_refused(pair: &mut Pair) {
         co_export(&hostile, ns, &name, spec).await;
         support::wait_for(&format!("{case}: refused"), WAIT, || async {
             let counted = counter(
-                port,
+                admin,
                 "clusterset_dns_controller_peer_objects_rejected_total",
                 &["reason=\"InvalidExport\""],
             )
@@ -1412,7 +1356,7 @@ async fn invalid_fields_refused(pair: &mut Pair) {
         )
         .await;
     }
-    let errors_after = counter(port, "clusterset_dns_controller_write_errors_total", &[]).await;
+    let errors_after = counter(admin, "clusterset_dns_controller_write_errors_total", &[]).await;
     assert_eq!(errors_after, errors_before, "no write failed");
 }
 
@@ -1429,13 +1373,13 @@ fn victim_log(pair: &Pair) -> String {
 /// own: it refuses (`NotOurs`, a Warning Event and
 /// `refused_total{kind="serviceimport"}`), writes neither the object nor
 /// its status, and nothing that would be owned by it.
-async fn unlabelled_import_refused(pair: &mut Pair) {
+async fn an_import_made_first_by_someone_else_is_refused_and_never_written(pair: &mut Pair) {
     use clusterset_dns::controller::naming::{FIELD_MANAGER, derived_service_name};
     let ns = "default";
     let name = "squat-import";
     let (victim, hostile) = (pair.client(VICTIM).clone(), pair.client(HOSTILE).clone());
     let hostile_id = pair.hostile_id().to_owned();
-    let port = pair.controller(VICTIM).admin_port();
+    let admin = pair.controller(VICTIM).admin_addr();
     let imports: Api<ServiceImport> = Api::namespaced(victim.clone(), ns);
     // The spec the merge writes for an export like the one below, as the
     // controller wrote it for another service (without its clusterset IP).
@@ -1456,7 +1400,7 @@ async fn unlabelled_import_refused(pair: &mut Pair) {
     );
     let metric = "clusterset_dns_controller_refused_total";
     let labels = ["kind=\"serviceimport\"", "reason=\"NotOurs\""];
-    let refused_before = counter(port, metric, &labels).await;
+    let refused_before = counter(admin, metric, &labels).await;
     let squatter = imports
         .create(
             &PostParams::default(),
@@ -1469,7 +1413,7 @@ async fn unlabelled_import_refused(pair: &mut Pair) {
         )
         .await
         .unwrap();
-    export_selectorless(&hostile, ns, name).await;
+    publish_selectorless(&hostile, ns, name).await;
     publish_slice(
         &hostile,
         &forged_slice(&hostile_id, ns, name, "squat-import-slice", "10.244.63.1"),
@@ -1477,7 +1421,7 @@ async fn unlabelled_import_refused(pair: &mut Pair) {
     .await;
     support::wait_for("the import not ours refused", WAIT, || async {
         let event = event_with(&victim, ns, "Refused", name, &["NotOurs"]).await;
-        let refused = counter(port, metric, &labels).await;
+        let refused = counter(admin, metric, &labels).await;
         if event && refused > refused_before {
             Ok(())
         } else {
@@ -1565,7 +1509,7 @@ async fn held_by(client: &Client, peer: &str) -> u64 {
 /// ClusterSetIP: each would now need a derived Service, and only as many
 /// as its share has room for get one; the others are refused
 /// (`ClusterSetIPShareExceeded`, Event and metric).
-async fn headless_flip_past_share(pair: &mut Pair) {
+async fn headless_imports_flipped_to_clusterset_ip_count_against_the_peers_share(pair: &mut Pair) {
     use clusterset_dns::api::ServiceImportType;
     use clusterset_dns::controller::naming::derived_service_name;
     let ns = "default";
@@ -1574,10 +1518,10 @@ async fn headless_flip_past_share(pair: &mut Pair) {
     let limit = share_limit(pair, VICTIM, 1);
     pair.restart_victim(&["--peer-clusterset-ip-share", "1"]);
     let (victim, hostile) = (pair.client(VICTIM).clone(), pair.client(HOSTILE).clone());
-    let port = pair.controller(VICTIM).admin_port();
+    let admin = pair.controller(VICTIM).admin_addr();
     let imports: Api<ServiceImport> = Api::namespaced(victim.clone(), ns);
     for (i, name) in names.iter().enumerate() {
-        export_selectorless_as(&hostile, ns, name, true).await;
+        publish_selectorless_as(&hostile, ns, name, true).await;
         publish_slice(
             &hostile,
             &forged_slice(
@@ -1614,7 +1558,7 @@ async fn headless_flip_past_share(pair: &mut Pair) {
     let metric = "clusterset_dns_controller_peer_objects_rejected_total";
     let peer_label = format!("peer=\"{hostile_id}\"");
     let labels = [peer_label.as_str(), "reason=\"ClusterSetIPShareExceeded\""];
-    let rejected_before = counter(port, metric, &labels).await;
+    let rejected_before = counter(admin, metric, &labels).await;
     let published: Api<PublishedService> =
         Api::namespaced(hostile.clone(), controlplane::CONTROLLER_NAMESPACE);
     for name in names {
@@ -1660,7 +1604,7 @@ async fn headless_flip_past_share(pair: &mut Pair) {
                     events.push(name);
                 }
             }
-            let counted = counter(port, metric, &labels).await;
+            let counted = counter(admin, metric, &labels).await;
             let with = derived().await;
             if !events.is_empty() && counted > rejected_before && with.len() as u64 == allowed {
                 Ok(())
@@ -1706,12 +1650,12 @@ async fn refusal_notes(client: &Client, secret: &str) -> Vec<String> {
 /// refused (`PeerRefused` on the Secret, quoting none of its text); the
 /// peer's imports stay, read by the connection the Secret held before.
 /// The Secret restored, the peer is read again.
-async fn broken_rotation_keeps_imports(pair: &mut Pair) {
+async fn a_broken_rotation_of_a_peer_secret_is_refused_and_keeps_the_imports(pair: &mut Pair) {
     use k8s_openapi::api::core::v1::Secret;
     let ns = "default";
     let service = "rotation-kept";
     let hostile_id = pair.hostile_id().to_owned();
-    let port = pair.controller(VICTIM).admin_port();
+    let admin = pair.controller(VICTIM).admin_addr();
     honest_export_imports(pair, service).await;
     let victim = pair.client(VICTIM).clone();
     let held = imported(&victim, ns, service, &hostile_id).await;
@@ -1726,7 +1670,7 @@ async fn broken_rotation_keeps_imports(pair: &mut Pair) {
         .expect("the peer Secret's kubeconfig");
     let refused_metric = "clusterset_dns_controller_peers_refused_total";
     let refused_labels = ["reason=\"InvalidKubeconfig\""];
-    let refused_before = counter(port, refused_metric, &refused_labels).await;
+    let refused_before = counter(admin, refused_metric, &refused_labels).await;
     let peer_up = format!("peer=\"{hostile_id}\"");
     secrets
         .patch(
@@ -1739,7 +1683,7 @@ async fn broken_rotation_keeps_imports(pair: &mut Pair) {
     let rotated = std::time::Instant::now();
     let notes = support::wait_for("the broken rotation refused", WAIT, || async {
         let notes = refusal_notes(&victim, &secret).await;
-        let refused = counter(port, refused_metric, &refused_labels).await;
+        let refused = counter(admin, refused_metric, &refused_labels).await;
         if notes.iter().any(|n| n.starts_with("InvalidKubeconfig")) && refused > refused_before {
             Ok(notes)
         } else {
@@ -1774,7 +1718,7 @@ async fn broken_rotation_keeps_imports(pair: &mut Pair) {
     );
     eprintln!(
         "broken rotation: 4 s later peer_up {}",
-        counter(port, "clusterset_dns_controller_peer_up", &[&peer_up]).await
+        counter(admin, "clusterset_dns_controller_peer_up", &[&peer_up]).await
     );
     // Restored: the peer is read with it again.
     secrets
@@ -1786,7 +1730,7 @@ async fn broken_rotation_keeps_imports(pair: &mut Pair) {
         .await
         .unwrap();
     support::wait_for("the peer usable again", WAIT, || async {
-        let up = counter(port, "clusterset_dns_controller_peer_up", &[&peer_up]).await;
+        let up = counter(admin, "clusterset_dns_controller_peer_up", &[&peer_up]).await;
         let found = imported(&victim, ns, service, &hostile_id).await;
         if up == 1.0 && found == held {
             Ok(())
@@ -1805,9 +1749,11 @@ async fn broken_rotation_keeps_imports(pair: &mut Pair) {
 /// marker every 2 s for 40 s, so that every member would switch how it
 /// reads the peer back and forth. Reconnects are spaced like those of a
 /// failing watch (at most 8 in the 40 s), and no ServiceImport is written.
-async fn marker_toggled(pair: &mut Pair) {
+async fn a_publication_marker_toggled_every_2_s_causes_a_handful_of_reconnects_and_no_import_write(
+    pair: &mut Pair,
+) {
     let hostile = pair.client(HOSTILE).clone();
-    let port = pair.controller(VICTIM).admin_port();
+    let admin = pair.controller(VICTIM).admin_addr();
     let markers: Api<ConfigMap> =
         Api::namespaced(hostile.clone(), controlplane::CONTROLLER_NAMESPACE);
     let marker = markers
@@ -1817,7 +1763,7 @@ async fn marker_toggled(pair: &mut Pair) {
     let reconnects = |log: &str| log.matches("reading the peer").count();
     let writes = || {
         counter(
-            port,
+            admin,
             "clusterset_dns_controller_writes_total",
             &["kind=\"serviceimport\""],
         )

@@ -12,8 +12,8 @@
 //! Tier 2: a real kube-apiserver and etcd (`tests/controlplane`), and
 //! toxiproxy-server (`tests/toxiproxy`), from `scripts/testenv-build.sh`.
 
-mod common;
 mod controlplane;
+mod dns_server;
 mod support;
 mod toxiproxy;
 
@@ -21,15 +21,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clusterset_dns::api::ServiceImport;
-use clusterset_dns::app::{self, Running};
-use clusterset_dns::config::{Config, ServeArgs};
-use common::{Transport, exchange, http_get_status, query, sorted};
+use clusterset_dns::app::Running;
 use controlplane::ControlPlane;
+use dns_server::{Transport, exchange, query, sorted};
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
+use support::http_get;
 use tokio::time::Instant;
 use toxiproxy::Toxiproxy;
 
@@ -47,17 +47,12 @@ const NAME: &str = "web.shop.svc.clusterset.local.";
 const OLD: &str = "10.96.0.10";
 const NEW: &str = "10.96.0.99";
 
-async fn start_dns(kubeconfig: &Path, apiserver_timeout: u64) -> Running {
-    common::init_tracing();
-    let args = ServeArgs {
-        kubeconfig: Some(kubeconfig.to_path_buf()),
-        dns_listen: Some("127.0.0.1:0".parse().unwrap()),
-        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-        udp_workers: Some(1),
-        apiserver_timeout: Some(Duration::from_secs(apiserver_timeout).into()),
-        ..Default::default()
-    };
-    app::start(&Config::resolve(&args).unwrap()).await.unwrap()
+/// [`dns_server::start_dns`] with `--apiserver-timeout` `apiserver_timeout` s.
+async fn start_dns_with_timeout(kubeconfig: &Path, apiserver_timeout: u64) -> Running {
+    dns_server::start_dns(kubeconfig, |args| {
+        args.apiserver_timeout = Some(Duration::from_secs(apiserver_timeout).into());
+    })
+    .await
 }
 
 /// The namespace `shop` and the import `web` at [`OLD`].
@@ -112,11 +107,11 @@ async fn web(running: &Running) -> String {
 }
 
 async fn stale(running: &Running) -> f64 {
-    common::read_metric(running.admin_addr(), "clusterset_dns_source_stale").await
+    dns_server::read_metric(running.admin_addr(), "clusterset_dns_source_stale").await
 }
 
 async fn ready(running: &Running) -> u16 {
-    http_get_status(running.admin_addr(), "/ready").await.0
+    http_get(running.admin_addr(), "/ready").await.0
 }
 
 /// Waits until `running` answers `ip` for `web` with `source_stale` 0;
@@ -159,8 +154,8 @@ async fn hang_noticed(probed: &Running, control: &Running, since: Instant) -> Du
 /// While the source is stale and the change unseen: answers stay [`OLD`],
 /// `/ready` 200, and `/explain` answers at once, saying why.
 async fn stays_stale(probed: &Running, hold: Duration) {
-    let explanation = common::explain(probed.admin_addr(), NAME, "A").await;
-    let notes = common::explain_notes(&explanation);
+    let explanation = dns_server::explain(probed.admin_addr(), NAME, "A").await;
+    let notes = dns_server::explain_notes(&explanation);
     assert!(
         notes.contains("the source is failing")
             && notes.contains("the apiserver did not answer a list within 3s"),
@@ -173,7 +168,7 @@ async fn stays_stale(probed: &Running, hold: Duration) {
         assert_eq!(stale(probed).await, 1.0);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let timeouts = common::read_metric(
+    let timeouts = dns_server::read_metric(
         probed.admin_addr(),
         "clusterset_dns_apiserver_probe_timeouts_total",
     )
@@ -188,8 +183,8 @@ async fn a_hung_apiserver_is_noticed_within_the_bound_and_caught_up_after() {
     let client = plane.apiservers[0].admin_client().await;
     create_web(&client).await;
     let kubeconfig = plane.apiservers[0].admin_kubeconfig.clone();
-    let probed = start_dns(&kubeconfig, APISERVER_TIMEOUT).await;
-    let control = start_dns(&kubeconfig, NO_PROBE).await;
+    let probed = start_dns_with_timeout(&kubeconfig, APISERVER_TIMEOUT).await;
+    let control = start_dns_with_timeout(&kubeconfig, NO_PROBE).await;
     for running in [&probed, &control] {
         converged(running, OLD, Duration::from_secs(30))
             .await
@@ -250,8 +245,8 @@ async fn a_proxy_that_drops_traffic_is_noticed_within_the_bound_and_caught_up_af
         .proxy("apiserver", url.trim_start_matches("https://"))
         .await;
     let kubeconfig = proxied_kubeconfig(&plane.apiservers[0].admin_kubeconfig, url, port);
-    let probed = start_dns(&kubeconfig, APISERVER_TIMEOUT).await;
-    let control = start_dns(&kubeconfig, NO_PROBE).await;
+    let probed = start_dns_with_timeout(&kubeconfig, APISERVER_TIMEOUT).await;
+    let control = start_dns_with_timeout(&kubeconfig, NO_PROBE).await;
     for running in [&probed, &control] {
         converged(running, OLD, Duration::from_secs(30))
             .await

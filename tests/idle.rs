@@ -1,11 +1,11 @@
 //! An idle server does not burn CPU: the UDP workers sleep in the kernel.
 
-mod common;
+mod dns_server;
 mod support;
 
 use std::time::Duration;
 
-use common::{Options, TestServer};
+use dns_server::{Options, TestServer};
 
 /// CPU ticks (user + system) used so far by this process's `dns-udp-*` threads.
 fn udp_worker_ticks() -> u64 {
@@ -27,7 +27,7 @@ fn udp_worker_ticks() -> u64 {
 /// With no queries, the fast-path workers use (almost) no CPU.
 #[tokio::test(flavor = "multi_thread")]
 async fn idle_fast_path_workers_do_not_spin() {
-    let server = TestServer::from_file(common::EXAMPLE, Options::fast_path(true)).await;
+    let server = TestServer::from_file(dns_server::EXAMPLE, Options::fast_path(true)).await;
     let before = udp_worker_ticks();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let used = udp_worker_ticks() - before;

@@ -12,7 +12,7 @@
 //! minutes the first time, a no-op after).
 #![cfg(feature = "testenv")]
 
-mod common;
+mod dns_server;
 mod support;
 
 use std::collections::BTreeSet;
@@ -22,9 +22,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{http_get, poll, query, repo_path, udp_raw};
+use dns_server::{query, repo_path, udp_raw};
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::RecordType;
+use support::{http_ok, wait_for};
 
 /// The image's user and group.
 const NONROOT: u32 = 65532;
@@ -311,8 +312,8 @@ async fn image_unpacks_and_runs_as_nonroot_with_its_own_libraries() {
     assert_eq!(image_version, host_version);
 
     // `serve` on the example config the image ships, on free ports.
-    let dns = SocketAddr::from(([127, 0, 0, 1], common::free_udp_and_tcp_port()));
-    let admin = SocketAddr::from(([127, 0, 0, 1], common::free_udp_and_tcp_port()));
+    let dns = SocketAddr::from(([127, 0, 0, 1], dns_server::free_udp_and_tcp_port()));
+    let admin = SocketAddr::from(([127, 0, 0, 1], dns_server::free_udp_and_tcp_port()));
     let mut child = as_nonroot(
         &rootfs,
         &[
@@ -332,22 +333,23 @@ async fn image_unpacks_and_runs_as_nonroot_with_its_own_libraries() {
     .expect("start serve from the image");
     let pid = child.id();
     let probe = query("web.shop.svc.clusterset.local.", RecordType::A);
-    let reply = poll(
-        Duration::from_secs(10),
+    let reply = wait_for(
         "an answer from the image's serve",
+        Duration::from_secs(10),
         || {
-            let bytes = common::encode(&probe);
+            let bytes = dns_server::encode(&probe);
             async move {
                 udp_raw(dns, &bytes, Duration::from_millis(200))
                     .await
                     .and_then(|r| Message::from_vec(&r).ok())
+                    .ok_or_else(|| "no answer".to_owned())
             }
         },
     )
     .await;
     assert_eq!(reply.metadata.response_code, ResponseCode::NoError);
     assert_eq!(
-        common::sorted(&reply.answers),
+        dns_server::sorted(&reply.answers),
         ["web.shop.svc.clusterset.local. 5 IN A 10.96.10.10"]
     );
 
@@ -377,7 +379,7 @@ async fn image_unpacks_and_runs_as_nonroot_with_its_own_libraries() {
             "{library} (inode {inode} in the rootfs) is not mapped from the image:\n{maps}"
         );
     }
-    let metrics = http_get(admin, "/metrics").await;
+    let metrics = http_ok(admin, "/metrics").await;
     let build_info = format!(
         "clusterset_dns_build_info{{commit=\"{commit}\",version=\"{}\"}} 1",
         env!("CARGO_PKG_VERSION")

@@ -11,8 +11,8 @@
 //! `cargo test --features testenv`). A missing binary fails the tests with
 //! the command that builds it (`tests/controlplane`).
 
-mod common;
 mod controlplane;
+mod dns_server;
 mod support;
 
 use std::collections::BTreeMap;
@@ -20,10 +20,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use clusterset_dns::api::{ServiceImport, ServiceImportSpec, ServiceImportType, ServicePort};
-use clusterset_dns::app::{self, Running};
-use clusterset_dns::config::{Config, ServeArgs};
-use common::{Transport, exchange, http_get, query, sorted};
+use clusterset_dns::app::Running;
 use controlplane::ControlPlane;
+use dns_server::{Transport, exchange, query, sorted, start_dns};
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
 use k8s_openapi::api::core::v1::Namespace;
@@ -31,63 +30,23 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use support::{create_namespace, trials};
+use support::trials::{self, behaviours, standalone};
+use support::{create_namespace, http_get, wait_for};
 use tokio::time::Instant;
 
 /// Generous: the tests of this file run in parallel, each with its own
 /// etcd and kube-apiservers, on two cores.
 const WAIT: Duration = Duration::from_secs(30);
 
-async fn start_dns(kubeconfig: &std::path::Path, tweak: impl FnOnce(&mut ServeArgs)) -> Running {
-    common::init_tracing();
-    let mut args = ServeArgs {
-        kubeconfig: Some(kubeconfig.to_path_buf()),
-        dns_listen: Some("127.0.0.1:0".parse().unwrap()),
-        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-        udp_workers: Some(1),
-        ..Default::default()
-    };
-    tweak(&mut args);
-    let config = Config::resolve(&args).unwrap();
-    app::start(&config).await.unwrap()
-}
-
 /// True when `/ready` answers 200.
 async fn is_ready(running: &Running) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(running.admin_addr())
-        .await
-        .unwrap();
-    stream
-        .write_all(b"GET /ready HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    response.starts_with("HTTP/1.1 200")
+    http_get(running.admin_addr(), "/ready").await.0 == 200
 }
 
 /// (rcode, sorted answer lines) of one UDP query.
 async fn ask(running: &Running, name: &str, rtype: RecordType) -> (ResponseCode, Vec<String>) {
     let response = exchange(running.dns_addr(), Transport::Udp, &query(name, rtype)).await;
     (response.metadata.response_code, sorted(&response.answers))
-}
-
-/// Polls `check` until it returns true or `WAIT` passes; returns the time it took.
-async fn eventually<F, Fut>(what: &str, mut check: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !check().await {
-        assert!(
-            start.elapsed() < WAIT,
-            "timed out after {WAIT:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    start.elapsed()
 }
 
 async fn answers_become(
@@ -97,7 +56,7 @@ async fn answers_become(
     rcode: ResponseCode,
     want: &[&str],
 ) {
-    let want: Vec<String> = common::expected(want);
+    let want: Vec<String> = dns_server::expected(want);
     let start = Instant::now();
     loop {
         let last = ask(running, name, rtype).await;
@@ -224,69 +183,23 @@ fn main() {
     let runtime = trials::runtime();
     // Tests that start their own apiservers first, the shared one's
     // behaviours after them: at most one trial waits for the group's turn.
-    let mut all = trials::alone(vec![
-        (
-            "readiness_means_indexed_and_the_index_survives_an_apiserver_restart",
-            || Box::pin(readiness_means_indexed_and_the_index_survives_an_apiserver_restart()),
-        ),
-        (
-            "initial_lists_fall_back_to_pages_where_the_apiserver_does_not_stream_them",
-            || {
-                Box::pin(
-                    initial_lists_fall_back_to_pages_where_the_apiserver_does_not_stream_them(),
-                )
-            },
-        ),
-        ("an_import_resolves_only_while_its_namespace_exists", || {
-            Box::pin(an_import_resolves_only_while_its_namespace_exists())
-        }),
-        (
-            "a_mirror_api_group_serving_only_v1alpha1_is_found_and_served",
-            || Box::pin(a_mirror_api_group_serving_only_v1alpha1_is_found_and_served()),
-        ),
-        (
-            "the_deploy_cluster_role_is_enough_and_a_narrower_one_fails_clearly",
-            || Box::pin(the_deploy_cluster_role_is_enough_and_a_narrower_one_fails_clearly()),
-        ),
-        (
-            "a_relist_after_missed_changes_converges_without_wrong_answers",
-            || Box::pin(a_relist_after_missed_changes_converges_without_wrong_answers()),
-        ),
-        ("the_deploy_manifests_are_accepted_by_the_apiserver", || {
-            Box::pin(the_deploy_manifests_are_accepted_by_the_apiserver())
-        }),
-        (
-            "the_cluster_id_comes_from_the_cluster_property_and_steers_local_first_answers",
-            || {
-                Box::pin(
-                    the_cluster_id_comes_from_the_cluster_property_and_steers_local_first_answers(),
-                )
-            },
-        ),
+    let mut all = trials::alone(standalone![
+        readiness_means_indexed_and_the_index_survives_an_apiserver_restart,
+        initial_lists_fall_back_to_pages_where_the_apiserver_does_not_stream_them,
+        an_import_resolves_only_while_its_namespace_exists,
+        a_mirror_api_group_serving_only_v1alpha1_is_found_and_served,
+        the_deploy_cluster_role_is_enough_and_a_narrower_one_fails_clearly,
+        a_relist_after_missed_changes_converges_without_wrong_answers,
+        the_deploy_manifests_are_accepted_by_the_apiserver,
+        the_cluster_id_comes_from_the_cluster_property_and_steers_local_first_answers,
     ]);
-    let answering: Vec<(&str, trials::Behaviour<Answering>)> = vec![
-        ("a_clusterset_ip_import_answers_a_aaaa_and_srv", |env| {
-            Box::pin(a_clusterset_ip_import_answers_a_aaaa_and_srv(env))
-        }),
-        (
-            "a_changed_import_ip_is_answered_and_a_dropped_family_answers_nothing",
-            |env| {
-                Box::pin(a_changed_import_ip_is_answered_and_a_dropped_family_answers_nothing(env))
-            },
-        ),
-        (
-            "a_headless_import_answers_its_ready_endpoints_by_name",
-            |env| Box::pin(a_headless_import_answers_its_ready_endpoints_by_name(env)),
-        ),
-        ("an_endpoint_that_turns_ready_is_answered", |env| {
-            Box::pin(an_endpoint_that_turns_ready_is_answered(env))
-        }),
-        ("deleted_slices_and_imports_leave_the_answers", |env| {
-            Box::pin(deleted_slices_and_imports_leave_the_answers(env))
-        }),
-        ("an_answer_change_is_a_timed_publish", |env| {
-            Box::pin(an_answer_change_is_a_timed_publish(env))
-        }),
+    let answering = behaviours![
+        a_clusterset_ip_import_answers_a_aaaa_and_srv,
+        a_changed_import_ip_is_answered_and_a_dropped_family_answers_nothing,
+        a_headless_import_answers_its_ready_endpoints_by_name,
+        an_endpoint_that_turns_ready_is_answered,
+        deleted_slices_and_imports_leave_the_answers,
+        an_answer_change_is_a_timed_publish,
     ];
     all.extend(trials::group(&args, &runtime, Answering::start, answering));
     let conclusion = libtest_mimic::run(&args, all);
@@ -311,7 +224,15 @@ impl Answering {
             let api = &plane.apiservers[0];
             let client = api.admin_client().await;
             let running = start_dns(&api.admin_kubeconfig, |_| {}).await;
-            eventually("ready", || async { is_ready(&running).await }).await;
+            wait_for("ready", WAIT, || async {
+                let (status, body) = http_get(running.admin_addr(), "/ready").await;
+                if status == 200 {
+                    Ok(())
+                } else {
+                    Err(format!("{status} {body}"))
+                }
+            })
+            .await;
             Self {
                 _plane: plane,
                 client,
@@ -582,8 +503,8 @@ async fn deleted_slices_and_imports_leave_the_answers(env: &mut Answering) {
 /// latency histogram counts it.
 async fn an_answer_change_is_a_timed_publish(env: &mut Answering) {
     let publishes = || async {
-        let metrics = http_get(env.running.admin_addr(), "/metrics").await;
-        common::metric(
+        let metrics = support::http_ok(env.running.admin_addr(), "/metrics").await;
+        dns_server::metric(
             &metrics,
             "clusterset_dns_zone_publish_latency_seconds_count",
         )
@@ -639,11 +560,12 @@ async fn readiness_means_indexed_and_the_index_survives_an_apiserver_restart() {
     // The apiserver goes away: answers continue from the last index, and
     // the metric says the source is stale.
     plane.apiservers[0].stop();
-    eventually("source_stale = 1", || async {
-        common::metric(
-            &http_get(running.admin_addr(), "/metrics").await,
-            "clusterset_dns_source_stale",
-        ) == Some(1.0)
+    wait_for("source_stale = 1", WAIT, || async {
+        let (_, metrics) = http_get(running.admin_addr(), "/metrics").await;
+        match dns_server::metric(&metrics, "clusterset_dns_source_stale") {
+            Some(1.0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
     })
     .await;
     for _ in 0..10 {
@@ -672,11 +594,12 @@ async fn readiness_means_indexed_and_the_index_survives_an_apiserver_restart() {
         &["web.shop.svc.clusterset.local. 5 IN A 10.96.0.99"],
     )
     .await;
-    eventually("source_stale = 0", || async {
-        common::metric(
-            &http_get(running.admin_addr(), "/metrics").await,
-            "clusterset_dns_source_stale",
-        ) == Some(0.0)
+    wait_for("source_stale = 0", WAIT, || async {
+        let (_, metrics) = http_get(running.admin_addr(), "/metrics").await;
+        match dns_server::metric(&metrics, "clusterset_dns_source_stale") {
+            Some(0.0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
     })
     .await;
     running.stop().await;
@@ -774,11 +697,11 @@ async fn an_import_resolves_only_while_its_namespace_exists() {
     )
     .await;
     // /explain says why: the import is there, its namespace is not.
-    let web = common::explain(running.admin_addr(), "web.shop.svc.clusterset.local", "A").await;
+    let web = dns_server::explain(running.admin_addr(), "web.shop.svc.clusterset.local", "A").await;
     assert_eq!(web["service"]["import"]["type"], "ClusterSetIP", "{web:#}");
     assert_eq!(web["service"]["namespace_exists"], false, "{web:#}");
     assert!(
-        common::explain_notes(&web).contains("namespace shop does not exist in this cluster"),
+        dns_server::explain_notes(&web).contains("namespace shop does not exist in this cluster"),
         "{web:#}"
     );
     running.stop().await;
@@ -903,7 +826,7 @@ async fn bind_role(client: &Client, role: &k8s_openapi::api::rbac::v1::ClusterRo
 }
 
 fn deploy_cluster_role() -> k8s_openapi::api::rbac::v1::ClusterRole {
-    let text = std::fs::read_to_string(common::repo_path("deploy/rbac.yaml")).unwrap();
+    let text = std::fs::read_to_string(dns_server::repo_path("deploy/rbac.yaml")).unwrap();
     let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
     let role = docs
         .into_iter()
@@ -1019,12 +942,15 @@ async fn a_relist_after_missed_changes_converges_without_wrong_answers() {
         )
         .await
         .unwrap();
-    eventually("the invalid update to be seen", || async {
-        let metrics = http_get(running.admin_addr(), "/metrics").await;
-        common::metric(
+    wait_for("the invalid update to be seen", WAIT, || async {
+        let (_, metrics) = http_get(running.admin_addr(), "/metrics").await;
+        match dns_server::metric(
             &metrics,
             "clusterset_dns_invalid_objects_total{kind=\"ServiceImport\"}",
-        ) == Some(1.0)
+        ) {
+            Some(1.0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
     })
     .await;
     let broken = (
@@ -1036,7 +962,7 @@ async fn a_relist_after_missed_changes_converges_without_wrong_answers() {
         broken
     );
     // /explain names the rejected update and what is served instead.
-    let explained = common::explain(
+    let explained = dns_server::explain(
         running.admin_addr(),
         "broken.shop.svc.clusterset.local",
         "A",
@@ -1049,7 +975,7 @@ async fn a_relist_after_missed_changes_converges_without_wrong_answers() {
     );
     assert_eq!(explained["service"]["rejected"][0]["name"], "broken");
     assert!(
-        common::explain_notes(&explained).contains("not-an-ip"),
+        dns_server::explain_notes(&explained).contains("not-an-ip"),
         "{explained:#}"
     );
 
@@ -1114,16 +1040,19 @@ async fn a_relist_after_missed_changes_converges_without_wrong_answers() {
         ResponseCode::NoError
     );
     let stale = || async {
-        let metrics = http_get(running.admin_addr(), "/metrics").await;
-        common::metric(&metrics, "clusterset_dns_source_stale")
+        let metrics = support::http_ok(running.admin_addr(), "/metrics").await;
+        dns_server::metric(&metrics, "clusterset_dns_source_stale")
     };
-    eventually("source_stale to be 1", || async {
-        stale().await == Some(1.0)
+    wait_for("source_stale to be 1", WAIT, || async {
+        match stale().await {
+            Some(1.0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
     })
     .await;
     let explained =
-        common::explain(running.admin_addr(), "gone.shop.svc.clusterset.local", "A").await;
-    let notes = common::explain_notes(&explained);
+        dns_server::explain(running.admin_addr(), "gone.shop.svc.clusterset.local", "A").await;
+    let notes = dns_server::explain_notes(&explained);
     assert!(
         notes.contains("the source is failing (watch of "),
         "{notes}"
@@ -1135,8 +1064,11 @@ async fn a_relist_after_missed_changes_converges_without_wrong_answers() {
     plane.apiservers[0].start();
     // Not stale means caught up: the moment source_stale reads 0, every
     // change made during the outage is served.
-    eventually("source_stale to be 0", || async {
-        stale().await == Some(0.0)
+    wait_for("source_stale to be 0", WAIT, || async {
+        match stale().await {
+            Some(0.0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
     })
     .await;
     for (name, want) in [
@@ -1165,7 +1097,7 @@ async fn a_relist_after_missed_changes_converges_without_wrong_answers() {
     // The relist came from restarting the watches once the apiserver
     // answered (or from a 410 Gone, had a watch resumed first): either way
     // not from a mere reconnect.
-    let metrics = http_get(running.admin_addr(), "/metrics").await;
+    let metrics = support::http_ok(running.admin_addr(), "/metrics").await;
     let relists: f64 = metrics
         .lines()
         .filter(|l| {
@@ -1190,8 +1122,8 @@ async fn the_deploy_manifests_are_accepted_by_the_apiserver() {
     let plane = ControlPlane::start(1).await;
     let client = plane.apiservers[0].admin_client().await;
     let deployment =
-        std::fs::read_to_string(common::repo_path("deploy/clusterset-dns.yaml")).unwrap();
-    let rbac = std::fs::read_to_string(common::repo_path("deploy/rbac.yaml")).unwrap();
+        std::fs::read_to_string(dns_server::repo_path("deploy/clusterset-dns.yaml")).unwrap();
+    let rbac = std::fs::read_to_string(dns_server::repo_path("deploy/rbac.yaml")).unwrap();
     controlplane::apply_manifest(&client, &format!("{deployment}\n---\n{rbac}")).await;
     let daemonsets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
         Api::namespaced(client, "clusterset-dns");
@@ -1284,8 +1216,13 @@ async fn the_cluster_id_comes_from_the_cluster_property_and_steers_local_first_a
     bind_role(&admin, &narrow).await;
     controlplane::set_cluster_properties(&admin, "cluster-a", "set-1").await;
     let running = start_dns(&api.dns_kubeconfig, |_| {}).await;
-    eventually("ready without ClusterProperties", || async {
-        is_ready(&running).await
+    wait_for("ready without ClusterProperties", WAIT, || async {
+        let (status, body) = http_get(running.admin_addr(), "/ready").await;
+        if status == 200 {
+            Ok(())
+        } else {
+            Err(format!("{status} {body}"))
+        }
     })
     .await;
     answers_become(
@@ -1296,7 +1233,8 @@ async fn the_cluster_id_comes_from_the_cluster_property_and_steers_local_first_a
         &every_lines,
     )
     .await;
-    let notes = common::explain_notes(&common::explain(running.admin_addr(), db_name, "A").await);
+    let notes =
+        dns_server::explain_notes(&dns_server::explain(running.admin_addr(), db_name, "A").await);
     assert!(
         notes.contains("this cluster's id is unknown (the ClusterProperty cluster.clusterset.k8s.io cannot be read")
             && notes.contains("forbidden"),
@@ -1315,7 +1253,7 @@ async fn the_cluster_id_comes_from_the_cluster_property_and_steers_local_first_a
         &local_lines,
     )
     .await;
-    let explained = common::explain(running.admin_addr(), db_name, "A").await;
+    let explained = dns_server::explain(running.admin_addr(), db_name, "A").await;
     assert_eq!(
         explained["service"]["cluster_id"], "cluster-a",
         "{explained:#}"
@@ -1372,7 +1310,8 @@ async fn the_cluster_id_comes_from_the_cluster_property_and_steers_local_first_a
         &every_lines,
     )
     .await;
-    let notes = common::explain_notes(&common::explain(running.admin_addr(), db_name, "A").await);
+    let notes =
+        dns_server::explain_notes(&dns_server::explain(running.admin_addr(), db_name, "A").await);
     assert!(
         notes.contains(
             "the ClusterProperty cluster.clusterset.k8s.io does not exist in this cluster"
@@ -1390,16 +1329,16 @@ async fn the_cluster_id_comes_from_the_cluster_property_and_steers_local_first_a
     .await;
     // Answers of every tier were counted; the ClusterProperty watch never
     // made the source stale.
-    let metrics = common::http_get(running.admin_addr(), "/metrics").await;
+    let metrics = support::http_ok(running.admin_addr(), "/metrics").await;
     for tier in ["local", "all"] {
         let name = format!("clusterset_dns_local_first_answers_total{{tier=\"{tier}\"}}");
         assert!(
-            common::metric(&metrics, &name).is_some_and(|n| n >= 1.0),
+            dns_server::metric(&metrics, &name).is_some_and(|n| n >= 1.0),
             "{name}:\n{metrics}"
         );
     }
     assert_eq!(
-        common::metric(&metrics, "clusterset_dns_source_stale"),
+        dns_server::metric(&metrics, "clusterset_dns_source_stale"),
         Some(0.0)
     );
     running.stop().await;

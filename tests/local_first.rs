@@ -8,19 +8,20 @@
 //! turned on; `/explain` and `clusterset_dns_local_first_answers_total`
 //! say which tier answered.
 
-mod common;
+mod dns_server;
 mod support;
 
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{
+use dns_server::{
     NOT_READY, Options, READY, TERMINATING, TestServer, Transport, exchange, explain,
-    explain_notes, http_get, metric, poll, query, sorted, within,
+    explain_notes, metric, query, sorted, within,
 };
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
 use serde_json::Value;
+use support::wait_for;
 use tokio::process::Command;
 
 const DB: &str = "db.shop.svc.clusterset.local.";
@@ -42,9 +43,16 @@ async fn db_a(server: &TestServer, transport: Transport) -> (ResponseCode, Vec<S
 async fn until_db_answers(server: &TestServer, want: &[String]) {
     let mut want = want.to_vec();
     want.sort();
-    poll(RELOAD_LIMIT, &format!("{DB} A to answer {want:?}"), || {
+    wait_for(&format!("{DB} A to answer {want:?}"), RELOAD_LIMIT, || {
         let want = want.clone();
-        async move { (db_a(server, Transport::Udp).await.1 == want).then_some(()) }
+        async move {
+            let got = db_a(server, Transport::Udp).await.1;
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        }
     })
     .await;
 }
@@ -52,7 +60,7 @@ async fn until_db_answers(server: &TestServer, want: &[String]) {
 /// The four counters of `clusterset_dns_local_first_answers_total`, in
 /// tier order (local, all, local_serving, all_serving).
 async fn tiers(server: &TestServer) -> [f64; 4] {
-    let text = http_get(server.admin(), "/metrics").await;
+    let text = support::http_ok(server.admin(), "/metrics").await;
     ["local", "all", "local_serving", "all_serving"].map(|tier| {
         let name = format!("clusterset_dns_local_first_answers_total{{tier=\"{tier}\"}}");
         metric(&text, &name).unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
@@ -122,7 +130,7 @@ async fn fails_over_and_back(fast_path: bool) {
     } else {
         "hickory path"
     };
-    let healthy = common::local_first_clusterset(Some("cluster-a"), [READY, READY], READY);
+    let healthy = dns_server::local_first_clusterset(Some("cluster-a"), [READY, READY], READY);
     let server = TestServer::from_yaml(&healthy, Options::fast_path(fast_path)).await;
     let local = vec![a("10.1.0.10"), a("10.1.0.11")];
 
@@ -176,7 +184,8 @@ async fn fails_over_and_back(fast_path: bool) {
 
     // cluster-a's pods go not ready (one failing its probe, one
     // terminating): every cluster's ready endpoints, which are b's.
-    let failed = common::local_first_clusterset(Some("cluster-a"), [NOT_READY, TERMINATING], READY);
+    let failed =
+        dns_server::local_first_clusterset(Some("cluster-a"), [NOT_READY, TERMINATING], READY);
     server.write_manifest(&failed);
     until_db_answers(&server, &[a("10.2.0.10")]).await;
     let before = tiers(&server).await;
@@ -215,7 +224,7 @@ async fn fails_over_and_back(fast_path: bool) {
 
     // Without the ClusterProperty: every cluster's, not counted, and
     // /explain says why.
-    let anonymous = common::local_first_clusterset(None, [READY, READY], READY);
+    let anonymous = dns_server::local_first_clusterset(None, [READY, READY], READY);
     server.write_manifest(&anonymous);
     let every = vec![a("10.1.0.10"), a("10.1.0.11"), a("10.2.0.10")];
     until_db_answers(&server, &every).await;
@@ -232,7 +241,7 @@ async fn fails_over_and_back(fast_path: bool) {
     );
 
     // The property names the other cluster: its endpoints.
-    let as_b = common::local_first_clusterset(Some("cluster-b"), [READY, READY], READY);
+    let as_b = dns_server::local_first_clusterset(Some("cluster-b"), [READY, READY], READY);
     server.write_manifest(&as_b);
     until_db_answers(&server, &[a("10.2.0.10")]).await;
     server.stop().await;
@@ -252,7 +261,7 @@ async fn a_local_first_name_fails_over_and_back_on_the_hickory_path() {
 /// UDP and TCP: the worked example of docs/dns.md ("Local first").
 #[tokio::test(flavor = "multi_thread")]
 async fn dig_sees_this_clusters_endpoints_then_the_others() {
-    let healthy = common::local_first_clusterset(Some("cluster-a"), [READY, READY], READY);
+    let healthy = dns_server::local_first_clusterset(Some("cluster-a"), [READY, READY], READY);
     let server = TestServer::from_yaml(&healthy, Options::fast_path(true)).await;
     for tcp in [false, true] {
         assert_eq!(
@@ -272,7 +281,8 @@ async fn dig_sees_this_clusters_endpoints_then_the_others() {
         // A ClusterSetIP import answers its clusterset IP as before.
         assert_eq!(dig_short(&server, WEB, "A", tcp).await, ["10.96.0.20"]);
     }
-    let failed = common::local_first_clusterset(Some("cluster-a"), [NOT_READY, NOT_READY], READY);
+    let failed =
+        dns_server::local_first_clusterset(Some("cluster-a"), [NOT_READY, NOT_READY], READY);
     server.write_manifest(&failed);
     until_db_answers(&server, &[a("10.2.0.10")]).await;
     for tcp in [false, true] {
@@ -290,8 +300,11 @@ async fn dig_sees_this_clusters_endpoints_then_the_others() {
 /// addresses with it on, this cluster's first at the service name.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_serving_fallback_answers_only_when_turned_on() {
-    let draining =
-        common::local_first_clusterset(Some("cluster-a"), [NOT_READY, TERMINATING], TERMINATING);
+    let draining = dns_server::local_first_clusterset(
+        Some("cluster-a"),
+        [NOT_READY, TERMINATING],
+        TERMINATING,
+    );
     let off = TestServer::from_yaml(&draining, Options::fast_path(true)).await;
     assert_eq!(
         db_a(&off, Transport::Udp).await,
@@ -349,7 +362,7 @@ async fn the_serving_fallback_answers_only_when_turned_on() {
     // A ready endpoint anywhere ends the fallback: the terminating ones
     // lose their names.
     let recovering =
-        common::local_first_clusterset(Some("cluster-a"), [NOT_READY, TERMINATING], READY);
+        dns_server::local_first_clusterset(Some("cluster-a"), [NOT_READY, TERMINATING], READY);
     on.write_manifest(&recovering);
     until_db_answers(&on, &[a("10.2.0.10")]).await;
     let gone = format!("db-1.cluster-a.{DB}");
@@ -363,7 +376,7 @@ async fn the_serving_fallback_answers_only_when_turned_on() {
 /// kube-proxy in this cluster does.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_local_first_clusterset_ip_import_is_explained_by_what_kube_proxy_does() {
-    let healthy = common::local_first_clusterset(Some("cluster-a"), [READY, READY], READY);
+    let healthy = dns_server::local_first_clusterset(Some("cluster-a"), [READY, READY], READY);
     let server = TestServer::from_yaml(&healthy, Options::fast_path(true)).await;
     let before = tiers(&server).await;
     let reply = exchange(server.dns(), Transport::Udp, &query(WEB, RecordType::A)).await;
@@ -379,19 +392,22 @@ async fn a_local_first_clusterset_ip_import_is_explained_by_what_kube_proxy_does
         ),
         "{notes}"
     );
-    let failed = common::local_first_clusterset(Some("cluster-a"), [NOT_READY, NOT_READY], READY);
+    let failed =
+        dns_server::local_first_clusterset(Some("cluster-a"), [NOT_READY, NOT_READY], READY);
     server.write_manifest(&failed);
-    poll(
-        RELOAD_LIMIT,
+    wait_for(
         "the explanation to follow the reload",
+        RELOAD_LIMIT,
         || async {
             let notes = explain_notes(&explain(server.admin(), WEB, "A").await);
-            notes
-                .contains(
-                    "cluster-a (this cluster) has no ready endpoint, so kube-proxy in this cluster \
+            if notes.contains(
+                "cluster-a (this cluster) has no ready endpoint, so kube-proxy in this cluster \
                  sends its connections to every cluster's 1 ready endpoint",
-                )
-                .then_some(())
+            ) {
+                Ok(())
+            } else {
+                Err(notes)
+            }
         },
     )
     .await;

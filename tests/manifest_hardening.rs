@@ -5,7 +5,7 @@
 //! or shutdown, grow memory beyond a small multiple of the file, or change
 //! an answer to anything but the old or the new version's.
 
-mod common;
+mod dns_server;
 mod support;
 
 use std::net::SocketAddr;
@@ -13,12 +13,13 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{
-    EXAMPLE, Options, TestServer, Transport, exchange, explain, explain_notes, http_get_status,
-    poll, query, read_metric, repo_path, sorted, within,
+use dns_server::{
+    EXAMPLE, Options, TestServer, Transport, exchange, explain, explain_notes, query, read_metric,
+    repo_path, sorted, within,
 };
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
+use support::{http_get, http_ok, wait_for};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -86,7 +87,7 @@ async fn probe(dns: SocketAddr, admin: SocketAddr, want: &[String]) -> Duration 
     let mut slowest = tcp;
     for path in ["/ready", "/live"] {
         let started = Instant::now();
-        let (status, _) = http_get_status(admin, path).await;
+        let (status, _) = http_get(admin, path).await;
         slowest = slowest.max(started.elapsed());
         assert_eq!(status, 200, "{path}");
     }
@@ -100,25 +101,33 @@ fn web_a(ip: &str) -> Vec<String> {
 
 /// The value of `metric`, 0 while it has not been counted yet.
 async fn count(admin: SocketAddr, metric: &str) -> f64 {
-    common::metric(&common::http_get(admin, "/metrics").await, metric).unwrap_or(0.0)
+    dns_server::metric(&http_ok(admin, "/metrics").await, metric).unwrap_or(0.0)
 }
 
 /// Polls `metric` on `admin` until it reaches `value`.
 async fn until_metric(admin: SocketAddr, metric: &str, value: f64) {
-    poll(RELOAD_LIMIT, &format!("{metric} to be {value}"), || async {
-        (count(admin, metric).await == value).then_some(())
+    wait_for(&format!("{metric} to be {value}"), RELOAD_LIMIT, || async {
+        match count(admin, metric).await {
+            counted if counted == value => Ok(()),
+            counted => Err(format!("{counted}")),
+        }
     })
     .await;
 }
 
 /// Polls until `web.shop` answers `want` over UDP.
 async fn until_web(dns: SocketAddr, want: &[String]) {
-    poll(
-        RELOAD_LIMIT,
+    wait_for(
         &format!("web.shop to answer {want:?}"),
+        RELOAD_LIMIT,
         || async {
             let r = exchange(dns, Transport::Udp, &query(WEB, RecordType::A)).await;
-            (sorted(&r.answers) == want).then_some(())
+            let got = sorted(&r.answers);
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
         },
     )
     .await;
@@ -126,12 +135,16 @@ async fn until_web(dns: SocketAddr, want: &[String]) {
 
 /// Polls until `/explain` says the source is failing because of `problem`.
 async fn until_problem(admin: SocketAddr, problem: &str) {
-    poll(
-        RELOAD_LIMIT,
+    wait_for(
         &format!("/explain to say {problem:?}"),
+        RELOAD_LIMIT,
         || async {
             let notes = explain_notes(&explain(admin, WEB, "A").await);
-            notes.contains(problem).then_some(())
+            if notes.contains(problem) {
+                Ok(())
+            } else {
+                Err(notes)
+            }
         },
     )
     .await;
@@ -172,10 +185,11 @@ impl Served {
             .spawn()
             .expect("spawn clusterset-dns serve");
         let served = Self { child, dns, admin };
-        poll(Duration::from_secs(10), "serve to be ready", || async {
-            let ready = tokio::net::TcpStream::connect(admin).await.is_ok()
-                && http_get_status(admin, "/ready").await.0 == 200;
-            ready.then_some(())
+        wait_for("serve to be ready", Duration::from_secs(10), || async {
+            match http_get(admin, "/ready").await {
+                (200, _) => Ok(()),
+                (status, body) => Err(format!("/ready {status}: {body}")),
+            }
         })
         .await;
         served
@@ -429,7 +443,7 @@ async fn a_large_reload_stalls_neither_tcp_nor_the_admin_endpoint() {
     for i in 0..2000 {
         large.push_str(&format!(
             "---\napiVersion: multicluster.x-k8s.io/v1beta1\nkind: ServiceImport\nmetadata: {{name: s{i}, namespace: bulk}}\nspec:\n  type: ClusterSetIP\n  ips: [{}]\n  ports: [{{name: http, protocol: TCP, port: 80}}]\n",
-            common::v4(96, i)
+            dns_server::v4(96, i)
         ));
     }
     let v1 = web_a("10.96.10.10");

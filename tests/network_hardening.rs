@@ -2,16 +2,17 @@
 //! "Network input and shutdown"): flood its log with bad queries, and hold
 //! more TCP connections than it has file descriptors for.
 
-mod common;
+mod dns_server;
 mod server_process;
 mod support;
 
 use std::time::Duration;
 
-use common::{QUERY_TIMEOUT, Transport, exchange, http_get_status, metric, query};
+use dns_server::{QUERY_TIMEOUT, Transport, exchange, metric, query};
 use hickory_proto::op::{Message, OpCode, ResponseCode};
 use hickory_proto::rr::RecordType;
 use server_process::ServerProcess;
+use support::http_get;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::time::Instant;
@@ -104,7 +105,7 @@ async fn a_flood_of_bad_queries_gets_errors_and_one_log_line_a_second() {
     }
     // An OPT option cut short inside its RDATA, on which hickory's decoder
     // logs a warning per message: FORMERR before hickory sees it, no line.
-    let mut cut = common::encode(&common::query_edns(
+    let mut cut = dns_server::encode(&dns_server::query_edns(
         "web.shop.svc.clusterset.local.",
         RecordType::A,
         1232,
@@ -115,7 +116,7 @@ async fn a_flood_of_bad_queries_gets_errors_and_one_log_line_a_second() {
     cut.extend_from_slice(b"\x00\x0a\x00\x08abcd");
     for i in 0..200u16 {
         cut[..2].copy_from_slice(&i.to_be_bytes());
-        let reply = common::udp_raw(server.dns, &cut, QUERY_TIMEOUT).await;
+        let reply = dns_server::udp_raw(server.dns, &cut, QUERY_TIMEOUT).await;
         let r = Message::from_vec(&reply.expect("a reply")).unwrap();
         assert_eq!(r.metadata.response_code, ResponseCode::FormErr);
     }
@@ -141,7 +142,7 @@ async fn a_flood_of_bad_queries_gets_errors_and_one_log_line_a_second() {
         suppressed > 0,
         "lines say how many were held back: {lines:?}"
     );
-    let (_, text) = http_get_status(server.admin, "/metrics").await;
+    let (_, text) = http_get(server.admin, "/metrics").await;
     let counted = metric(
         &text,
         r#"clusterset_dns_network_events_total{reason="encode_failed"}"#,
@@ -201,7 +202,7 @@ async fn connections_beyond_the_limit_close_the_oldest_idle_and_probes_still_ans
     );
 
     let started = Instant::now();
-    let (status, _) = http_get_status(server.admin, "/ready").await;
+    let (status, _) = http_get(server.admin, "/ready").await;
     let ready_in = started.elapsed();
     assert_eq!(status, 200, "/ready with {OPENED} TCP connections open");
     let probe = query("web.shop.svc.clusterset.local.", RecordType::A);
@@ -229,7 +230,7 @@ async fn connections_beyond_the_limit_close_the_oldest_idle_and_probes_still_ans
         "closed: {closed:?}"
     );
     drop(admin_idle);
-    let (_, text) = http_get_status(server.admin, "/metrics").await;
+    let (_, text) = http_get(server.admin, "/metrics").await;
     let full = metric(
         &text,
         r#"clusterset_dns_network_events_total{reason="tcp_full"}"#,
@@ -299,7 +300,7 @@ async fn accept_errors_back_off_close_the_oldest_idle_and_do_not_spin() {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(5);
     let ready = loop {
-        let (status, _) = http_get_status(server.admin, "/ready").await;
+        let (status, _) = http_get(server.admin, "/ready").await;
         if status == 200 || Instant::now() > deadline {
             break status;
         }
@@ -321,7 +322,7 @@ async fn accept_errors_back_off_close_the_oldest_idle_and_do_not_spin() {
         closed >= BEYOND / 2,
         "{closed} of {opened} closed by the server"
     );
-    let (_, text) = http_get_status(server.admin, "/metrics").await;
+    let (_, text) = http_get(server.admin, "/metrics").await;
     let errors = metric(
         &text,
         r#"clusterset_dns_network_events_total{reason="tcp_accept"}"#,

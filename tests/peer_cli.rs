@@ -11,13 +11,16 @@
 //!
 //! The member clusters' fake Nodes start without `spec.podCIDRs` (node IPAM
 //! is off), as under a CNI that allocates pod addresses elsewhere: `peer
-//! add` is refused until the trial that shows it gives them ranges, as
-//! node IPAM would.
+//! add` is refused until the Nodes are given ranges, as node IPAM would
+//! ([`Env::give_pod_ranges`]).
 //!
 //! Each behaviour is a named trial (`harness = false`, libtest-mimic), in
-//! the order of the documented sequence on one pair of clusters: a trial
-//! starts from what the one before left, and a failing one is reported
-//! under its name while the rest still run.
+//! the order of the documented sequence on one pair of clusters; a failing
+//! one is reported under its name while the rest still run. Each passes
+//! alone too: a trial first takes the steps of the sequence it starts from
+//! that have not been taken ([`Env::joined`], [`Env::web_imported`]). The
+//! first two need a pair nobody joined yet, and the last two take the pair
+//! apart.
 
 mod controlplane;
 mod support;
@@ -37,7 +40,8 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use support::trials::{self, Behaviour};
+use support::create_if_absent;
+use support::trials::{self, behaviours};
 
 const CLUSTERSET: &str = "demo-set";
 const READER: &str = "clusterset-dns-peer-reader";
@@ -291,6 +295,12 @@ struct Env {
     controller: Option<ControllerProcess>,
     _controller_b: ControllerProcess,
     t0: Instant,
+    /// How far the documented sequence has come: the Nodes have pod
+    /// ranges; `peer add` made b a peer of a (`[0]`, the first documented
+    /// command) and a a peer of b (`[1]`); a imports `demo/web` from b.
+    pod_ranges: bool,
+    joined: [bool; 2],
+    web_imported: bool,
 }
 
 impl Env {
@@ -361,70 +371,132 @@ impl Env {
             controller: Some(controller),
             _controller_b: controller_b,
             t0,
+            pod_ranges: false,
+            joined: [false; 2],
+            web_imported: false,
         }
+    }
+
+    /// Both clusters' Nodes get their pod ranges ([`NODE_POD_CIDRS`]), as
+    /// node IPAM would: what `peer add` records by default.
+    async fn give_pod_ranges(&mut self) {
+        if self.pod_ranges {
+            return;
+        }
+        for (client, ranges) in [&self.admin_a, &self.admin_b]
+            .into_iter()
+            .zip(NODE_POD_CIDRS)
+        {
+            let nodes: Api<Node> = Api::all(client.clone());
+            for (i, range) in ranges.into_iter().enumerate() {
+                nodes
+                    .patch(
+                        &format!("kwok-node-{i}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"spec": {"podCIDR": range, "podCIDRs": [range]}})),
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+        self.pod_ranges = true;
+    }
+
+    /// The documented join, the side `side` of it (0: b a peer of a, the
+    /// first documented command; 1: a a peer of b) unless it was run.
+    async fn join(&mut self, side: usize) {
+        if self.joined[side] {
+            return;
+        }
+        self.give_pod_ranges().await;
+        run_doc(self.dir.path(), &documented_commands()[side]).await;
+        self.joined[side] = true;
+    }
+
+    /// Both sides of the documented join ([`Env::join`]).
+    async fn joined(&mut self) {
+        self.join(0).await;
+        self.join(1).await;
+    }
+
+    /// The pair joined, `demo/web` of b (exported there) imported in a by
+    /// its controller, and b accepted by it (its Lease renewed), unless
+    /// that was done.
+    async fn web_imported(&mut self) {
+        if self.web_imported {
+            return;
+        }
+        self.joined().await;
+        let a = &self.plane.clusters[0];
+        let controller = self.controller.as_ref().expect("a's controller runs");
+        controller.wait_ready(Duration::from_secs(60));
+        create_if_absent(
+            &Api::<Service>::namespaced(self.admin_b.clone(), "demo"),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "web"},
+                "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]},
+            }))
+            .unwrap(),
+        )
+        .await;
+        create_if_absent(
+            &Api::<ServiceExport>::namespaced(self.admin_b.clone(), "demo"),
+            &serde_json::from_value(json!({"metadata": {"name": "web"}})).unwrap(),
+        )
+        .await;
+        let imports_a: Api<ServiceImport> = Api::namespaced(self.admin_a.clone(), "demo");
+        a.wait_for("demo/web imported from cluster-b", WAIT, || async {
+            imports_a
+                .get_opt("web")
+                .await
+                .unwrap()
+                .map(|_| ())
+                .ok_or_else(|| {
+                    format!(
+                        "no ServiceImport yet; controller log:\n{}",
+                        controller.log()
+                    )
+                })
+        })
+        .await;
+        // And it has recorded the peer (renewed its Lease): `peer list`
+        // shows it accepted.
+        let dir = self.dir.path();
+        a.wait_for("peer list shows peer-cluster-b accepted", WAIT, || async {
+            let list = list_json(dir, "a.kubeconfig").await;
+            let b = entry(&list, "peer-cluster-b");
+            if b["last_seen"].is_string() && b["refused"].is_null() {
+                Ok(())
+            } else {
+                Err(format!("{b}"))
+            }
+        })
+        .await;
+        self.web_imported = true;
     }
 }
 
 /// The trials, in the order of the documented sequence; each is named
-/// after the behaviour it shows, and starts from what the one before left.
+/// after the behaviour it shows.
 fn main() {
     let args = trials::serial_arguments();
     let runtime = trials::runtime();
-    let behaviours: Vec<(&str, Behaviour<Env>)> = vec![
-        ("refused_joins_write_nothing_in_either_cluster", |env| {
-            Box::pin(refusals(env))
-        }),
-        (
-            "without_pod_ranges_on_the_peers_nodes_add_is_refused_naming_both_flags",
-            |env| Box::pin(no_pod_ranges(env)),
-        ),
-        (
-            "the_documented_join_both_ways_gives_a_read_only_token_that_expires",
-            |env| Box::pin(join(env)),
-        ),
-        ("the_controller_imports_through_the_added_peer", |env| {
-            Box::pin(accepted(env))
-        }),
-        (
-            "the_same_cluster_under_another_name_is_refused_and_nothing_written",
-            |env| Box::pin(duplicate(env)),
-        ),
-        (
-            "a_secret_the_controller_refuses_is_listed_as_refused",
-            |env| Box::pin(listed_refused(env)),
-        ),
-        (
-            "token_ttl_is_checked_first_and_a_short_one_is_what_the_token_says",
-            |env| Box::pin(token_ttl(env)),
-        ),
-        (
-            "running_add_again_rotates_the_token_and_revokes_the_old_one",
-            |env| Box::pin(rotation(env)),
-        ),
-        ("peer_server_is_the_address_the_controller_uses", |env| {
-            Box::pin(peer_server(env))
-        }),
-        ("endpoint_cidrs_are_checked_recorded_and_listed", |env| {
-            Box::pin(endpoint_cidrs(env))
-        }),
-        ("allow_any_endpoint_records_no_ranges", |env| {
-            Box::pin(allow_any_endpoint(env))
-        }),
-        (
-            "the_controller_reads_with_the_latest_token_and_never_drops_the_import",
-            |env| Box::pin(latest_token(env)),
-        ),
-        ("peer_list_shows_the_documented_table_and_json", |env| {
-            Box::pin(list_as_documented(env))
-        }),
-        (
-            "peer_remove_revoke_takes_the_secret_the_token_and_the_import",
-            |env| Box::pin(remove_revoke(env)),
-        ),
-        (
-            "a_peer_that_is_down_is_listed_unhealthy_with_its_id",
-            |env| Box::pin(down(env)),
-        ),
+    let behaviours = behaviours![
+        refused_joins_write_nothing_in_either_cluster,
+        without_pod_ranges_on_the_peers_nodes_add_is_refused_naming_both_flags,
+        the_documented_join_both_ways_gives_a_read_only_token_that_expires,
+        the_controller_imports_through_the_added_peer,
+        the_same_cluster_under_another_name_is_refused_and_nothing_written,
+        a_secret_the_controller_refuses_is_listed_as_refused,
+        token_ttl_is_checked_first_and_a_short_one_is_what_the_token_says,
+        running_add_again_rotates_the_token_and_revokes_the_old_one,
+        peer_server_is_the_address_the_controller_uses,
+        endpoint_cidrs_are_checked_recorded_and_listed,
+        allow_any_endpoint_records_no_ranges,
+        the_controller_reads_with_the_latest_token_and_never_drops_the_import,
+        peer_list_shows_the_documented_table_and_json,
+        peer_remove_revoke_takes_the_secret_the_token_and_the_import,
+        a_peer_that_is_down_is_listed_unhealthy_with_its_id,
     ];
     let start: trials::Start<Env> = || Box::pin(Env::start());
     let trials = trials::group(&args, &runtime, start, behaviours);
@@ -434,7 +506,7 @@ fn main() {
 }
 
 /// Refusals: nothing is written anywhere.
-async fn refusals(env: &mut Env) {
+async fn refused_joins_write_nothing_in_either_cluster(env: &mut Env) {
     let dir = env.dir.path();
     let admin_a = &env.admin_a;
     let admin_b = &env.admin_b;
@@ -498,9 +570,8 @@ async fn refusals(env: &mut Env) {
 
 /// The peer's Nodes carry no pod ranges (nor may a kubeconfig that cannot
 /// list Nodes read them): `peer add` is refused, says why and names
-/// --endpoint-cidr and --allow-any-endpoint, and writes nothing. Then both
-/// clusters' Nodes get their ranges, for the documented join.
-async fn no_pod_ranges(env: &mut Env) {
+/// --endpoint-cidr and --allow-any-endpoint, and writes nothing.
+async fn without_pod_ranges_on_the_peers_nodes_add_is_refused_naming_both_flags(env: &mut Env) {
     let b = &env.plane.clusters[1];
     let dir = env.dir.path();
     let admin_a = &env.admin_a;
@@ -573,23 +644,11 @@ subjects:
             .is_none(),
         "refused, yet the reader ServiceAccount was written in the peer"
     );
-    for (client, ranges) in [admin_a, admin_b].into_iter().zip(NODE_POD_CIDRS) {
-        let nodes: Api<Node> = Api::all(client.clone());
-        for (i, range) in ranges.into_iter().enumerate() {
-            nodes
-                .patch(
-                    &format!("kwok-node-{i}"),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"podCIDR": range, "podCIDRs": [range]}})),
-                )
-                .await
-                .unwrap();
-        }
-    }
 }
 
-/// Join both ways, as documented.
-async fn join(env: &mut Env) {
+/// Join both ways, as documented (once the Nodes have pod ranges).
+async fn the_documented_join_both_ways_gives_a_read_only_token_that_expires(env: &mut Env) {
+    env.give_pod_ranges().await;
     let b = &env.plane.clusters[1];
     let dir = env.dir.path();
     let admin_a = &env.admin_a;
@@ -612,6 +671,7 @@ async fn join(env: &mut Env) {
         out.contains("(CA from the peer's kube-root-ca.crt ConfigMap)"),
         "{out}"
     );
+    env.joined = [true; 2];
     let secrets = peer_secrets(admin_a).await;
     assert_eq!(
         secrets
@@ -709,54 +769,17 @@ async fn join(env: &mut Env) {
 }
 
 /// The controller accepts the peer: an export in b is imported in a.
-async fn accepted(env: &mut Env) {
-    let a = &env.plane.clusters[0];
-    let admin_a = &env.admin_a;
-    let admin_b = &env.admin_b;
-    let t0 = env.t0;
-    let controller = env.controller.as_ref().expect("a's controller runs");
-    controller.wait_ready(Duration::from_secs(60));
-    Api::<Service>::namespaced(admin_b.clone(), "demo")
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "web"},
-                "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]},
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    Api::<ServiceExport>::namespaced(admin_b.clone(), "demo")
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "web"}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    let imports_a: Api<ServiceImport> = Api::namespaced(admin_a.clone(), "demo");
-    a.wait_for("demo/web imported from cluster-b", WAIT, || async {
-        imports_a
-            .get_opt("web")
-            .await
-            .unwrap()
-            .map(|_| ())
-            .ok_or_else(|| {
-                format!(
-                    "no ServiceImport yet; controller log:\n{}",
-                    controller.log()
-                )
-            })
-    })
-    .await;
+async fn the_controller_imports_through_the_added_peer(env: &mut Env) {
+    env.web_imported().await;
     eprintln!(
         "imported through the added peer at {:.1} s",
-        t0.elapsed().as_secs_f64()
+        env.t0.elapsed().as_secs_f64()
     );
 }
 
 /// The same cluster under another name: refused, nothing written.
-async fn duplicate(env: &mut Env) {
+async fn the_same_cluster_under_another_name_is_refused_and_nothing_written(env: &mut Env) {
+    env.joined().await;
     let dir = env.dir.path();
     let admin_a = &env.admin_a;
     let admin_b = &env.admin_b;
@@ -785,7 +808,8 @@ async fn duplicate(env: &mut Env) {
 }
 
 /// A Secret the controller refuses shows as refused in `peer list`.
-async fn listed_refused(env: &mut Env) {
+async fn a_secret_the_controller_refuses_is_listed_as_refused(env: &mut Env) {
+    env.joined().await;
     let a = &env.plane.clusters[0];
     let dir = env.dir.path();
     let admin_a = &env.admin_a;
@@ -816,7 +840,8 @@ async fn listed_refused(env: &mut Env) {
 }
 
 /// --token-ttl: checked before anything is written; a short one is what the token says.
-async fn token_ttl(env: &mut Env) {
+async fn token_ttl_is_checked_first_and_a_short_one_is_what_the_token_says(env: &mut Env) {
+    env.joined().await;
     let dir = env.dir.path();
     let admin_b = &env.admin_b;
     let first_token = token_secrets(admin_b, "cluster-a").await;
@@ -855,7 +880,8 @@ async fn token_ttl(env: &mut Env) {
 }
 
 /// Re-running is idempotent and rotates the token.
-async fn rotation(env: &mut Env) {
+async fn running_add_again_rotates_the_token_and_revokes_the_old_one(env: &mut Env) {
+    env.joined().await;
     let b = &env.plane.clusters[1];
     let dir = env.dir.path();
     let admin_a = &env.admin_a;
@@ -878,7 +904,8 @@ async fn rotation(env: &mut Env) {
 }
 
 /// --peer-server: the address the controller uses, not the admin's (here one where nothing listens: `peer list` probes that address).
-async fn peer_server(env: &mut Env) {
+async fn peer_server_is_the_address_the_controller_uses(env: &mut Env) {
+    env.joined().await;
     let dir = env.dir.path();
     let admin_a = &env.admin_a;
     let elsewhere = format!("https://127.0.0.1:{}", controlplane::free_port());
@@ -900,7 +927,8 @@ async fn peer_server(env: &mut Env) {
 }
 
 /// --endpoint-cidr: checked before anything is written, recorded on the Secret, shown by `peer list` (table and JSON).
-async fn endpoint_cidrs(env: &mut Env) {
+async fn endpoint_cidrs_are_checked_recorded_and_listed(env: &mut Env) {
+    env.joined().await;
     let dir = env.dir.path();
     let admin_a = &env.admin_a;
     let before = kubeconfig_of(admin_a, "peer-cluster-b").await;
@@ -949,7 +977,8 @@ async fn endpoint_cidrs(env: &mut Env) {
 
 /// --allow-any-endpoint: no ranges recorded, said so by `peer add` and
 /// `peer list`; it cannot be given with --endpoint-cidr.
-async fn allow_any_endpoint(env: &mut Env) {
+async fn allow_any_endpoint_records_no_ranges(env: &mut Env) {
+    env.joined().await;
     let dir = env.dir.path();
     let admin_a = &env.admin_a;
     let run = add_b_to_a(
@@ -999,7 +1028,8 @@ async fn allow_any_endpoint(env: &mut Env) {
 }
 
 /// Back to the documented command: the controller reads b with the latest token (its Lease is renewed after it), the import never dropped.
-async fn latest_token(env: &mut Env) {
+async fn the_controller_reads_with_the_latest_token_and_never_drops_the_import(env: &mut Env) {
+    env.web_imported().await;
     let a = &env.plane.clusters[0];
     let b = &env.plane.clusters[1];
     let dir = env.dir.path();
@@ -1044,7 +1074,8 @@ async fn latest_token(env: &mut Env) {
 }
 
 /// `peer list`, table and JSON, as documented.
-async fn list_as_documented(env: &mut Env) {
+async fn peer_list_shows_the_documented_table_and_json(env: &mut Env) {
+    env.web_imported().await;
     let b = &env.plane.clusters[1];
     let dir = env.dir.path();
     let docs = documented_commands();
@@ -1079,7 +1110,8 @@ async fn list_as_documented(env: &mut Env) {
 }
 
 /// `peer remove --revoke`: the Secret, the token and the import go.
-async fn remove_revoke(env: &mut Env) {
+async fn peer_remove_revoke_takes_the_secret_the_token_and_the_import(env: &mut Env) {
+    env.web_imported().await;
     let a = &env.plane.clusters[0];
     let b = &env.plane.clusters[1];
     let dir = env.dir.path();
@@ -1089,6 +1121,8 @@ async fn remove_revoke(env: &mut Env) {
     let imports_a: Api<ServiceImport> = Api::namespaced(admin_a.clone(), "demo");
     let rotated = kubeconfig_of(admin_a, "peer-cluster-b").await;
     let out = run_doc(dir, &docs[4]).await;
+    env.joined[0] = false;
+    env.web_imported = false;
     assert!(out.contains("deleted (revoked)"), "{out}");
     assert!(peer_secrets(admin_a).await.is_empty());
     assert!(token_secrets(admin_b, "cluster-a").await.is_empty());
@@ -1124,7 +1158,8 @@ async fn remove_revoke(env: &mut Env) {
 }
 
 /// A peer that is down is listed as unhealthy, its id still known.
-async fn down(env: &mut Env) {
+async fn a_peer_that_is_down_is_listed_unhealthy_with_its_id(env: &mut Env) {
+    env.join(1).await;
     let dir = env.dir.path().to_owned();
     let dir = dir.as_path();
     let t0 = env.t0;

@@ -9,7 +9,6 @@
 //! honest peer's and the victim's own new exports are still imported
 //! within 5 s.
 
-mod common;
 mod controlplane;
 mod support;
 
@@ -19,15 +18,15 @@ use controlplane::{ClusterSpec, ControlPlane, ControllerProcess};
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
-use support::trials::{self, Behaviour};
-use support::{counter, object};
+use support::trials::{self, behaviours};
+use support::{counter, create_namespace, object};
 
-use clusterset_dns::api::{PublishedService, ServiceExport, ServiceImport};
+use clusterset_dns::api::{PublishedService, ServiceImport};
 use clusterset_dns::controller::naming::derived_service_name;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -143,15 +142,9 @@ impl Pair {
 fn main() {
     let args = trials::serial_arguments();
     let runtime = trials::runtime();
-    let behaviours: Vec<(&str, Behaviour<Pair>)> = vec![
-        (
-            "objects_past_their_size_limit_and_lists_past_the_caps_leave_the_victims_memory_bounded",
-            |pair| Box::pin(oversized_and_overcapped(pair)),
-        ),
-        (
-            "a_thousand_imports_whose_writes_fail_back_off_and_a_refused_derived_service_holds_back_no_slice",
-            |pair| Box::pin(failing_writes(pair)),
-        ),
+    let behaviours = behaviours![
+        objects_past_their_size_limit_and_lists_past_the_caps_leave_the_victims_memory_bounded,
+        a_thousand_imports_whose_writes_fail_back_off_and_a_refused_derived_service_holds_back_no_slice,
     ];
     let start: trials::Start<Pair> = || Box::pin(Pair::start());
     let trials = trials::group(&args, &runtime, start, behaviours);
@@ -252,16 +245,6 @@ async fn deny_creates(client: &Client, ns: &str, group: &str, resource: &str) {
     .await;
 }
 
-async fn create_namespace(client: &Client, name: &str) {
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &object(json!({"metadata": {"name": name}})),
-        )
-        .await
-        .unwrap();
-}
-
 /// The hostile cluster exports `ns/name` with `ports` in its publication.
 async fn publish_export(
     client: &Client,
@@ -299,26 +282,18 @@ async fn publish_slice(client: &Client, peer: &str, ns: &str, name: &str, addres
 }
 
 /// `exporter` (the victim itself, or the honest peer) exports
-/// `default/<name>` with one port, and the victim imports it within
+/// `default/<name>` with one admin, and the victim imports it within
 /// [`PROMPT`]: one peer's volume delays no one else's change.
 async fn export_is_prompt(exporter: &Client, victim: &Client, name: &str) -> Duration {
     let started = Instant::now();
-    Api::<Service>::namespaced(exporter.clone(), "default")
-        .create(
-            &PostParams::default(),
-            &object(
-                json!({"metadata": {"name": name}, "spec": {"ports": [{"name": "http", "port": 80}]}}),
-            ),
-        )
-        .await
-        .unwrap();
-    Api::<ServiceExport>::namespaced(exporter.clone(), "default")
-        .create(
-            &PostParams::default(),
-            &object(json!({"metadata": {"name": name}})),
-        )
-        .await
-        .unwrap();
+    controlplane::export_selectorless(
+        exporter,
+        "default",
+        name,
+        json!([{"name": "http", "port": 80}]),
+        &[],
+    )
+    .await;
     let imports = Api::<ServiceImport>::namespaced(victim.clone(), "default");
     support::wait_for(&format!("{name} imported"), PROMPT, || async {
         match imports.get_opt(name).await {
@@ -336,11 +311,13 @@ async fn export_is_prompt(exporter: &Client, victim: &Client, name: &str) -> Dur
 /// exports of the peer, its peak memory stays under 128 MiB (it was a
 /// multiple of the published size before), and its own new export is
 /// written within 5 s throughout.
-async fn oversized_and_overcapped(pair: &mut Pair) {
+async fn objects_past_their_size_limit_and_lists_past_the_caps_leave_the_victims_memory_bounded(
+    pair: &mut Pair,
+) {
     pair.restart_victim(&["--peer-max-exports", "200", "--peer-max-services", "200"]);
     let (victim, hostile) = (pair.client(VICTIM), pair.client(HOSTILE));
     let hostile_id = pair.plane.clusters[HOSTILE].name.clone();
-    let port = pair.victim().admin_port();
+    let admin = pair.victim().admin_addr();
     let pid = pair.victim().pid();
     let before = peak_mib(pid);
     let big_ports: Vec<serde_json::Value> = (0..20_000)
@@ -386,7 +363,7 @@ async fn oversized_and_overcapped(pair: &mut Pair) {
     println!("the honest peer's export imported {took:?} after the flood was written");
     support::wait_for("the caps counted", WAIT, || async {
         let refused = counter(
-            port,
+            admin,
             "clusterset_dns_controller_peer_objects_rejected_total",
             &["reason=\"peer-limit\""],
         )
@@ -436,10 +413,12 @@ async fn oversized_and_overcapped(pair: &mut Pair) {
 /// own change is written within 5 s. Beside them, an export whose derived
 /// Service is refused (a quota on Services) still gets its slice: a
 /// refused derived Service holds back nothing else.
-async fn failing_writes(pair: &mut Pair) {
+async fn a_thousand_imports_whose_writes_fail_back_off_and_a_refused_derived_service_holds_back_no_slice(
+    pair: &mut Pair,
+) {
     let (victim, hostile) = (pair.client(VICTIM), pair.client(HOSTILE));
     let hostile_id = pair.plane.clusters[HOSTILE].name.clone();
-    let port = pair.victim().admin_port();
+    let admin = pair.victim().admin_addr();
     for (ns, group, resource) in [
         ("quota", "multicluster.x-k8s.io", "serviceimports"),
         ("noservices", "", "services"),
@@ -469,7 +448,7 @@ async fn failing_writes(pair: &mut Pair) {
     }
     let errors = || {
         counter(
-            port,
+            admin,
             "clusterset_dns_controller_write_errors_total",
             &["kind=\"serviceimport\""],
         )

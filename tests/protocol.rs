@@ -3,13 +3,13 @@
 //! `max_records` cap. Each runs against a fast-path and a hickory-path
 //! server unless it is about one of them.
 
-mod common;
+mod dns_server;
 mod support;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use common::{
+use dns_server::{
     EXAMPLE, NO_REPLY_WAIT, Options, QUERY_TIMEOUT, TestServer, Transport, big_headless, decode,
     encode, exchange, exchange_sized, query, query_edns, tcp_raw, udp_raw, v4, v6,
 };
@@ -433,7 +433,7 @@ endpoints:
   hostname: two
 - addresses: [10.9.0.3]
 ",
-        common::headless_import("shop", "multi", "http", 80)
+        dns_server::headless_import("shop", "multi", "http", 80)
     );
     let servers = both_paths(&yaml, Options::fast_path(true)).await;
     let base = "multi.shop.svc.clusterset.local.";
@@ -474,8 +474,8 @@ endpoints:
             for transport in [Transport::Udp, Transport::Tcp] {
                 let r = exchange(server.dns(), transport, &query(name, *rtype)).await;
                 assert_eq!(
-                    common::sorted(&r.answers),
-                    common::expected(&want.iter().map(String::as_str).collect::<Vec<_>>()),
+                    dns_server::sorted(&r.answers),
+                    dns_server::expected(&want.iter().map(String::as_str).collect::<Vec<_>>()),
                     "{path} {transport:?} {name} {rtype}"
                 );
             }
@@ -662,7 +662,7 @@ async fn other_classes_and_zone_transfers_are_refused() {
     let servers = both_paths(&mid_fixture(), Options::fast_path(true)).await;
     for (path, server) in &servers {
         for transport in [Transport::Udp, Transport::Tcp] {
-            let ch = common::query_class(
+            let ch = dns_server::query_class(
                 "web.shop.svc.clusterset.local.",
                 RecordType::A,
                 DNSClass::CH,

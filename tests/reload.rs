@@ -3,17 +3,17 @@
 //! never stalls or fails while the file churns. A broken file at startup is
 //! refused with an error naming the document and the field.
 
-mod common;
+mod dns_server;
 mod support;
 
 use std::time::Duration;
 
-use common::{
-    Options, SOA, TestServer, Transport, answers, exchange, poll, query, read_metric, sorted,
-    try_start,
+use dns_server::{
+    Options, SOA, TestServer, Transport, answers, exchange, query, read_metric, sorted, try_start,
 };
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
+use support::wait_for;
 use tokio::time::Instant;
 
 /// How long an edit may take to be served.
@@ -48,20 +48,30 @@ fn a(name: &str, ip: &str) -> String {
 async fn until_answers(server: &TestServer, name: &str, rtype: RecordType, want: &[String]) {
     let mut want = want.to_vec();
     want.sort();
-    poll(
-        RELOAD_LIMIT,
+    wait_for(
         &format!("{name} {rtype} to answer {want:?}"),
+        RELOAD_LIMIT,
         || {
             let want = want.clone();
-            async move { (answers(server.dns(), name, rtype).await == want).then_some(()) }
+            async move {
+                let got = answers(server.dns(), name, rtype).await;
+                if got == want {
+                    Ok(())
+                } else {
+                    Err(format!("{got:?}"))
+                }
+            }
         },
     )
     .await;
 }
 
 async fn until_metric(server: &TestServer, name: &str, value: f64) {
-    poll(RELOAD_LIMIT, &format!("{name} to be {value}"), || async {
-        (read_metric(server.admin(), name).await == value).then_some(())
+    wait_for(&format!("{name} to be {value}"), RELOAD_LIMIT, || async {
+        match read_metric(server.admin(), name).await {
+            read if read == value => Ok(()),
+            read => Err(format!("{read}")),
+        }
     })
     .await;
 }
@@ -109,9 +119,12 @@ async fn manifest_edits_are_served_within_three_seconds() {
     .concat();
     server.write_manifest(&deleted);
     let old = "old.prod.svc.clusterset.local.";
-    poll(RELOAD_LIMIT, "old.prod to be NXDOMAIN", || async {
+    wait_for("old.prod to be NXDOMAIN", RELOAD_LIMIT, || async {
         let r = exchange(server.dns(), Transport::Udp, &query(old, RecordType::A)).await;
-        (r.metadata.response_code == ResponseCode::NXDomain).then_some(r)
+        match r.metadata.response_code {
+            ResponseCode::NXDomain => Ok(r),
+            other => Err(format!("{other}")),
+        }
     })
     .await;
     let r = exchange(server.dns(), Transport::Tcp, &query(old, RecordType::A)).await;
@@ -145,7 +158,7 @@ async fn answers_stay(server: &TestServer, want: &[String]) {
             assert_eq!(sorted(&r.answers), want, "{transport:?}");
         }
         rounds += 1;
-        tokio::time::sleep(common::POLL_INTERVAL).await;
+        tokio::time::sleep(dns_server::POLL_INTERVAL).await;
     }
 }
 

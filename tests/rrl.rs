@@ -4,7 +4,7 @@
 //! UDP paths alike; another prefix and TCP are not limited; and with the
 //! option off (the default) nothing is dropped. docs/robustness.md row 8.
 
-mod common;
+mod dns_server;
 mod server_process;
 mod support;
 
@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Transport, decode, encode, exchange, http_get, metric, query};
+use dns_server::{Transport, decode, encode, exchange, metric, query};
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::RecordType;
 use server_process::ServerProcess;
@@ -125,7 +125,7 @@ async fn quiet(server: SocketAddr) -> usize {
 }
 
 async fn limited_counts(admin: SocketAddr) -> (f64, f64) {
-    let text = http_get(admin, "/metrics").await;
+    let text = support::http_ok(admin, "/metrics").await;
     let read = |action: &str| {
         let name = format!("clusterset_dns_rrl_limited_total{{action=\"{action}\"}}");
         metric(&text, &name).unwrap_or_else(|| panic!("{name} missing"))

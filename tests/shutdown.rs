@@ -2,7 +2,7 @@
 //! keeps answering over UDP and TCP until the interval ends, then the
 //! process exits 0.
 
-mod common;
+mod dns_server;
 mod server_process;
 mod support;
 
@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{QUERY_TIMEOUT, encode, http_get_status, query, tcp_raw, udp_raw};
+use dns_server::{QUERY_TIMEOUT, encode, query, tcp_raw, udp_raw};
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::RecordType;
 use server_process::ServerProcess;
+use support::http_get;
 use tokio::time::Instant;
 
 /// The lame-duck interval of the test server.
@@ -67,7 +68,7 @@ async fn query_loop(
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_keeps_answering_for_the_lame_duck_interval_then_exits() {
     let mut server = ServerProcess::start(&["--lame-duck=2"], None).await;
-    let (status, _) = http_get_status(server.admin, "/ready").await;
+    let (status, _) = http_get(server.admin, "/ready").await;
     assert_eq!(status, 200);
     let signalled = Arc::new(std::sync::Mutex::new(None));
     let stop = Arc::new(AtomicBool::new(false));
@@ -85,7 +86,7 @@ async fn sigterm_keeps_answering_for_the_lame_duck_interval_then_exits() {
     wait_not_ready(server.admin).await;
     let mut ready_checks = 0;
     while start.elapsed() < LAME_DUCK - MARGIN {
-        let (status, body) = http_get_status(server.admin, "/ready").await;
+        let (status, body) = http_get(server.admin, "/ready").await;
         assert_eq!(
             status,
             503,
@@ -144,7 +145,7 @@ const NOT_READY_WITHIN: Duration = Duration::from_millis(500);
 async fn wait_not_ready(admin: std::net::SocketAddr) {
     let start = Instant::now();
     loop {
-        let (status, body) = http_get_status(admin, "/ready").await;
+        let (status, body) = http_get(admin, "/ready").await;
         if status == 503 {
             return;
         }
@@ -189,7 +190,7 @@ fn number_after(text: &str, prefix: &str) -> u64 {
 /// closing, before the kubelet kills it.
 #[test]
 fn the_grace_period_covers_the_pre_stop_sleep_and_the_lame_duck() {
-    let read = |path: &str| std::fs::read_to_string(common::repo_path(path)).unwrap();
+    let read = |path: &str| std::fs::read_to_string(dns_server::repo_path(path)).unwrap();
     let daemonset = read("deploy/clusterset-dns.yaml");
     let grace = number_after(&daemonset, "terminationGracePeriodSeconds: ");
     let sleep = number_after(&daemonset, "sleep: {seconds: ");

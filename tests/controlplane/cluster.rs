@@ -285,16 +285,15 @@ impl Cluster {
         out
     }
 
-    /// Polls `check` every 100 ms until it returns `Ok`, for at most
-    /// `timeout`. `Err` explains what is still missing; on timeout that last
-    /// explanation and the tail of this cluster's logs are in the panic. Also
-    /// panics at once if a controller or kwok exits.
+    /// [`support::wait_for`] with this cluster's context: on timeout the
+    /// panic also holds the tail of this cluster's logs, and it panics at
+    /// once if a controller or kwok exits.
     pub async fn wait_for<T, F, Fut>(&self, what: &str, timeout: Duration, mut check: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, String>>,
     {
-        support::poll_until(timeout, Duration::from_millis(100), || {
+        support::poll_until(timeout, || {
             self.assert_running();
             check()
         })

@@ -213,6 +213,12 @@ impl ControllerProcess {
         self.admin_port
     }
 
+    /// The loopback address of its admin server, for [`support::http_get`]
+    /// and [`support::counter`].
+    pub fn admin_addr(&self) -> std::net::SocketAddr {
+        (std::net::Ipv4Addr::LOCALHOST, self.admin_port).into()
+    }
+
     /// `http://127.0.0.1:<admin port><path>`.
     pub fn admin_url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.admin_port)
@@ -482,4 +488,74 @@ pub async fn publish_export(client: &kube::Client, ns: &str, name: &str, spec: s
         .create(&PostParams::default(), &export)
         .await
         .unwrap_or_else(|e| panic!("exporting {ns}/{name}: {e}"));
+}
+
+/// The slice name [`export_selectorless`] gives the endpoints of `name`.
+pub fn source_slice_name(name: &str) -> String {
+    format!("{name}-src")
+}
+
+/// Exports a Service that has no selector, as a cluster without pods
+/// would: the Service `ns/name` with `ports` (no selector), the
+/// EndpointSlice [`source_slice_name`] holding one ready endpoint per
+/// address of `addresses` (none when empty) with a port 8080 for each
+/// Service port, named and with the protocol alike, labelled as the
+/// in-tree EndpointSlice controller labels its own; and the
+/// ServiceExport. What exists already is kept: a trial may set up what an
+/// earlier one did.
+pub async fn export_selectorless(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    ports: serde_json::Value,
+    addresses: &[&str],
+) {
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::api::Api;
+    use serde_json::json;
+    support::create_if_absent(
+        &Api::<Service>::namespaced(client.clone(), ns),
+        &support::object(json!({"metadata": {"name": name}, "spec": {"ports": ports}})),
+    )
+    .await;
+    if !addresses.is_empty() {
+        let slice_ports: Vec<serde_json::Value> = ports
+            .as_array()
+            .expect("ports: an array")
+            .iter()
+            .map(|port| {
+                let mut slice_port = json!({"port": 8080, "protocol": port.get("protocol").cloned().unwrap_or(json!("TCP"))});
+                if let Some(port_name) = port.get("name") {
+                    slice_port["name"] = port_name.clone();
+                }
+                slice_port
+            })
+            .collect();
+        let endpoints: Vec<serde_json::Value> = addresses
+            .iter()
+            .map(|address| json!({"addresses": [address], "conditions": {"ready": true}}))
+            .collect();
+        support::create_if_absent(
+            &Api::<EndpointSlice>::namespaced(client.clone(), ns),
+            &support::object(json!({
+                "metadata": {
+                    "name": source_slice_name(name),
+                    "labels": {
+                        "kubernetes.io/service-name": name,
+                        "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+                    },
+                },
+                "addressType": "IPv4",
+                "endpoints": endpoints,
+                "ports": slice_ports,
+            })),
+        )
+        .await;
+    }
+    support::create_if_absent(
+        &Api::<clusterset_dns::api::ServiceExport>::namespaced(client.clone(), ns),
+        &support::object(json!({"metadata": {"name": name}})),
+    )
+    .await;
 }

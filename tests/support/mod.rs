@@ -1,15 +1,17 @@
 //! What every kind of test here repeats, in one place: free loopback ports,
-//! polling until a condition holds, starting a child process that logs to a
-//! file and dies with the test, and creating a namespace.
+//! the one wait ([`wait_for`]), the one admin request ([`http_get`]),
+//! starting a child process that logs to a file and dies with the test,
+//! creating a namespace or any object if absent, and the named trials of a
+//! `harness = false` test ([`trials`]).
 //!
 //! Needs no `testenv` binaries, so tier-1 tests use it too. Every test
-//! crate that declares `mod common;` or `mod controlplane;` also declares
+//! crate that declares `mod dns_server;` or `mod controlplane;` also declares
 //! `mod support;` (both use `crate::support`, and re-export the parts their
 //! users call).
 #![allow(dead_code)] // each test crate uses a different subset
 
 use std::future::Future;
-use std::net::{TcpListener, UdpSocket};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -54,39 +56,44 @@ pub fn free_udp_and_tcp_port() -> u16 {
     }
 }
 
-/// Calls `check` every `every` until it returns `Ok`, for at most
-/// `timeout` (at least once); `Err` carries `check`'s last explanation of
-/// what is still missing. The callers decide how to fail with it.
-pub async fn poll_until<T, F, Fut>(
-    timeout: Duration,
-    every: Duration,
-    mut check: F,
-) -> Result<T, String>
+/// Calls `check` until it returns `Ok`, for at most `timeout` (at least
+/// once): every 10 ms at first, then less often, up to every 100 ms (a
+/// loopback server answers within the first polls; an apiserver is not
+/// asked more than ten times a second). `Err` carries `check`'s last
+/// explanation of what is still missing; the callers decide how to fail
+/// with it.
+pub async fn poll_until<T, F, Fut>(timeout: Duration, mut check: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
 {
     let deadline = Instant::now() + timeout;
+    let mut every = Duration::from_millis(10);
     loop {
         let last = match check().await {
             Ok(value) => return Ok(value),
             Err(why) => why,
         };
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             return Err(last);
         }
-        tokio::time::sleep(every).await;
+        tokio::time::sleep(every.min(deadline - now)).await;
+        every = (every * 2).min(Duration::from_millis(100));
     }
 }
 
-/// [`poll_until`] every 100 ms, panicking (failing the test) with `what`
-/// and the last explanation on timeout.
+/// Waits until `check` returns `Ok` (its value), polling as
+/// [`poll_until`] does for at most `timeout`; panics (failing the test)
+/// naming `what` with `check`'s last explanation on timeout. The one wait
+/// of the tests: a condition that is not a `Result` gives one with
+/// `ok_or` (`Option`) or `then_some(()).ok_or(..)` (`bool`).
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
 {
-    poll_until(timeout, Duration::from_millis(100), check)
+    poll_until(timeout, check)
         .await
         .unwrap_or_else(|last| panic!("{what}: not done in {timeout:?}; last: {last}"))
 }
@@ -98,11 +105,12 @@ pub fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
 }
 
 /// The sum of the samples of metric `name` on the admin endpoint at
-/// `port` whose labels contain every one of `labels`; 0 when there is none
-/// (a counter not yet incremented) or nothing answers.
-pub async fn counter(port: u16, name: &str, labels: &[&str]) -> f64 {
-    http_get(port, "/metrics")
+/// `admin` whose labels contain every one of `labels`; 0 when there is
+/// none (a counter not yet incremented) or nothing answers.
+pub async fn counter(admin: SocketAddr, name: &str, labels: &[&str]) -> f64 {
+    http_get(admin, "/metrics")
         .await
+        .1
         .lines()
         .filter(|line| {
             line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
@@ -112,23 +120,78 @@ pub async fn counter(port: u16, name: &str, labels: &[&str]) -> f64 {
         .sum()
 }
 
-/// `GET path` on `127.0.0.1:port` (an admin endpoint): the body; empty
-/// when nothing answers.
-pub async fn http_get(port: u16, path: &str) -> String {
+/// How long [`http_get`] waits for a whole response.
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `GET path` on `admin` (an admin endpoint, HTTP/1.1, `Connection:
+/// close`): the status code and the body. The one HTTP request of the
+/// tests: status 0 when nothing answers within [`HTTP_TIMEOUT`] or the
+/// response is not HTTP, the body then saying what went wrong, so that a
+/// caller polling a server that is not up yet keeps polling and one that
+/// asserts a status fails with the reason.
+pub async fn http_get(admin: SocketAddr, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
-        return String::new();
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(admin)
+            .await
+            .map_err(|e| format!("connecting to {admin}: {e}"))?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| format!("sending GET {path}: {e}"))?;
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .await
+            .map_err(|e| format!("reading the response to GET {path}: {e}"))?;
+        Ok::<_, String>(response)
     };
-    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).await.is_err() {
-        return String::new();
+    let response = match tokio::time::timeout(HTTP_TIMEOUT, exchange).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(why)) => return (0, why),
+        Err(_) => {
+            return (
+                0,
+                format!("GET {path} on {admin}: no response in {HTTP_TIMEOUT:?}"),
+            );
+        }
+    };
+    let Some((head, body)) = response.split_once("\r\n\r\n") else {
+        return (0, format!("GET {path}: not an HTTP response: {response:?}"));
+    };
+    let status = head
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    (status, body.to_owned())
+}
+
+/// The body of `GET path` on `admin`, which must answer 200.
+pub async fn http_ok(admin: SocketAddr, path: &str) -> String {
+    let (status, body) = http_get(admin, path).await;
+    assert_eq!(status, 200, "GET {path} on {admin}: {body}");
+    body
+}
+
+/// Creates `object` through `api` unless an object of its name exists
+/// already (a setup that an earlier trial, or an earlier attempt of this
+/// one, did); panics on any other error.
+pub async fn create_if_absent<K>(api: &kube::Api<K>, object: &K)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    match api.create(&kube::api::PostParams::default(), object).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => panic!(
+            "creating {} {}: {e}",
+            K::kind(&Default::default()),
+            object.meta().name.as_deref().unwrap_or_default()
+        ),
     }
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response).await;
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default()
 }
 
 /// ServiceImport `ns/name` in the cluster of `client`, `None` when there
@@ -192,17 +255,11 @@ pub fn spawn_logged_command(command: &mut Command, log: &Path, own_group: bool) 
 /// again on the same clusters, or two steps sharing it).
 pub async fn create_namespace(client: &kube::Client, name: &str) {
     use k8s_openapi::api::core::v1::Namespace;
-    use kube::api::{Api, PostParams};
-    let namespace: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
-    match Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(e) => panic!("creating namespace {name}: {e}"),
-    }
+    create_if_absent(
+        &kube::Api::<Namespace>::all(client.clone()),
+        &object(serde_json::json!({"metadata": {"name": name}})),
+    )
+    .await;
 }
 
 /// CPU time a process has used so far (utime + stime of `/proc/<pid>/stat`,
@@ -231,7 +288,11 @@ pub fn process_status_kib(pid: u32, field: &str) -> u64 {
 }
 
 /// Behaviours that share an expensive environment, as named trials of a
-/// `harness = false` test (libtest-mimic).
+/// `harness = false` test (libtest-mimic). A trial is named after its
+/// function ([`behaviours!`], [`standalone!`]) and passes run alone
+/// (`-- --exact <trial>`): what it observes, it sets up if no earlier
+/// trial did (idempotent setup, or a `tokio::sync::OnceCell` of the
+/// environment), and what it changes is its own (a namespace of its own).
 pub mod trials {
     use std::future::Future;
     use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -245,6 +306,49 @@ pub mod trials {
 
     /// One behaviour: a trial named after it, run on the shared `E`.
     pub type Behaviour<E> = for<'a> fn(&'a mut E) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+    /// `(name, behaviour)` for each async fn given, its name its function's
+    /// (`stringify!`): `behaviours![a_thing_happens, another_one]` for
+    /// [`group`]. Each fn takes the shared environment (`&E` or `&mut E`).
+    /// A trial has one name, its function's; there is no table to keep.
+    #[allow(unused_macros)] // each test crate uses a different subset
+    macro_rules! behaviours {
+        ($($behaviour:ident),+ $(,)?) => {
+            vec![$((
+                stringify!($behaviour),
+                $crate::support::trials::behaviour(|environment| {
+                    Box::pin($behaviour(environment))
+                }),
+            )),+]
+        };
+    }
+    #[allow(unused_imports)] // each test crate uses a different subset
+    pub(crate) use behaviours;
+
+    /// `(name, test)` for each async fn given, taking nothing, named by its
+    /// function: `standalone![a_thing_happens]` for [`alone`].
+    #[allow(unused_macros)] // each test crate uses a different subset
+    macro_rules! standalone {
+        ($($test:ident),+ $(,)?) => {
+            vec![$((
+                stringify!($test),
+                $crate::support::trials::test(|| Box::pin($test())),
+            )),+]
+        };
+    }
+    #[allow(unused_imports)] // each test crate uses a different subset
+    pub(crate) use standalone;
+
+    /// `behaviour` as a [`Behaviour`] (for [`behaviours!`], which gives
+    /// the closure its type through this).
+    pub fn behaviour<E>(behaviour: Behaviour<E>) -> Behaviour<E> {
+        behaviour
+    }
+
+    /// `test` as an [`Alone`] (for [`standalone!`]).
+    pub fn test(test: Alone) -> Alone {
+        test
+    }
     /// Starts the environment a group of behaviours shares.
     pub type Start<E> = fn() -> Pin<Box<dyn Future<Output = E>>>;
 

@@ -1,9 +1,11 @@
-//! Shared test support: the real server started in-process on loopback, a
-//! small DNS client over real UDP and TCP sockets, manifest fixtures, and
-//! record rendering for comparisons.
+//! The real DNS server started in-process on loopback, and a small DNS
+//! client speaking to it over real UDP and TCP sockets: [`TestServer`]
+//! for a manifest, [`start_dns`] for a cluster's apiserver; manifest
+//! fixtures, and record rendering for comparisons.
 //!
 //! Owns: starting/stopping servers for tests, wire I/O with deadlines,
-//! rendering. Doesn't own: assertions about DNS behaviour (the test files).
+//! rendering. Doesn't own: assertions about DNS behaviour (the test files),
+//! waiting and HTTP (`tests/support`).
 #![allow(dead_code)] // each test crate uses a different subset
 
 use crate::support;
@@ -96,6 +98,29 @@ pub fn config(file: &Path, options: Options) -> Config {
 pub async fn try_start(file: &Path, options: Options) -> Result<Running, StartError> {
     init_tracing();
     app::start(&config(file, options)).await
+}
+
+/// clusterset-dns serving from the apiserver of `kubeconfig` (the
+/// Kubernetes source), as its DaemonSet would, on loopback ports it picks:
+/// one UDP worker, every other setting default unless `tweak` changes it.
+/// Does not wait for readiness (`/ready`).
+pub async fn start_dns(kubeconfig: &Path, tweak: impl FnOnce(&mut ServeArgs)) -> Running {
+    init_tracing();
+    let mut args = ServeArgs {
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        dns_listen: Some("127.0.0.1:0".parse().expect("literal address")),
+        admin_listen: Some("127.0.0.1:0".parse().expect("literal address")),
+        udp_workers: Some(1),
+        ..Default::default()
+    };
+    tweak(&mut args);
+    let config = Config::resolve(&args).expect("test configuration is valid");
+    app::start(&config).await.unwrap_or_else(|e| {
+        panic!(
+            "clusterset-dns for {} did not start: {e}",
+            kubeconfig.display()
+        )
+    })
 }
 
 /// A running server with the manifest it serves (in a tempdir unless it is
@@ -442,46 +467,9 @@ fn rand_id() -> u16 {
     Message::query().metadata.id
 }
 
-/// GETs `path` from the admin endpoint and returns the body.
-pub async fn http_get(admin: SocketAddr, path: &str) -> String {
-    let (status, body) = http_get_status(admin, path).await;
-    assert_eq!(status, 200, "GET {path}: {body}");
-    body
-}
-
-/// GET `path` from the admin endpoint: the status code and the body.
-pub async fn http_get_status(admin: SocketAddr, path: &str) -> (u16, String) {
-    let get = async {
-        let mut stream = TcpStream::connect(admin).await.expect("connect admin");
-        let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .expect("send HTTP request");
-        let mut response = String::new();
-        stream
-            .read_to_string(&mut response)
-            .await
-            .expect("read HTTP response");
-        response
-    };
-    let response = timeout(QUERY_TIMEOUT, get)
-        .await
-        .unwrap_or_else(|_| panic!("GET {path} timed out"));
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("malformed HTTP response: {response:?}"));
-    let status = head
-        .strip_prefix("HTTP/1.1 ")
-        .and_then(|rest| rest.get(..3))
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("GET {path}: no status in {head:?}"));
-    (status, body.to_string())
-}
-
 /// `/explain` for `name` and `rtype`, parsed.
 pub async fn explain(admin: SocketAddr, name: &str, rtype: &str) -> serde_json::Value {
-    let body = http_get(admin, &format!("/explain?name={name}&type={rtype}")).await;
+    let body = support::http_ok(admin, &format!("/explain?name={name}&type={rtype}")).await;
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("/explain {name} {rtype}: {e}: {body}"))
 }
 
@@ -508,23 +496,8 @@ pub fn metric(text: &str, name: &str) -> Option<f64> {
 
 /// Reads one metric from the server's `/metrics`.
 pub async fn read_metric(admin: SocketAddr, name: &str) -> f64 {
-    let text = http_get(admin, "/metrics").await;
+    let text = support::http_ok(admin, "/metrics").await;
     metric(&text, name).unwrap_or_else(|| panic!("metric {name} missing from:\n{text}"))
-}
-
-/// Polls `check` every [`POLL_INTERVAL`] until it returns `Some`, failing
-/// the test with `what` after `limit`.
-pub async fn poll<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    support::poll_until(limit, POLL_INTERVAL, || {
-        let checked = check();
-        async move { checked.await.ok_or_else(String::new) }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("timed out after {limit:?} waiting for {what}"))
 }
 
 /// Sorted rendered answers of `name`/`rtype` over UDP.
