@@ -48,7 +48,7 @@ fn git_commit() -> Option<String> {
 /// it, which changes when the next commit writes the loose ref again; a
 /// missing `packed-refs` needs nothing, since packing deletes a loose ref
 /// that is watched.
-pub fn rerun_files(git: impl Fn(&[&str]) -> Option<String>) -> Vec<PathBuf> {
+pub(crate) fn rerun_files(git: impl Fn(&[&str]) -> Option<String>) -> Vec<PathBuf> {
     // In a worktree `.git` is a file; `--git-path` resolves the real paths.
     let git_path = |path: &str| {
         git(&["rev-parse", "--path-format=absolute", "--git-path", path]).map(PathBuf::from)

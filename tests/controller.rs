@@ -274,7 +274,7 @@ impl Clusterset {
                 .await;
         }
         let dns = dns_server::start_dns(&plane.clusters[1].admin_kubeconfig, |_| {}).await;
-        Clusterset {
+        Self {
             web: OnceCell::new(),
             conflict: OnceCell::new(),
             merge: OnceCell::new(),

@@ -363,7 +363,7 @@ impl Env {
             "the documented sequence this test follows"
         );
         eprintln!("clusters up in {:.1} s", t0.elapsed().as_secs_f64());
-        Env {
+        Self {
             plane,
             admin_a,
             admin_b,

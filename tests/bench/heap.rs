@@ -296,7 +296,7 @@ mod controller {
 
     /// Fills one controller's stores as the bench leaves them after
     /// convergence and prints what each holds.
-    pub fn census(per_cluster: usize) {
+    pub(crate) fn census(per_cluster: usize) {
         let limits = PeerLimits {
             exports: usize::MAX,
             services: usize::MAX,

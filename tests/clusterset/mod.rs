@@ -16,12 +16,12 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
 /// Cluster ids (`ClusterProperty cluster.clusterset.k8s.io`), by index.
-pub const IDS: [&str; 3] = ["cluster-a", "cluster-b", "cluster-c"];
+pub(crate) const IDS: [&str; 3] = ["cluster-a", "cluster-b", "cluster-c"];
 /// How long any convergence may take.
-pub const CONVERGE: Duration = Duration::from_secs(60);
+pub(crate) const CONVERGE: Duration = Duration::from_secs(60);
 
 /// One member cluster's MCS processes.
-pub struct Member {
+pub(crate) struct Member {
     /// Its `clusterset-dns controller`.
     pub controller: ControllerProcess,
     /// Its `clusterset-dns serve`.
@@ -30,7 +30,7 @@ pub struct Member {
 }
 
 /// Member clusters with a data plane and the MCS processes.
-pub struct Clusterset {
+pub(crate) struct Clusterset {
     /// The MCS processes of each cluster.
     pub members: Vec<Member>,
     /// The clusters and their network.
@@ -41,7 +41,7 @@ impl Clusterset {
     /// Starts the clusters of `specs` with a data plane, joins them as
     /// peers, and runs the controller (`--peer-grace-period grace`),
     /// clusterset-dns and cluster DNS in each; waits until all are ready.
-    pub async fn start(specs: &[ClusterSpec], grace: &str) -> Self {
+    pub(crate) async fn start(specs: &[ClusterSpec], grace: &str) -> Self {
         let t0 = Instant::now();
         let dp = DataPlane::start(specs).await;
         let clusters = &dp.plane.clusters;
@@ -86,7 +86,7 @@ impl Clusterset {
         Self { members, dp }
     }
 
-    pub fn print_logs(&self) {
+    pub(crate) fn print_logs(&self) {
         for (i, m) in self.members.iter().enumerate() {
             eprintln!(
                 "---- {} controller ----\n{}",
@@ -99,16 +99,16 @@ impl Clusterset {
         }
     }
 
-    pub fn cluster(&self, i: usize) -> &controlplane::Cluster {
+    pub(crate) fn cluster(&self, i: usize) -> &controlplane::Cluster {
         &self.dp.plane.clusters[i]
     }
 
-    pub async fn client(&self, i: usize) -> kube::Client {
+    pub(crate) async fn client(&self, i: usize) -> kube::Client {
         self.cluster(i).admin_client().await
     }
 
     /// Server-side applies `yaml` in cluster `i`.
-    pub async fn apply(&self, i: usize, yaml: &str) {
+    pub(crate) async fn apply(&self, i: usize, yaml: &str) {
         controlplane::apply_yaml(&self.client(i).await, yaml)
             .await
             .unwrap_or_else(|e| panic!("{}: applying: {e}\n{yaml}", IDS[i]));
@@ -116,7 +116,7 @@ impl Clusterset {
 
     /// Runs `kubectl <args>` against cluster `i` with the admin kubeconfig
     /// and returns what it did, success or not (for callers that retry).
-    pub fn try_kubectl(&self, i: usize, args: &[&str]) -> std::process::Output {
+    pub(crate) fn try_kubectl(&self, i: usize, args: &[&str]) -> std::process::Output {
         std::process::Command::new(controlplane::binary("kubectl"))
             .arg("--kubeconfig")
             .arg(&self.cluster(i).admin_kubeconfig)
@@ -126,7 +126,7 @@ impl Clusterset {
     }
 
     /// `kubectl --context <cluster i> ARGS`; stdout, or a panic with stderr.
-    pub fn kubectl(&self, i: usize, args: &[&str]) -> String {
+    pub(crate) fn kubectl(&self, i: usize, args: &[&str]) -> String {
         let out = self.try_kubectl(i, args);
         assert!(
             out.status.success(),
@@ -143,7 +143,7 @@ impl Clusterset {
     /// Runs the server Deployment `name` (`replicas` pods) and its Service
     /// in cluster `i`, namespace `ns`, and waits until every pod listens.
     /// Returns the pods.
-    pub async fn deploy_server(
+    pub(crate) async fn deploy_server(
         &self,
         i: usize,
         ns: &str,
@@ -159,7 +159,13 @@ impl Clusterset {
 
     /// Waits until Deployment `ns/name` of cluster `i` has `replicas` ready
     /// pods, each listening on its three ports.
-    pub async fn wait_serving(&self, i: usize, ns: &str, name: &str, replicas: usize) -> Vec<Pod> {
+    pub(crate) async fn wait_serving(
+        &self,
+        i: usize,
+        ns: &str,
+        name: &str,
+        replicas: usize,
+    ) -> Vec<Pod> {
         let client = self.client(i).await;
         let pods = self
             .cluster(i)
@@ -175,13 +181,13 @@ impl Clusterset {
     }
 
     /// A client pod `client` in namespace `ns` of cluster `i`, running.
-    pub async fn client_pod(&self, i: usize, ns: &str) {
+    pub(crate) async fn client_pod(&self, i: usize, ns: &str) {
         self.client_pod_on(i, ns, "client", None).await;
     }
 
     /// A client pod `name` in namespace `ns` of cluster `i`, running; on
     /// Node `node` (its `spec.nodeName`, past the scheduler) when given.
-    pub async fn client_pod_on(&self, i: usize, ns: &str, name: &str, node: Option<&str>) {
+    pub(crate) async fn client_pod_on(&self, i: usize, ns: &str, name: &str, node: Option<&str>) {
         let node_name = node
             .map(|n| format!("  nodeName: {n}\n"))
             .unwrap_or_default();
@@ -209,7 +215,7 @@ impl Clusterset {
     /// `count` connections from cluster `i`'s `ns/client` pod to `dial`,
     /// through `kubectl exec`: each answer (`pod-name pod-ip cluster-id`)
     /// or the error of a failed one.
-    pub fn connect(
+    pub(crate) fn connect(
         &self,
         i: usize,
         ns: &str,
@@ -221,7 +227,7 @@ impl Clusterset {
 
     /// [`Clusterset::connect`] from pod `ns/client` (any pod made by
     /// [`Clusterset::client_pod_on`]).
-    pub fn connect_from(
+    pub(crate) fn connect_from(
         &self,
         i: usize,
         ns: &str,
@@ -276,7 +282,7 @@ impl Clusterset {
 
     /// Polls batches of 10 connections until every one succeeds and the
     /// answering clusters are exactly `clusters` (the clusterset converged).
-    pub async fn wait_routed(&self, i: usize, ns: &str, dial: &Dial<'_>, clusters: &[&str]) {
+    pub(crate) async fn wait_routed(&self, i: usize, ns: &str, dial: &Dial<'_>, clusters: &[&str]) {
         let want: BTreeSet<String> = clusters.iter().map(|c| c.to_string()).collect();
         let deadline = Instant::now() + CONVERGE;
         loop {
@@ -304,7 +310,7 @@ impl Clusterset {
     /// to the end of that batch, and the failed connections on the way.
     /// Panics after `within`, saying `what` and showing the last batch.
     #[allow(clippy::too_many_arguments)]
-    pub async fn wait_answered_by(
+    pub(crate) async fn wait_answered_by(
         &self,
         i: usize,
         ns: &str,
@@ -337,7 +343,7 @@ impl Clusterset {
 
     /// `kubectl scale WORKLOAD --replicas=N` in cluster `i` (`workload`:
     /// `deployment/web`, `statefulset/db`).
-    pub fn scale(&self, i: usize, ns: &str, workload: &str, replicas: usize) {
+    pub(crate) fn scale(&self, i: usize, ns: &str, workload: &str, replicas: usize) {
         self.kubectl(
             i,
             &[
@@ -355,7 +361,7 @@ impl Clusterset {
     /// a readiness probe starts failing or passes again. The pod keeps
     /// running and listening; kwok leaves a Running pod's conditions alone
     /// (its pod-ready Stage matches Pending pods only).
-    pub async fn set_pod_ready(&self, i: usize, ns: &str, name: &str, ready: bool) {
+    pub(crate) async fn set_pod_ready(&self, i: usize, ns: &str, name: &str, ready: bool) {
         use kube::api::{Patch, PatchParams};
         let status = if ready { "True" } else { "False" };
         let patch = serde_json::json!({"status": {"conditions": [
@@ -372,7 +378,7 @@ impl Clusterset {
     /// the pod's resolver (the cluster's CoreDNS, which forwards
     /// `clusterset.local` to clusterset-dns): the answer's lines, sorted;
     /// none for NXDOMAIN or NODATA.
-    pub fn dig_in_pod(
+    pub(crate) fn dig_in_pod(
         &self,
         i: usize,
         ns: &str,
@@ -395,7 +401,7 @@ impl Clusterset {
     /// exactly `exporters` (`status.clusters`) with `trafficDistribution`
     /// `traffic_distribution`, and holds imported EndpointSlices from each
     /// exporter: until then a count of who answers proves nothing.
-    pub async fn wait_import(
+    pub(crate) async fn wait_import(
         &self,
         i: usize,
         ns: &str,
@@ -445,10 +451,10 @@ impl Clusterset {
 }
 
 /// Pods by (cluster id, pod name).
-pub type PodSet = BTreeSet<(String, String)>;
+pub(crate) type PodSet = BTreeSet<(String, String)>;
 
 /// `pods` (by name) of cluster `i`, as a [`PodSet`].
-pub fn pod_set<'a>(i: usize, pods: impl IntoIterator<Item = &'a Pod>) -> PodSet {
+pub(crate) fn pod_set<'a>(i: usize, pods: impl IntoIterator<Item = &'a Pod>) -> PodSet {
     pods.into_iter()
         .map(|p| {
             (
@@ -461,7 +467,7 @@ pub fn pod_set<'a>(i: usize, pods: impl IntoIterator<Item = &'a Pod>) -> PodSet 
 
 /// Asserts that every answer succeeded and came from a pod of `want`,
 /// and, with `each`, that every pod of `want` answered at least once.
-pub fn assert_answered_by(
+pub(crate) fn assert_answered_by(
     what: &str,
     answers: &[Result<Answer, String>],
     want: &PodSet,
@@ -493,7 +499,7 @@ pub fn assert_answered_by(
 /// Where a client connects: a name (or address), `tcp` or `udp`, IPv4 or
 /// IPv6 (`family` 4 or 6), a port.
 #[derive(Clone, Copy, Debug)]
-pub struct Dial<'a> {
+pub(crate) struct Dial<'a> {
     pub target: &'a str,
     pub proto: &'static str,
     pub family: u8,
@@ -501,7 +507,7 @@ pub struct Dial<'a> {
 }
 
 impl<'a> Dial<'a> {
-    pub fn new(target: &'a str, proto: &'static str, family: u8, port: u16) -> Self {
+    pub(crate) fn new(target: &'a str, proto: &'static str, family: u8, port: u16) -> Self {
         Self {
             target,
             proto,
@@ -513,7 +519,7 @@ impl<'a> Dial<'a> {
 
 /// What a test server answers: its pod's name and IP and its cluster id.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub pod: String,
     pub ip: String,
     pub cluster: String,
@@ -521,11 +527,11 @@ pub struct Answer {
 
 impl Answer {
     /// (cluster id, pod name), as in a [`PodSet`].
-    pub fn key(&self) -> (String, String) {
+    pub(crate) fn key(&self) -> (String, String) {
         (self.cluster.clone(), self.pod.clone())
     }
 
-    pub fn parse(reply: &str) -> Option<Self> {
+    pub(crate) fn parse(reply: &str) -> Option<Self> {
         let mut words = reply.split_whitespace();
         let answer = Self {
             pod: words.next()?.to_owned(),
@@ -538,7 +544,7 @@ impl Answer {
 
 /// A Deployment whose pods answer every connection with `POD IP CLUSTER`:
 /// TCP on 8080 and 8082, UDP on 8081 (socat, on both families).
-pub fn server_yaml(ns: &str, name: &str, replicas: usize, cluster: &str) -> String {
+pub(crate) fn server_yaml(ns: &str, name: &str, replicas: usize, cluster: &str) -> String {
     server_yaml_with(ns, name, name, replicas, cluster, "")
 }
 
@@ -546,7 +552,7 @@ pub fn server_yaml(ns: &str, name: &str, replicas: usize, cluster: &str) -> Stri
 /// `app: <app>` (the selector of [`service_yaml`]`(…, app, …)`, so that
 /// several Deployments can back one Service) and `pod_spec`: lines added
 /// to the pod spec, indented by 6 spaces (say a `nodeSelector`).
-pub fn server_yaml_with(
+pub(crate) fn server_yaml_with(
     ns: &str,
     deployment: &str,
     app: &str,
@@ -580,23 +586,23 @@ pub fn server_yaml_with(
 
 /// A Service `name` selecting the server pods, with `ports` (YAML list
 /// items) and extra spec lines.
-pub fn service_yaml(ns: &str, name: &str, ports: &str, extra: &str) -> String {
+pub(crate) fn service_yaml(ns: &str, name: &str, ports: &str, extra: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  selector: {{app: {name}}}\n{extra}  ports:\n{ports}"
     )
 }
 
 /// The usual ports: tcp 80 → 8080, udp 81 → 8081.
-pub const PORTS: &str = "  - {name: tcp, port: 80, targetPort: 8080, protocol: TCP}\n  - {name: udp, port: 81, targetPort: 8081, protocol: UDP}\n";
+pub(crate) const PORTS: &str = "  - {name: tcp, port: 80, targetPort: 8080, protocol: TCP}\n  - {name: udp, port: 81, targetPort: 8081, protocol: UDP}\n";
 
-pub fn export_yaml(ns: &str, name: &str) -> String {
+pub(crate) fn export_yaml(ns: &str, name: &str) -> String {
     format!(
         "apiVersion: multicluster.x-k8s.io/v1beta1\nkind: ServiceExport\nmetadata:\n  name: {name}\n  namespace: {ns}\n"
     )
 }
 
 /// The namespace of every cluster (clients live in all three).
-pub async fn namespace_everywhere(cs: &Clusterset, ns: &str) {
+pub(crate) async fn namespace_everywhere(cs: &Clusterset, ns: &str) {
     for i in 0..cs.dp.plane.clusters.len() {
         cs.apply(
             i,
@@ -608,7 +614,7 @@ pub async fn namespace_everywhere(cs: &Clusterset, ns: &str) {
 }
 
 /// The ready pods of Deployment `ns/name` in cluster `i`: name → IPs.
-pub async fn ready_pods(
+pub(crate) async fn ready_pods(
     cs: &Clusterset,
     i: usize,
     ns: &str,
@@ -637,7 +643,7 @@ pub async fn ready_pods(
 /// Asserts that every answer succeeded and came from one of `expected`
 /// (pod name → IPs, per cluster id), and that each cluster of
 /// `must_answer` answered at least once.
-pub fn assert_routed(
+pub(crate) fn assert_routed(
     what: &str,
     answers: &[Result<Answer, String>],
     expected: &BTreeMap<String, BTreeMap<String, Vec<String>>>,
@@ -670,7 +676,7 @@ pub fn assert_routed(
 }
 
 /// The source clusters of the imported EndpointSlices of `name` in `slices`.
-pub async fn slice_sources(
+pub(crate) async fn slice_sources(
     slices: &Api<k8s_openapi::api::discovery::v1::EndpointSlice>,
     name: &str,
 ) -> Result<BTreeSet<String>, String> {

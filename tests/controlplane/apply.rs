@@ -5,7 +5,7 @@ use super::*;
 
 /// Creates every CustomResourceDefinition of the multi-document YAML file
 /// `path` and waits until each is established.
-pub async fn install_crd_file(client: &kube::Client, path: &Path) {
+pub(crate) async fn install_crd_file(client: &kube::Client, path: &Path) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let text =
         std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
@@ -19,7 +19,7 @@ pub async fn install_crd_file(client: &kube::Client, path: &Path) {
 }
 
 /// Applies every CRD in `crds/` and waits until each is established.
-pub async fn install_crds(client: &kube::Client) {
+pub(crate) async fn install_crds(client: &kube::Client) {
     for crd in clusterset_dns::api::crds::all() {
         create_crd(client, &crd).await;
     }
@@ -51,7 +51,7 @@ pub(super) async fn create_crd(
 
 /// Creates every object of a multi-document manifest (expanding `kind:
 /// List`) through the dynamic API, creating missing namespaces first.
-pub async fn apply_manifest(client: &kube::Client, text: &str) {
+pub(crate) async fn apply_manifest(client: &kube::Client, text: &str) {
     use kube::api::{Api, DynamicObject, PostParams};
     use kube::discovery::{Discovery, Scope};
     let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).unwrap();
@@ -101,10 +101,10 @@ pub async fn apply_manifest(client: &kube::Client, text: &str) {
 }
 
 /// Field manager of everything the test helpers server-side apply.
-pub const TEST_FIELD_MANAGER: &str = "clusterset-dns-tests";
+pub(crate) const TEST_FIELD_MANAGER: &str = "clusterset-dns-tests";
 
 /// `<repo>/deploy/<name>`.
-pub fn deploy_file(name: &str) -> PathBuf {
+pub(crate) fn deploy_file(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("deploy")
         .join(name)
@@ -121,7 +121,7 @@ pub fn deploy_file(name: &str) -> PathBuf {
 /// never run. Neither touches what the tests look at, and neither holds the
 /// leader Lease, so tests run the real controller with
 /// [`spawn_controller`] (`--leader-election=false`).
-pub async fn apply_file(client: &kube::Client, path: &Path) {
+pub(crate) async fn apply_file(client: &kube::Client, path: &Path) {
     apply_file_as(client, path, TEST_FIELD_MANAGER).await;
 }
 
@@ -130,7 +130,7 @@ pub async fn apply_file(client: &kube::Client, path: &Path) {
 /// user who applies the same file again owns what they apply. Under
 /// another manager, fields the apiserver defaults inside an atomic struct
 /// (`fieldRef.apiVersion`) conflict even though the file is the same.
-pub async fn apply_file_as(client: &kube::Client, path: &Path, manager: &str) {
+pub(crate) async fn apply_file_as(client: &kube::Client, path: &Path, manager: &str) {
     let text =
         std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     apply_yaml_as(client, &text, manager)
@@ -140,12 +140,16 @@ pub async fn apply_file_as(client: &kube::Client, path: &Path, manager: &str) {
 
 /// Server-side applies every document of `text` (see [`apply_file`]); the
 /// error names the document that failed.
-pub async fn apply_yaml(client: &kube::Client, text: &str) -> Result<(), String> {
+pub(crate) async fn apply_yaml(client: &kube::Client, text: &str) -> Result<(), String> {
     apply_yaml_as(client, text, TEST_FIELD_MANAGER).await
 }
 
 /// [`apply_yaml`] as field manager `manager`.
-pub async fn apply_yaml_as(client: &kube::Client, text: &str, manager: &str) -> Result<(), String> {
+pub(crate) async fn apply_yaml_as(
+    client: &kube::Client,
+    text: &str,
+    manager: &str,
+) -> Result<(), String> {
     use kube::api::{Api, DynamicObject, Patch, PatchParams};
     use kube::discovery::{Discovery, Scope};
     let docs: Vec<serde_json::Value> =

@@ -5,7 +5,7 @@
 use super::*;
 
 /// What member clusters need besides etcd and kube-apiserver.
-pub const MEMBER_FILES: [&str; 4] = [
+pub(crate) const MEMBER_FILES: [&str; 4] = [
     "kube-controller-manager",
     "kube-scheduler",
     "kwok",
@@ -15,12 +15,12 @@ pub const MEMBER_FILES: [&str; 4] = [
 /// kwok's `Exec` CustomResourceDefinition, copied from its module by
 /// `scripts/testenv-build.sh`: per-pod exec settings (the data plane's pod
 /// network namespace).
-pub const KWOK_CRDS: &str = "kwok-crds.yaml";
+pub(crate) const KWOK_CRDS: &str = "kwok-crds.yaml";
 
 /// Where a [`ControlPlane`]'s apiservers listen and how its kwok serves
 /// `kubectl exec`; the default is loopback and no exec.
 #[derive(Clone, Debug, Default)]
-pub struct Network {
+pub(crate) struct Network {
     /// The address every apiserver binds and advertises (default
     /// 127.0.0.1): the host end of the data plane's veth, which processes
     /// in its network namespaces can reach.
@@ -33,7 +33,7 @@ pub struct Network {
 }
 
 /// One kube-apiserver.
-pub struct ApiServer {
+pub(crate) struct ApiServer {
     child: Option<Child>,
     args: Vec<String>,
     log: PathBuf,
@@ -47,7 +47,7 @@ pub struct ApiServer {
 
 impl ApiServer {
     /// Kills the apiserver (etcd keeps the data).
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             stop(&mut child);
         }
@@ -55,12 +55,12 @@ impl ApiServer {
 
     /// The process id while it runs (for `kill -STOP` / `kill -CONT`: a
     /// hung apiserver rather than a stopped one).
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
     /// Sends `signal` (`"STOP"`, `"CONT"`) to the running apiserver.
-    pub fn signal(&self, signal: &str) {
+    pub(crate) fn signal(&self, signal: &str) {
         let pid = self.pid().expect("apiserver running");
         let ok = Command::new("kill")
             .arg(format!("-{signal}"))
@@ -74,13 +74,13 @@ impl ApiServer {
     /// Starts it again on the same port with `extra` flags added to its
     /// command line from now on (`--feature-gates=…`), and waits until it
     /// is ready.
-    pub fn start_with(&mut self, extra: &[&str]) {
+    pub(crate) fn start_with(&mut self, extra: &[&str]) {
         self.args.extend(extra.iter().map(|flag| flag.to_string()));
         self.start();
     }
 
     /// Starts it again on the same port and waits until it is ready.
-    pub fn start(&mut self) {
+    pub(crate) fn start(&mut self) {
         self.spawn();
         self.wait_ready(Duration::from_secs(90));
     }
@@ -127,13 +127,13 @@ impl ApiServer {
     }
 
     /// A client with the admin token.
-    pub async fn admin_client(&self) -> kube::Client {
+    pub(crate) async fn admin_client(&self) -> kube::Client {
         client_from(&self.admin_kubeconfig).await
     }
 }
 
 /// Builds a kube client from a kubeconfig file.
-pub async fn client_from(path: &Path) -> kube::Client {
+pub(crate) async fn client_from(path: &Path) -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::read_from(path).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
@@ -143,7 +143,7 @@ pub async fn client_from(path: &Path) -> kube::Client {
 
 /// How to run one cluster of a [`ControlPlane`].
 #[derive(Clone, Debug)]
-pub struct ClusterSpec {
+pub(crate) struct ClusterSpec {
     /// The apiserver's (and kube-controller-manager's)
     /// `--service-cluster-ip-range`: one CIDR, or an IPv4 and an IPv6 one
     /// for a dual-stack cluster.
@@ -168,7 +168,7 @@ pub struct ClusterSpec {
 
 impl ClusterSpec {
     /// Just an apiserver, service CIDR 10.0.0.0/24 (what [`ControlPlane::start`] runs).
-    pub fn api_only() -> Self {
+    pub(crate) fn api_only() -> Self {
         Self {
             service_cidrs: vec!["10.0.0.0/24".into()],
             pod_cidrs: Vec::new(),
@@ -179,7 +179,7 @@ impl ClusterSpec {
     }
 
     /// [`ClusterSpec::api_only`] without `crds/`.
-    pub fn api_only_bare() -> Self {
+    pub(crate) fn api_only_bare() -> Self {
         Self {
             crds: false,
             ..Self::api_only()
@@ -188,7 +188,7 @@ impl ClusterSpec {
 
     /// Member cluster number `i` (0..=50), IPv4: services 10.(100+i).0.0/16,
     /// pods 10.(200+i).0.0/16, two fake Nodes.
-    pub fn member(i: u8) -> Self {
+    pub(crate) fn member(i: u8) -> Self {
         assert!(i <= 50, "cluster number {i} out of range");
         Self {
             service_cidrs: vec![format!("10.{}.0.0/16", 100 + i)],
@@ -201,7 +201,7 @@ impl ClusterSpec {
 
     /// Like [`ClusterSpec::member`], plus IPv6: services fd00:100:i::/112,
     /// pods fd00:200:i::/64.
-    pub fn member_dual_stack(i: u8) -> Self {
+    pub(crate) fn member_dual_stack(i: u8) -> Self {
         let mut spec = Self::member(i);
         spec.service_cidrs.push(format!("fd00:100:{i:x}::/112"));
         spec.pod_cidrs.push(format!("fd00:200:{i:x}::/64"));
@@ -209,19 +209,19 @@ impl ClusterSpec {
     }
 
     /// Whether `ip` is in one of the service CIDRs.
-    pub fn in_service_cidrs(&self, ip: &str) -> bool {
+    pub(crate) fn in_service_cidrs(&self, ip: &str) -> bool {
         self.service_cidrs.iter().any(|c| cidr_contains(c, ip))
     }
 
     /// Whether `ip` is in one of the pod CIDRs.
-    pub fn in_pod_cidrs(&self, ip: &str) -> bool {
+    pub(crate) fn in_pod_cidrs(&self, ip: &str) -> bool {
         self.pod_cidrs.iter().any(|c| cidr_contains(c, ip))
     }
 }
 
 /// Whether `cidr` (like `10.1.0.0/16` or `fd00::/64`) contains `ip`.
 /// False for mixed families or anything unparsable.
-pub fn cidr_contains(cidr: &str, ip: &str) -> bool {
+pub(crate) fn cidr_contains(cidr: &str, ip: &str) -> bool {
     let Some((net, len)) = cidr.split_once('/') else {
         return false;
     };
@@ -245,7 +245,7 @@ pub fn cidr_contains(cidr: &str, ip: &str) -> bool {
 }
 
 /// One cluster of a [`ControlPlane`]: its apiserver is `apiservers[index]`.
-pub struct Cluster {
+pub(crate) struct Cluster {
     /// `cluster<index>`: also its `--etcd-prefix`, kcm `--cluster-name` and
     /// kubeconfig context.
     pub name: String,
@@ -263,19 +263,19 @@ pub struct Cluster {
 
 impl Cluster {
     /// A client with the admin token.
-    pub async fn admin_client(&self) -> kube::Client {
+    pub(crate) async fn admin_client(&self) -> kube::Client {
         client_from(&self.admin_kubeconfig).await
     }
 
     /// Panics (with the log) if one of its controllers/kwok has exited.
-    pub fn assert_running(&self) {
+    pub(crate) fn assert_running(&self) {
         for p in &self.processes {
             p.assert_running();
         }
     }
 
     /// The tail of each of its logs (apiserver included).
-    pub fn log_tails(&self) -> String {
+    pub(crate) fn log_tails(&self) -> String {
         let mut out = String::new();
         let mut logs = vec![self.dir.join("kube-apiserver.log")];
         logs.extend(self.processes.iter().map(|p| p.log.clone()));
@@ -288,7 +288,7 @@ impl Cluster {
     /// [`support::wait_for`] with this cluster's context: on timeout the
     /// panic also holds the tail of this cluster's logs, and it panics at
     /// once if a controller or kwok exits.
-    pub async fn wait_for<T, F, Fut>(&self, what: &str, timeout: Duration, mut check: F) -> T
+    pub(crate) async fn wait_for<T, F, Fut>(&self, what: &str, timeout: Duration, mut check: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, String>>,
@@ -310,7 +310,7 @@ impl Cluster {
     /// Creates fake Node `name` for kwok to manage: capacity cpu 32, memory
     /// 256Gi, pods 110, zone label `zone`; with two pod CIDRs, `spec.podCIDRs`
     /// is both (node IPAM is off, so nothing else sets it).
-    pub async fn create_node(&self, client: &kube::Client, name: &str, zone: &str) {
+    pub(crate) async fn create_node(&self, client: &kube::Client, name: &str, zone: &str) {
         use k8s_openapi::api::core::v1::Node;
         use kube::api::{Api, PostParams};
         let mut node = serde_json::json!({
@@ -348,7 +348,7 @@ impl Cluster {
     /// Waits until `count` Nodes are Ready and carry no NoSchedule/NoExecute
     /// taint (kwok marks them Ready; node-lifecycle-controller then removes
     /// the `node.kubernetes.io/not-ready` taint).
-    pub async fn wait_nodes_schedulable(&self, client: &kube::Client, count: usize) {
+    pub(crate) async fn wait_nodes_schedulable(&self, client: &kube::Client, count: usize) {
         use k8s_openapi::api::core::v1::Node;
         use kube::api::{Api, ListParams};
         let nodes: Api<Node> = Api::all(client.clone());
@@ -381,7 +381,7 @@ impl Cluster {
     /// Waits until Deployment `ns/name` has exactly `replicas` pods, all
     /// Running and Ready with a pod IP and not terminating (and the
     /// Deployment reports them), and returns them sorted by name.
-    pub async fn wait_deployment_ready(
+    pub(crate) async fn wait_deployment_ready(
         &self,
         client: &kube::Client,
         ns: &str,
@@ -449,7 +449,7 @@ impl Cluster {
 }
 
 /// Ready and without a NoSchedule/NoExecute taint.
-pub fn node_schedulable(node: &k8s_openapi::api::core::v1::Node) -> bool {
+pub(crate) fn node_schedulable(node: &k8s_openapi::api::core::v1::Node) -> bool {
     let ready = node
         .status
         .as_ref()
@@ -464,7 +464,7 @@ pub fn node_schedulable(node: &k8s_openapi::api::core::v1::Node) -> bool {
 }
 
 /// Running, condition Ready true, a pod IP, and no deletion timestamp.
-pub fn pod_running_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+pub(crate) fn pod_running_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
     let Some(status) = &pod.status else {
         return false;
     };
@@ -479,7 +479,7 @@ pub fn pod_running_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
 
 /// etcd plus one apiserver per cluster, and for member clusters their
 /// controllers and kwok.
-pub struct ControlPlane {
+pub(crate) struct ControlPlane {
     etcd: Child,
     /// The clusters' apiservers: `apiservers[i]` is cluster `i`'s; replicas
     /// from [`ControlPlane::start_replica`] come after them.
@@ -518,13 +518,13 @@ impl Drop for ControlPlane {
 impl ControlPlane {
     /// Starts etcd and `clusters` apiservers (service CIDR 10.0.0.0/24 each),
     /// and installs `crds/` in each. No controllers run.
-    pub async fn start(clusters: usize) -> Self {
+    pub(crate) async fn start(clusters: usize) -> Self {
         Self::start_with(&vec![ClusterSpec::api_only(); clusters]).await
     }
 
     /// Starts `n` member clusters (see [`ClusterSpec::member`]); cluster `i`
     /// is dual-stack when `dual_stack(i)`.
-    pub async fn start_members(n: u8, dual_stack: impl Fn(u8) -> bool) -> Self {
+    pub(crate) async fn start_members(n: u8, dual_stack: impl Fn(u8) -> bool) -> Self {
         let specs: Vec<ClusterSpec> = (0..n)
             .map(|i| {
                 if dual_stack(i) {
@@ -541,14 +541,14 @@ impl ControlPlane {
     /// installs `crds/` in each (unless its spec says not), then for member clusters starts
     /// kube-controller-manager, kube-scheduler and kwok, creates the fake
     /// Nodes and waits until they are schedulable.
-    pub async fn start_with(specs: &[ClusterSpec]) -> Self {
+    pub(crate) async fn start_with(specs: &[ClusterSpec]) -> Self {
         Self::start_networked(specs, &Network::default()).await
     }
 
     /// [`ControlPlane::start_with`], with the apiservers on `network.bind`
     /// and kwok serving `kubectl exec` through `network.exec_path` (what the
     /// routed data plane of `tests/dataplane` needs).
-    pub async fn start_networked(specs: &[ClusterSpec], network: &Network) -> Self {
+    pub(crate) async fn start_networked(specs: &[ClusterSpec], network: &Network) -> Self {
         let bin = bin_dir();
         let mut needed = vec!["etcd", "kube-apiserver"];
         if specs.iter().any(|s| s.member) {
@@ -729,7 +729,7 @@ impl ControlPlane {
     /// Starts a second apiserver for cluster `i` (same etcd prefix, new
     /// port) and returns its index in `apiservers`: writes through it reach
     /// cluster `i` while that cluster's first apiserver is down.
-    pub fn start_replica(&mut self, i: usize) -> usize {
+    pub(crate) fn start_replica(&mut self, i: usize) -> usize {
         let port = free_port();
         let host = self.apiservers[i]
             .url
@@ -771,7 +771,7 @@ impl ControlPlane {
     }
 
     /// A scratch directory that lives as long as the control plane.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self.dir.path()
     }
 }

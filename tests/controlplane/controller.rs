@@ -5,21 +5,25 @@ use super::*;
 
 /// The namespace the shipped manifests (`deploy/controller.yaml`,
 /// `deploy/peer-reader.yaml`) install into, where peer Secrets and Leases live.
-pub const CONTROLLER_NAMESPACE: &str = clusterset_dns::cluster_args::DEFAULT_NAMESPACE;
+pub(crate) const CONTROLLER_NAMESPACE: &str = clusterset_dns::cluster_args::DEFAULT_NAMESPACE;
 
 /// The controller's ServiceAccount in `deploy/controller.yaml`.
-pub const CONTROLLER_SA: &str = "clusterset-dns-controller";
+pub(crate) const CONTROLLER_SA: &str = "clusterset-dns-controller";
 
 /// The ServiceAccount of `deploy/peer-reader.yaml`, whose tokens peers use.
-pub const PEER_READER_SA: &str = "clusterset-dns-peer-reader";
+pub(crate) const PEER_READER_SA: &str = "clusterset-dns-peer-reader";
 
 /// Label that makes a Secret in [`CONTROLLER_NAMESPACE`] a peer.
-pub const PEER_LABEL: &str = clusterset_dns::peering::PEER_LABEL;
+pub(crate) const PEER_LABEL: &str = clusterset_dns::peering::PEER_LABEL;
 
 /// Creates or updates the two `about.k8s.io/v1beta1` ClusterProperties the
 /// controller reads its identity from: `cluster.clusterset.k8s.io` =
 /// `cluster_id` and `clusterset.k8s.io` = `clusterset`.
-pub async fn set_cluster_properties(client: &kube::Client, cluster_id: &str, clusterset: &str) {
+pub(crate) async fn set_cluster_properties(
+    client: &kube::Client,
+    cluster_id: &str,
+    clusterset: &str,
+) {
     use clusterset_dns::api::well_known::{CLUSTER_ID_PROPERTY, CLUSTERSET_PROPERTY};
     use clusterset_dns::api::{ClusterProperty, ClusterPropertySpec};
     use kube::api::{Api, Patch, PatchParams};
@@ -42,7 +46,7 @@ pub async fn set_cluster_properties(client: &kube::Client, cluster_id: &str, clu
 }
 
 /// The apiserver URL in `cluster`'s admin kubeconfig.
-pub fn apiserver_url(cluster: &Cluster) -> String {
+pub(crate) fn apiserver_url(cluster: &Cluster) -> String {
     let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.admin_kubeconfig).unwrap();
     kubeconfig.clusters[0]
         .cluster
@@ -59,7 +63,7 @@ pub fn apiserver_url(cluster: &Cluster) -> String {
 /// Self-contained: fit for a peer Secret's `data.kubeconfig`. The
 /// ServiceAccount must exist (the test apiservers run no ServiceAccount
 /// controller, but the shipped manifests declare theirs).
-pub async fn service_account_kubeconfig(
+pub(crate) async fn service_account_kubeconfig(
     cluster: &Cluster,
     namespace: &str,
     service_account: &str,
@@ -112,7 +116,7 @@ pub async fn service_account_kubeconfig(
 }
 
 /// A client from kubeconfig text (as [`service_account_kubeconfig`] returns).
-pub async fn client_from_yaml(kubeconfig_yaml: &str) -> kube::Client {
+pub(crate) async fn client_from_yaml(kubeconfig_yaml: &str) -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::from_yaml(kubeconfig_yaml).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
@@ -126,7 +130,11 @@ pub async fn client_from_yaml(kubeconfig_yaml: &str) -> kube::Client {
 /// `kubeconfig_yaml` (a read-only kubeconfig of the peer, from
 /// [`service_account_kubeconfig`] with [`PEER_READER_SA`]). Applying it
 /// again with a new kubeconfig is a rotation.
-pub async fn add_peer_secret(local_client: &kube::Client, peer_id: &str, kubeconfig_yaml: &str) {
+pub(crate) async fn add_peer_secret(
+    local_client: &kube::Client,
+    peer_id: &str,
+    kubeconfig_yaml: &str,
+) {
     use clusterset_dns::label_selector::LabelSelector;
     use clusterset_dns::peering::{NewPeerSecret, PEER_SELECTOR};
     use k8s_openapi::api::core::v1::Secret;
@@ -153,7 +161,7 @@ pub async fn add_peer_secret(local_client: &kube::Client, peer_id: &str, kubecon
 
 /// Deletes peer Secret `peer-<peer_id>` from [`CONTROLLER_NAMESPACE`];
 /// a missing one is fine.
-pub async fn remove_peer_secret(local_client: &kube::Client, peer_id: &str) {
+pub(crate) async fn remove_peer_secret(local_client: &kube::Client, peer_id: &str) {
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::{Api, DeleteParams};
     let name = format!("peer-{peer_id}");
@@ -175,7 +183,7 @@ pub async fn remove_peer_secret(local_client: &kube::Client, peer_id: &str) {
 /// pass it to [`spawn_controller`] so the controller runs with exactly the
 /// shipped local role. ClusterProperties are separate
 /// ([`set_cluster_properties`]).
-pub async fn install_controller(cluster: &Cluster) -> PathBuf {
+pub(crate) async fn install_controller(cluster: &Cluster) -> PathBuf {
     let client = cluster.admin_client().await;
     install_crds(&client).await;
     apply_file(&client, &deploy_file("controller.yaml")).await;
@@ -189,7 +197,7 @@ pub async fn install_controller(cluster: &Cluster) -> PathBuf {
 
 /// A `clusterset-dns controller` process, killed on drop (its log tail is
 /// printed then if the test is panicking).
-pub struct ControllerProcess {
+pub(crate) struct ControllerProcess {
     child: Mutex<Child>,
     log: PathBuf,
     admin_port: u16,
@@ -199,43 +207,43 @@ pub struct ControllerProcess {
 
 impl ControllerProcess {
     /// Everything it has written to stdout and stderr so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Its log file (in the cluster's directory).
-    pub fn log_path(&self) -> &Path {
+    pub(crate) fn log_path(&self) -> &Path {
         &self.log
     }
 
     /// The loopback port of its admin server (`/ready`, `/health`, `/metrics`).
-    pub fn admin_port(&self) -> u16 {
+    pub(crate) fn admin_port(&self) -> u16 {
         self.admin_port
     }
 
     /// The loopback address of its admin server, for [`support::http_get`]
     /// and [`support::counter`].
-    pub fn admin_addr(&self) -> std::net::SocketAddr {
+    pub(crate) fn admin_addr(&self) -> std::net::SocketAddr {
         (std::net::Ipv4Addr::LOCALHOST, self.admin_port).into()
     }
 
     /// `http://127.0.0.1:<admin port><path>`.
-    pub fn admin_url(&self, path: &str) -> String {
+    pub(crate) fn admin_url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.admin_port)
     }
 
     /// Its process id.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.lock().unwrap().id()
     }
 
     /// Its exit status if it has exited.
-    pub fn exited(&self) -> Option<std::process::ExitStatus> {
+    pub(crate) fn exited(&self) -> Option<std::process::ExitStatus> {
         self.child.lock().unwrap().try_wait().ok().flatten()
     }
 
     /// Panics, with the log, if it has exited.
-    pub fn assert_running(&self) {
+    pub(crate) fn assert_running(&self) {
         if let Some(status) = self.exited() {
             panic!(
                 "clusterset-dns {} exited with {status}; log:\n{}",
@@ -247,7 +255,7 @@ impl ControllerProcess {
 
     /// Waits until `GET /ready` on the admin port answers 200; panics with
     /// the log on timeout or if the process exits.
-    pub fn wait_ready(&self, timeout: Duration) {
+    pub(crate) fn wait_ready(&self, timeout: Duration) {
         wait_http_ok_while(
             &self.admin_url("/ready"),
             timeout,
@@ -258,7 +266,7 @@ impl ControllerProcess {
     }
 
     /// Kills it (SIGKILL) and waits for it; also what drop does.
-    pub fn kill(&self) {
+    pub(crate) fn kill(&self) {
         stop(&mut self.child.lock().unwrap());
     }
 }
@@ -284,7 +292,7 @@ impl Drop for ControllerProcess {
 /// counts up, so several controllers per cluster keep separate logs. Does not
 /// wait: see [`ControllerProcess::wait_ready`]. `--leader-election=false` is
 /// left out when `extra_args` sets `--leader-election=…` itself.
-pub fn spawn_controller(
+pub(crate) fn spawn_controller(
     cluster: &Cluster,
     kubeconfig_path: &Path,
     extra_args: &[&str],
@@ -299,7 +307,7 @@ pub fn spawn_controller(
 
 /// [`spawn_controller`] with another build of `clusterset-dns` (a
 /// previous release, for a mixed-version clusterset).
-pub fn spawn_controller_binary(
+pub(crate) fn spawn_controller_binary(
     cluster: &Cluster,
     binary: &Path,
     kubeconfig_path: &Path,
@@ -343,7 +351,7 @@ pub fn spawn_controller_binary(
 }
 
 /// A `clusterset-dns serve` process, killed on drop.
-pub struct Serve {
+pub(crate) struct Serve {
     child: Child,
     /// Its DNS address (UDP and TCP).
     pub dns: std::net::SocketAddr,
@@ -369,7 +377,7 @@ impl Serve {
     /// `clusterset-dns serve` for `cluster` with `kubeconfig` (the role of
     /// deploy/rbac.yaml), DNS and admin on free loopback ports, log
     /// `<cluster dir>/serve.log`. Does not wait: see [`Serve::wait_ready`].
-    pub fn spawn(cluster: &Cluster, kubeconfig: &Path) -> Self {
+    pub(crate) fn spawn(cluster: &Cluster, kubeconfig: &Path) -> Self {
         let dns: std::net::SocketAddr = ([127, 0, 0, 1], free_udp_and_tcp_port()).into();
         let admin: std::net::SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let args: Vec<String> = vec![
@@ -394,7 +402,7 @@ impl Serve {
     }
 
     /// Waits until `/ready` answers 200.
-    pub fn wait_ready(&self, timeout: Duration) {
+    pub(crate) fn wait_ready(&self, timeout: Duration) {
         wait_http_ok(
             &format!("http://{}/ready", self.admin),
             timeout,
@@ -406,7 +414,7 @@ impl Serve {
 
 /// Writes `<cluster dir>/<file>.kubeconfig`: a TokenRequest kubeconfig of
 /// ServiceAccount `clusterset-dns/<service_account>` valid `ttl_seconds`.
-pub async fn write_token_kubeconfig(
+pub(crate) async fn write_token_kubeconfig(
     cluster: &Cluster,
     service_account: &str,
     file: &str,
@@ -426,7 +434,7 @@ pub async fn write_token_kubeconfig(
 /// The peer's pod ranges are recorded from its spec (kwok's `--cidr`,
 /// which the Nodes of a single-stack cluster do not carry); a cluster
 /// without pods (apiserver only) is joined with `--allow-any-endpoint`.
-pub async fn join_peers(clusters: &[Cluster]) {
+pub(crate) async fn join_peers(clusters: &[Cluster]) {
     let binary = clusterset_dns_binary();
     for local in clusters {
         for peer in clusters.iter().filter(|p| p.name != local.name) {
@@ -464,7 +472,12 @@ pub async fn join_peers(clusters: &[Cluster]) {
 /// written by hand (a hostile or hand-driven peer): a PublishedService
 /// whose spec is `spec` over `{namespace, name, ipFamilies: [IPv4]}`, and
 /// the ServiceExport peers watch beside it.
-pub async fn publish_export(client: &kube::Client, ns: &str, name: &str, spec: serde_json::Value) {
+pub(crate) async fn publish_export(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    spec: serde_json::Value,
+) {
     use kube::api::{Api, PostParams};
     let mut full = serde_json::json!({"namespace": ns, "name": name, "ipFamilies": ["IPv4"]});
     for (key, value) in spec.as_object().expect("a spec object") {
@@ -491,7 +504,7 @@ pub async fn publish_export(client: &kube::Client, ns: &str, name: &str, spec: s
 }
 
 /// The slice name [`export_selectorless`] gives the endpoints of `name`.
-pub fn source_slice_name(name: &str) -> String {
+pub(crate) fn source_slice_name(name: &str) -> String {
     format!("{name}-src")
 }
 
@@ -503,7 +516,7 @@ pub fn source_slice_name(name: &str) -> String {
 /// in-tree EndpointSlice controller labels its own; and the
 /// ServiceExport. What exists already is kept: a trial may set up what an
 /// earlier one did.
-pub async fn export_selectorless(
+pub(crate) async fn export_selectorless(
     client: &kube::Client,
     ns: &str,
     name: &str,

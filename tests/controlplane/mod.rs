@@ -23,7 +23,7 @@
 
 use crate::support;
 #[allow(unused_imports)] // each test crate uses a different subset
-pub use crate::support::{
+pub(crate) use crate::support::{
     create_namespace, free_port, free_udp_and_tcp_port, poll_until, wait_for,
 };
 
@@ -44,13 +44,13 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Token of the `system:masters` admin user.
-pub const ADMIN_TOKEN: &str = "admin-token";
+pub(crate) const ADMIN_TOKEN: &str = "admin-token";
 
 /// Token of the unprivileged user `clusterset-dns` (no groups).
-pub const DNS_TOKEN: &str = "clusterset-dns-token";
+pub(crate) const DNS_TOKEN: &str = "clusterset-dns-token";
 
 /// User name behind [`DNS_TOKEN`].
-pub const DNS_USER: &str = "clusterset-dns";
+pub(crate) const DNS_USER: &str = "clusterset-dns";
 
 mod apply;
 mod cluster;
@@ -58,10 +58,10 @@ mod controller;
 mod process;
 
 #[allow(unused_imports)] // each test crate uses a different subset
-pub use apply::*;
+pub(crate) use apply::*;
 #[allow(unused_imports)] // each test crate uses a different subset
-pub use cluster::*;
+pub(crate) use cluster::*;
 #[allow(unused_imports)] // each test crate uses a different subset
-pub use controller::*;
+pub(crate) use controller::*;
 #[allow(unused_imports)] // each test crate uses a different subset
-pub use process::*;
+pub(crate) use process::*;

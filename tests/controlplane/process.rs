@@ -31,7 +31,7 @@ pub(super) const HOW_TO_BUILD: &str = "build them with `scripts/testenv-build.sh
 /// `CLUSTERSET_DNS_TESTENV_BIN`, else the cache of `scripts/testenv-build.sh`
 /// (asked with `--check`, which never builds). Panics — failing the test,
 /// never skipping it — when a binary or a tool is missing.
-pub fn bin_dir() -> &'static Path {
+pub(crate) fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         for (tool, package) in TOOLS {
@@ -87,7 +87,7 @@ pub fn bin_dir() -> &'static Path {
 }
 
 /// `bin_dir()/name`, or a panic that says how to get it (never a skip).
-pub fn binary(name: &str) -> PathBuf {
+pub(crate) fn binary(name: &str) -> PathBuf {
     let path = bin_dir().join(name);
     assert!(
         path.is_file(),
@@ -101,7 +101,7 @@ pub fn binary(name: &str) -> PathBuf {
 /// Starts `program` with `args`, stdout and stderr to `log`, with
 /// `PR_SET_PDEATHSIG` (it dies with this process); panics if it cannot start.
 /// For processes the harness has no type for (the demo's `clusterset-dns serve`).
-pub fn spawn_logged(program: &Path, args: &[String], log: &Path) -> Child {
+pub(crate) fn spawn_logged(program: &Path, args: &[String], log: &Path) -> Child {
     spawn(program, args, log)
 }
 
@@ -110,7 +110,7 @@ pub fn spawn_logged(program: &Path, args: &[String], log: &Path) -> Child {
 /// no such variable) `CLUSTERSET_DNS_BIN`, else `clusterset-dns` next to the
 /// running executable's directory (`target/debug/examples/demo` →
 /// `target/debug/clusterset-dns`).
-pub fn clusterset_dns_binary() -> PathBuf {
+pub(crate) fn clusterset_dns_binary() -> PathBuf {
     if let Some(path) = option_env!("CARGO_BIN_EXE_clusterset-dns") {
         return PathBuf::from(path);
     }
@@ -152,7 +152,7 @@ pub(super) fn stop(child: &mut Child) {
 
 /// The end of a log, errors (klog `E`/`F` lines) first.
 /// The last lines of the log at `path`, for failure messages.
-pub fn tail(path: &Path) -> String {
+pub(crate) fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     let errors: Vec<&str> = lines
@@ -250,7 +250,7 @@ impl Drop for Process {
 }
 
 /// A running CoreDNS, killed on drop.
-pub struct CoreDns {
+pub(crate) struct CoreDns {
     child: Child,
     /// Its DNS address.
     pub addr: std::net::SocketAddr,
@@ -267,7 +267,7 @@ impl Drop for CoreDns {
 impl CoreDns {
     /// Starts CoreDNS with `corefile`, in which `{port}` is replaced by a
     /// free port; `addr` is that port on 127.0.0.1.
-    pub fn start(corefile: &str) -> Self {
+    pub(crate) fn start(corefile: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = free_udp_and_tcp_port();
         let conf = dir.path().join("Corefile");
@@ -287,7 +287,7 @@ impl CoreDns {
     }
 
     /// CoreDNS's output so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }

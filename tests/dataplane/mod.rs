@@ -50,7 +50,7 @@ use crate::controlplane::{self, ClusterSpec, ControlPlane, CoreDns};
 
 /// Commands `kubectl exec` runs inside the pod's network namespace (each a
 /// wrapper first on kwok's `PATH`); any other command runs on the host.
-pub const EXEC_COMMANDS: [&str; 18] = [
+pub(crate) const EXEC_COMMANDS: [&str; 18] = [
     "sh", "bash", "nslookup", "dig", "host", "nc", "curl", "socat", "ip", "ss", "cat", "env",
     "getent", "seq", "sleep", "echo", "true", "hostname",
 ];
@@ -64,7 +64,7 @@ const KUBE_PROXY_HEALTHZ: u16 = 10256;
 
 /// Member clusters with a data plane. Drop order: pod processes, kube-proxy,
 /// the control plane, then the namespaces.
-pub struct DataPlane {
+pub(crate) struct DataPlane {
     runner: Option<PodRunner>,
     proxies: Vec<NodeProxy>,
     /// The clusters (apiservers on [`DataPlane::host_ip`]).
@@ -92,7 +92,7 @@ impl Drop for NodeProxy {
 
 /// One node namespace: where its pods attach and kube-proxy runs.
 #[derive(Clone, Debug)]
-pub struct NodeNet {
+pub(crate) struct NodeNet {
     /// Cluster index.
     pub cluster: usize,
     /// The kwok Node's name.
@@ -129,7 +129,7 @@ impl DataPlane {
     /// apiservers on the host end of the data plane's veth, a namespace and
     /// a kube-proxy per Node, the `kube-dns` Service, and the pod runner.
     /// Panics, saying what is missing, without root or `ip`/`nft`.
-    pub async fn start(specs: &[ClusterSpec]) -> Self {
+    pub(crate) async fn start(specs: &[ClusterSpec]) -> Self {
         preflight();
         cleanup_leftovers();
         let dir = tempfile::tempdir().unwrap();
@@ -192,7 +192,7 @@ impl DataPlane {
 
     /// The host's address on the data plane: where the apiservers listen
     /// and where cluster DNS (CoreDNS) must bind to be reachable from pods.
-    pub fn host_ip(&self) -> IpAddr {
+    pub(crate) fn host_ip(&self) -> IpAddr {
         IpAddr::V4(self.net.host_ip)
     }
 
@@ -202,7 +202,7 @@ impl DataPlane {
     /// behind the `kube-dns` ClusterIP that pods' `resolv.conf` names (a
     /// selector-less EndpointSlice points at it; kube-proxy does the rest).
     /// It also listens on 127.0.0.1 (its `addr`), for `dig` on the host.
-    pub async fn start_cluster_dns(&self, i: usize, clusterset_dns: SocketAddr) -> CoreDns {
+    pub(crate) async fn start_cluster_dns(&self, i: usize, clusterset_dns: SocketAddr) -> CoreDns {
         let cluster = &self.plane.clusters[i];
         let corefile = format!(
             "cluster.local:{{port}} {{\n  bind 127.0.0.1 {host}\n  kubernetes cluster.local {{\n    kubeconfig {} {}\n  }}\n}}\n\
@@ -246,14 +246,21 @@ impl DataPlane {
     }
 
     /// The network namespace of pod `ns/name` of cluster `i`, once it runs.
-    pub fn pod_netns(&self, i: usize, ns: &str, name: &str) -> Option<String> {
+    pub(crate) fn pod_netns(&self, i: usize, ns: &str, name: &str) -> Option<String> {
         self.runner.as_ref()?.netns_of(i, ns, name)
     }
 
     /// Waits until pod `ns/name` of cluster `i` has its namespace and
     /// something listens on `port` (`tcp` or `udp`) inside it; returns the
     /// namespace. Panics with the pod runner's notes on timeout.
-    pub fn wait_listening(&self, i: usize, ns: &str, name: &str, proto: &str, port: u16) -> String {
+    pub(crate) fn wait_listening(
+        &self,
+        i: usize,
+        ns: &str,
+        name: &str,
+        proto: &str,
+        port: u16,
+    ) -> String {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             self.assert_healthy();
@@ -282,7 +289,7 @@ impl DataPlane {
     /// Runs `sh -c script` inside pod `ns/name` of cluster `i` (its network
     /// namespace and resolv.conf), as `kubectl exec` does but without the
     /// apiserver; returns stdout, panics with stderr on failure.
-    pub fn sh_in_pod(&self, i: usize, ns: &str, name: &str, script: &str) -> String {
+    pub(crate) fn sh_in_pod(&self, i: usize, ns: &str, name: &str, script: &str) -> String {
         let netns = self
             .pod_netns(i, ns, name)
             .unwrap_or_else(|| panic!("cluster{i} pod {ns}/{name} has no network namespace"));
@@ -303,7 +310,7 @@ impl DataPlane {
 
     /// What the pod runner noticed: containers it could not run, processes
     /// that exited, API errors.
-    pub fn notes(&self) -> Vec<String> {
+    pub(crate) fn notes(&self) -> Vec<String> {
         self.runner
             .as_ref()
             .map(|r| r.state.lock().unwrap().notes.clone())
@@ -312,7 +319,7 @@ impl DataPlane {
 
     /// Panics if a kube-proxy exited or the pod runner hit an error it
     /// cannot recover from.
-    pub fn assert_healthy(&self) {
+    pub(crate) fn assert_healthy(&self) {
         for p in &self.proxies {
             let exited = p.child.lock().unwrap().try_wait().ok().flatten();
             assert!(
@@ -334,7 +341,7 @@ impl DataPlane {
 
     /// A scratch directory that lives as long as the data plane (pod logs
     /// are under `pods/`).
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self.dir.path()
     }
 }
@@ -509,7 +516,7 @@ fn preflight() {
 
 /// Why this process cannot build a data plane (no root, a tool missing,
 /// namespaces refused), or `None` when it can.
-pub fn missing_privileges() -> Option<String> {
+pub(crate) fn missing_privileges() -> Option<String> {
     #[allow(unsafe_code)]
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
@@ -554,7 +561,7 @@ pub fn missing_privileges() -> Option<String> {
 
 /// Removes the namespaces (and their processes) a killed run left: names
 /// `csd<pid>x…` whose process is gone. [`DataPlane::start`] calls it.
-pub fn cleanup_leftovers() {
+pub(crate) fn cleanup_leftovers() {
     let Ok(entries) = std::fs::read_dir("/run/netns") else {
         return;
     };
@@ -579,7 +586,7 @@ pub fn cleanup_leftovers() {
 /// left it as it was: links (name, state, address), IPv4 and IPv6 routes of
 /// every table (without the lifetimes of autoconfigured ones) and the
 /// nftables ruleset.
-pub fn host_network_snapshot() -> String {
+pub(crate) fn host_network_snapshot() -> String {
     let run = |args: &[&str]| {
         let out = Command::new(args[0]).args(&args[1..]).output();
         out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
@@ -638,7 +645,7 @@ fn of_another_run(word: &str) -> bool {
 /// (`setns`): sockets it opens are the pod's or node's, as for a process
 /// inside it, without a process per connection. The host's resolver is not
 /// the pod's: resolve through the cluster DNS address explicitly.
-pub fn in_netns<T: Send>(netns: &str, f: impl FnOnce() -> T + Send) -> T {
+pub(crate) fn in_netns<T: Send>(netns: &str, f: impl FnOnce() -> T + Send) -> T {
     use std::os::fd::AsRawFd;
     let file = std::fs::File::open(format!("/run/netns/{netns}"))
         .unwrap_or_else(|e| panic!("opening network namespace {netns}: {e}"));
@@ -1383,7 +1390,7 @@ fn container_env(
 }
 
 /// The downward-API fields test pods use.
-pub fn field_ref(pod: &Pod, path: &str) -> Option<String> {
+pub(crate) fn field_ref(pod: &Pod, path: &str) -> Option<String> {
     let status = pod.status.as_ref();
     let spec = pod.spec.as_ref();
     match path {
@@ -1406,7 +1413,7 @@ pub fn field_ref(pod: &Pod, path: &str) -> Option<String> {
 
 /// Kubernetes' `$(VAR)` expansion of command, args and env values: a
 /// defined variable is replaced, `$$` is a literal `$`, anything else stays.
-pub fn expand_vars(text: &str, env: &[(String, String)]) -> String {
+pub(crate) fn expand_vars(text: &str, env: &[(String, String)]) -> String {
     let mut out = String::new();
     let mut rest = text;
     while let Some(at) = rest.find('$') {

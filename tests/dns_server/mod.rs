@@ -10,7 +10,7 @@
 
 use crate::support;
 #[allow(unused_imports)] // each test crate uses a different subset
-pub use crate::support::free_udp_and_tcp_port;
+pub(crate) use crate::support::free_udp_and_tcp_port;
 
 use std::fmt::Write as _;
 use std::future::Future;
@@ -29,19 +29,19 @@ use tokio::net::{TcpStream, UdpSocket};
 use tokio::time::timeout;
 
 /// How long a query may take before the test fails.
-pub const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long to wait before concluding that no UDP reply is coming.
-pub const NO_REPLY_WAIT: Duration = Duration::from_millis(300);
+pub(crate) const NO_REPLY_WAIT: Duration = Duration::from_millis(300);
 /// Pause between two polls of a changing state.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// The shipped three-cluster fixture.
-pub const EXAMPLE: &str = "config/example-clusterset.yaml";
+pub(crate) const EXAMPLE: &str = "config/example-clusterset.yaml";
 /// The SOA of negative answers with default settings; the serial is masked
 /// by [`render`] because it is the publish time.
-pub const SOA: &str = "clusterset.local. 5 IN SOA ns.dns.clusterset.local. hostmaster.clusterset.local. SERIAL 7200 1800 86400 5";
+pub(crate) const SOA: &str = "clusterset.local. 5 IN SOA ns.dns.clusterset.local. hostmaster.clusterset.local. SERIAL 7200 1800 86400 5";
 
 /// Sends test-scoped tracing output to the test writer, once per process.
-pub fn init_tracing() {
+pub(crate) fn init_tracing() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "clusterset_dns=warn".into());
@@ -53,13 +53,13 @@ pub fn init_tracing() {
 }
 
 /// Absolute path of a file in the repository.
-pub fn repo_path(relative: &str) -> PathBuf {
+pub(crate) fn repo_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
 }
 
 /// How a test server is configured.
 #[derive(Debug, Clone, Copy)]
-pub struct Options {
+pub(crate) struct Options {
     /// Serve UDP through the precompiled fast path.
     pub fast_path: bool,
     /// Most endpoints in a headless answer; `None` = the default.
@@ -70,7 +70,7 @@ pub struct Options {
 
 impl Options {
     /// Fast path on or off, other settings default.
-    pub fn fast_path(fast_path: bool) -> Self {
+    pub(crate) fn fast_path(fast_path: bool) -> Self {
         Self {
             fast_path,
             max_records: None,
@@ -80,7 +80,7 @@ impl Options {
 }
 
 /// The configuration of a loopback server for `file`.
-pub fn config(file: &Path, options: Options) -> Config {
+pub(crate) fn config(file: &Path, options: Options) -> Config {
     let args = ServeArgs {
         file: Some(file.to_path_buf()),
         dns_listen: Some("127.0.0.1:0".parse().expect("literal address")),
@@ -95,7 +95,7 @@ pub fn config(file: &Path, options: Options) -> Config {
 }
 
 /// Starts a server for `file`; `Err` when the first load fails.
-pub async fn try_start(file: &Path, options: Options) -> Result<Running, StartError> {
+pub(crate) async fn try_start(file: &Path, options: Options) -> Result<Running, StartError> {
     init_tracing();
     app::start(&config(file, options)).await
 }
@@ -104,7 +104,7 @@ pub async fn try_start(file: &Path, options: Options) -> Result<Running, StartEr
 /// Kubernetes source), as its DaemonSet would, on loopback ports it picks:
 /// one UDP worker, every other setting default unless `tweak` changes it.
 /// Does not wait for readiness (`/ready`).
-pub async fn start_dns(kubeconfig: &Path, tweak: impl FnOnce(&mut ServeArgs)) -> Running {
+pub(crate) async fn start_dns(kubeconfig: &Path, tweak: impl FnOnce(&mut ServeArgs)) -> Running {
     init_tracing();
     let mut args = ServeArgs {
         kubeconfig: Some(kubeconfig.to_path_buf()),
@@ -125,7 +125,7 @@ pub async fn start_dns(kubeconfig: &Path, tweak: impl FnOnce(&mut ServeArgs)) ->
 
 /// A running server with the manifest it serves (in a tempdir unless it is
 /// a repository file).
-pub struct TestServer {
+pub(crate) struct TestServer {
     running: Running,
     manifest: PathBuf,
     _dir: Option<TempDir>,
@@ -133,7 +133,7 @@ pub struct TestServer {
 
 impl TestServer {
     /// Serves a repository file such as [`EXAMPLE`].
-    pub async fn from_file(relative: &str, options: Options) -> Self {
+    pub(crate) async fn from_file(relative: &str, options: Options) -> Self {
         let manifest = repo_path(relative);
         let running = try_start(&manifest, options)
             .await
@@ -146,7 +146,7 @@ impl TestServer {
     }
 
     /// Writes `yaml` to a fresh tempdir and serves it.
-    pub async fn from_yaml(yaml: &str, options: Options) -> Self {
+    pub(crate) async fn from_yaml(yaml: &str, options: Options) -> Self {
         let dir = tempfile::tempdir().expect("create tempdir");
         let manifest = dir.path().join("clusterset.yaml");
         std::fs::write(&manifest, yaml).expect("write manifest");
@@ -161,23 +161,23 @@ impl TestServer {
     }
 
     /// DNS address (UDP and TCP).
-    pub fn dns(&self) -> SocketAddr {
+    pub(crate) fn dns(&self) -> SocketAddr {
         self.running.dns_addr()
     }
 
     /// Admin HTTP address.
-    pub fn admin(&self) -> SocketAddr {
+    pub(crate) fn admin(&self) -> SocketAddr {
         self.running.admin_addr()
     }
 
     /// The manifest file being served.
-    pub fn manifest(&self) -> &Path {
+    pub(crate) fn manifest(&self) -> &Path {
         &self.manifest
     }
 
     /// Replaces the manifest atomically (write + rename), as a ConfigMap
     /// update does, so the watcher never sees a half-written file.
-    pub fn write_manifest(&self, yaml: &str) {
+    pub(crate) fn write_manifest(&self, yaml: &str) {
         assert!(
             self._dir.is_some(),
             "write_manifest on a repository file ({}): start the server with from_yaml",
@@ -189,14 +189,14 @@ impl TestServer {
     }
 
     /// Stops the server and waits for it.
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.running.stop().await;
     }
 }
 
 /// The transport of one exchange.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
+pub(crate) enum Transport {
     /// One datagram each way.
     Udp,
     /// One length-prefixed message each way on a fresh connection.
@@ -204,7 +204,7 @@ pub enum Transport {
 }
 
 /// A query for `name`/`rtype` (class IN, RD set as stub resolvers do).
-pub fn query(name: &str, rtype: RecordType) -> Message {
+pub(crate) fn query(name: &str, rtype: RecordType) -> Message {
     let name = Name::from_ascii(name).unwrap_or_else(|e| panic!("bad name {name:?}: {e}"));
     let mut message = Message::query();
     message.metadata.recursion_desired = true;
@@ -213,7 +213,7 @@ pub fn query(name: &str, rtype: RecordType) -> Message {
 }
 
 /// A query with an OPT record advertising `payload` bytes at `version`.
-pub fn query_edns(name: &str, rtype: RecordType, payload: u16, version: u8) -> Message {
+pub(crate) fn query_edns(name: &str, rtype: RecordType, payload: u16, version: u8) -> Message {
     let mut message = query(name, rtype);
     let mut edns = Edns::new();
     edns.set_max_payload(payload).set_version(version);
@@ -222,22 +222,26 @@ pub fn query_edns(name: &str, rtype: RecordType, payload: u16, version: u8) -> M
 }
 
 /// Encodes a message.
-pub fn encode(message: &Message) -> Vec<u8> {
+pub(crate) fn encode(message: &Message) -> Vec<u8> {
     message.to_vec().expect("test queries encode")
 }
 
 /// Decodes a response, failing the test with `context` on error.
-pub fn decode(bytes: &[u8], context: &str) -> Message {
+pub(crate) fn decode(bytes: &[u8], context: &str) -> Message {
     Message::from_vec(bytes).unwrap_or_else(|e| panic!("{context}: undecodable response: {e}"))
 }
 
 /// Sends `message` and returns the decoded response; panics on timeout.
-pub async fn exchange(server: SocketAddr, transport: Transport, message: &Message) -> Message {
+pub(crate) async fn exchange(
+    server: SocketAddr,
+    transport: Transport,
+    message: &Message,
+) -> Message {
     exchange_sized(server, transport, message).await.0
 }
 
 /// Like [`exchange`], also returning the response size in bytes.
-pub async fn exchange_sized(
+pub(crate) async fn exchange_sized(
     server: SocketAddr,
     transport: Transport,
     message: &Message,
@@ -264,7 +268,7 @@ pub async fn exchange_sized(
 /// as its ephemeral port: the socket is then connected to itself and
 /// "receives" its own query, which parses as a DNS message. Such a socket
 /// is kept until another is bound, so the next one gets a different port.
-pub async fn client_udp_socket(server: SocketAddr) -> UdpSocket {
+pub(crate) async fn client_udp_socket(server: SocketAddr) -> UdpSocket {
     let mut self_connected = Vec::new();
     loop {
         let socket = UdpSocket::bind("127.0.0.1:0")
@@ -281,7 +285,7 @@ pub async fn client_udp_socket(server: SocketAddr) -> UdpSocket {
 
 /// Sends raw bytes in one datagram from a fresh socket and returns the
 /// first reply within `wait`, or `None`.
-pub async fn udp_raw(server: SocketAddr, bytes: &[u8], wait: Duration) -> Option<Vec<u8>> {
+pub(crate) async fn udp_raw(server: SocketAddr, bytes: &[u8], wait: Duration) -> Option<Vec<u8>> {
     let socket = client_udp_socket(server).await;
     socket.send(bytes).await.expect("send UDP query");
     let mut buf = vec![0u8; 65535];
@@ -294,13 +298,13 @@ pub async fn udp_raw(server: SocketAddr, bytes: &[u8], wait: Duration) -> Option
 
 /// A connected UDP client socket reused across queries (fast for long
 /// query lists); replies are matched by ID.
-pub struct UdpClient {
+pub(crate) struct UdpClient {
     socket: UdpSocket,
 }
 
 impl UdpClient {
     /// A client socket connected to `server`.
-    pub async fn connect(server: SocketAddr) -> Self {
+    pub(crate) async fn connect(server: SocketAddr) -> Self {
         Self {
             socket: client_udp_socket(server).await,
         }
@@ -308,7 +312,7 @@ impl UdpClient {
 
     /// Sends `bytes` (a query with an ID) and returns the reply with the
     /// same ID, or `None` after [`QUERY_TIMEOUT`].
-    pub async fn exchange_raw(&self, bytes: &[u8]) -> Option<Vec<u8>> {
+    pub(crate) async fn exchange_raw(&self, bytes: &[u8]) -> Option<Vec<u8>> {
         self.socket.send(bytes).await.expect("send UDP query");
         let mut buf = vec![0u8; 65535];
         let receive = async {
@@ -326,7 +330,7 @@ impl UdpClient {
 /// Sends raw bytes as one TCP message (2-byte length prefix) on a fresh
 /// connection and reads one message back; `None` if the server closes the
 /// connection or does not answer within `wait`.
-pub async fn tcp_raw(server: SocketAddr, bytes: &[u8], wait: Duration) -> Option<Vec<u8>> {
+pub(crate) async fn tcp_raw(server: SocketAddr, bytes: &[u8], wait: Duration) -> Option<Vec<u8>> {
     let exchange = async {
         let mut stream = TcpStream::connect(server).await.ok()?;
         // With no listener on `server`, a connect from the same ephemeral
@@ -344,7 +348,7 @@ pub async fn tcp_raw(server: SocketAddr, bytes: &[u8], wait: Duration) -> Option
 }
 
 /// Reads one length-prefixed DNS message from a TCP stream.
-pub async fn read_tcp_message(stream: &mut TcpStream) -> Option<Vec<u8>> {
+pub(crate) async fn read_tcp_message(stream: &mut TcpStream) -> Option<Vec<u8>> {
     let mut len = [0u8; 2];
     stream.read_exact(&mut len).await.ok()?;
     let mut reply = vec![0u8; u16::from_be_bytes(len) as usize];
@@ -355,7 +359,7 @@ pub async fn read_tcp_message(stream: &mut TcpStream) -> Option<Vec<u8>> {
 /// Renders a record as a zone-file line with lower-case names (comparisons
 /// are case-insensitive, as DNS is), TXT strings quoted and the SOA serial
 /// masked as `SERIAL`.
-pub fn render(record: &Record) -> String {
+pub(crate) fn render(record: &Record) -> String {
     let rdata = match &record.data {
         RData::TXT(txt) => txt
             .txt_data
@@ -385,14 +389,14 @@ pub fn render(record: &Record) -> String {
 }
 
 /// Renders and sorts a section.
-pub fn sorted(records: &[Record]) -> Vec<String> {
+pub(crate) fn sorted(records: &[Record]) -> Vec<String> {
     let mut lines: Vec<String> = records.iter().map(render).collect();
     lines.sort();
     lines
 }
 
 /// Normalises expected zone-file lines the way [`render`] does, sorted.
-pub fn expected(lines: &[&str]) -> Vec<String> {
+pub(crate) fn expected(lines: &[&str]) -> Vec<String> {
     let mut lines: Vec<String> = lines
         .iter()
         .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
@@ -404,7 +408,7 @@ pub fn expected(lines: &[&str]) -> Vec<String> {
 /// Every field of a response except the ID: header flags, the question as
 /// sent (exact case), records as [`render`] shows them (TTLs included,
 /// names in lower case, SOA serial masked) and the OPT record.
-pub fn describe(message: &Message) -> String {
+pub(crate) fn describe(message: &Message) -> String {
     let m = &message.metadata;
     let mut out = format!(
         "type={:?} opcode={:?} rcode={} aa={} tc={} rd={} ra={} ad={} cd={}\n",
@@ -455,7 +459,7 @@ pub fn describe(message: &Message) -> String {
 }
 
 /// A query message for a class other than IN.
-pub fn query_class(name: &str, rtype: RecordType, class: DNSClass) -> Message {
+pub(crate) fn query_class(name: &str, rtype: RecordType, class: DNSClass) -> Message {
     let mut message = Message::new(rand_id(), MessageType::Query, OpCode::Query);
     let mut q = Query::query(Name::from_ascii(name).expect("valid name"), rtype);
     q.set_query_class(class);
@@ -468,13 +472,13 @@ fn rand_id() -> u16 {
 }
 
 /// `/explain` for `name` and `rtype`, parsed.
-pub async fn explain(admin: SocketAddr, name: &str, rtype: &str) -> serde_json::Value {
+pub(crate) async fn explain(admin: SocketAddr, name: &str, rtype: &str) -> serde_json::Value {
     let body = support::http_ok(admin, &format!("/explain?name={name}&type={rtype}")).await;
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("/explain {name} {rtype}: {e}: {body}"))
 }
 
 /// The notes of an `/explain` answer, joined by newlines.
-pub fn explain_notes(explanation: &serde_json::Value) -> String {
+pub(crate) fn explain_notes(explanation: &serde_json::Value) -> String {
     explanation["notes"]
         .as_array()
         .expect("notes")
@@ -485,7 +489,7 @@ pub fn explain_notes(explanation: &serde_json::Value) -> String {
 }
 
 /// The value of an unlabelled metric in a Prometheus text exposition.
-pub fn metric(text: &str, name: &str) -> Option<f64> {
+pub(crate) fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
         let mut parts = l.split_whitespace();
         (parts.next() == Some(name))
@@ -495,13 +499,13 @@ pub fn metric(text: &str, name: &str) -> Option<f64> {
 }
 
 /// Reads one metric from the server's `/metrics`.
-pub async fn read_metric(admin: SocketAddr, name: &str) -> f64 {
+pub(crate) async fn read_metric(admin: SocketAddr, name: &str) -> f64 {
     let text = support::http_ok(admin, "/metrics").await;
     metric(&text, name).unwrap_or_else(|| panic!("metric {name} missing from:\n{text}"))
 }
 
 /// Sorted rendered answers of `name`/`rtype` over UDP.
-pub async fn answers(server: SocketAddr, name: &str, rtype: RecordType) -> Vec<String> {
+pub(crate) async fn answers(server: SocketAddr, name: &str, rtype: RecordType) -> Vec<String> {
     sorted(
         &exchange(server, Transport::Udp, &query(name, rtype))
             .await
@@ -510,7 +514,7 @@ pub async fn answers(server: SocketAddr, name: &str, rtype: RecordType) -> Vec<S
 }
 
 /// A headless ServiceImport `<name>.<ns>` with one named TCP port.
-pub fn headless_import(ns: &str, name: &str, port_name: &str, port: u16) -> String {
+pub(crate) fn headless_import(ns: &str, name: &str, port_name: &str, port: u16) -> String {
     format!(
         "apiVersion: multicluster.x-k8s.io/v1beta1
 kind: ServiceImport
@@ -526,7 +530,7 @@ spec:
 
 /// An imported EndpointSlice of `<service>.<ns>` from `cluster` with the
 /// given `(hostname, address, ready)` endpoints.
-pub fn slice(
+pub(crate) fn slice(
     ns: &str,
     service: &str,
     cluster: &str,
@@ -561,19 +565,19 @@ endpoints:
 }
 
 /// IPv4 address of endpoint `i` of a generated service (`10.<base>.x.y`).
-pub fn v4(base: u8, i: usize) -> String {
+pub(crate) fn v4(base: u8, i: usize) -> String {
     format!("10.{base}.{}.{}", i / 250, i % 250 + 1)
 }
 
 /// IPv6 address of endpoint `i` of a generated service.
-pub fn v6(base: u8, i: usize) -> String {
+pub(crate) fn v6(base: u8, i: usize) -> String {
     format!("fd00:{base}::{:x}", i + 1)
 }
 
 /// A headless service `<name>.<ns>` with `n` ready endpoints `h-<i>` in
 /// `cluster-a`, IPv4 and optionally IPv6 (the same hostnames, so each
 /// endpoint is dual-stack).
-pub fn big_headless(ns: &str, name: &str, base: u8, n: usize, dual_stack: bool) -> String {
+pub(crate) fn big_headless(ns: &str, name: &str, base: u8, n: usize, dual_stack: bool) -> String {
     let mut out = headless_import(ns, name, "http", 80);
     let host = |i: usize| Some(format!("h-{i:03}"));
     let ipv4: Vec<_> = (0..n).map(|i| (host(i), v4(base, i), true)).collect();
@@ -586,21 +590,21 @@ pub fn big_headless(ns: &str, name: &str, base: u8, n: usize, dual_stack: bool) 
 }
 
 /// Runs `f` under a deadline, failing the test with `what` on timeout.
-pub async fn within<T>(limit: Duration, what: &str, f: impl Future<Output = T>) -> T {
+pub(crate) async fn within<T>(limit: Duration, what: &str, f: impl Future<Output = T>) -> T {
     timeout(limit, f)
         .await
         .unwrap_or_else(|_| panic!("{what} did not finish within {limit:?}"))
 }
 
 /// Endpoint conditions of [`local_first_clusterset`]: ready.
-pub const READY: &str = "{ready: true, serving: true, terminating: false}";
+pub(crate) const READY: &str = "{ready: true, serving: true, terminating: false}";
 /// Not ready and not serving (a failing readiness probe).
-pub const NOT_READY: &str = "{ready: false, serving: false, terminating: false}";
+pub(crate) const NOT_READY: &str = "{ready: false, serving: false, terminating: false}";
 /// Terminating but still serving (a pod in its grace period).
-pub const TERMINATING: &str = "{ready: false, serving: true, terminating: true}";
+pub(crate) const TERMINATING: &str = "{ready: false, serving: true, terminating: true}";
 
 /// The ClusterProperty that names this cluster `id`.
-pub fn cluster_id_property(id: &str) -> String {
+pub(crate) fn cluster_id_property(id: &str) -> String {
     format!(
         "apiVersion: about.k8s.io/v1beta1
 kind: ClusterProperty
@@ -618,7 +622,7 @@ spec: {{value: {id}}}
 /// 10.2.0.10, conditions `b`), and the local-first ClusterSetIP import
 /// `web.shop` (10.96.0.20) with one endpoint in each (conditions `a[0]`
 /// and `b`).
-pub fn local_first_clusterset(cluster_id: Option<&str>, a: [&str; 2], b: &str) -> String {
+pub(crate) fn local_first_clusterset(cluster_id: Option<&str>, a: [&str; 2], b: &str) -> String {
     let mut out = cluster_id.map(cluster_id_property).unwrap_or_default();
     out.push_str(
         "apiVersion: multicluster.x-k8s.io/v1beta1

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// One fenced code block.
 #[derive(Debug, Clone)]
-pub struct Block {
+pub(crate) struct Block {
     /// Repository-relative path of the file.
     pub file: String,
     /// 1-based line of the opening fence.
@@ -22,29 +22,29 @@ pub struct Block {
 
 impl Block {
     /// The first word of the info string (the language).
-    pub fn language(&self) -> &str {
+    pub(crate) fn language(&self) -> &str {
         self.info.split_whitespace().next().unwrap_or("")
     }
 
     /// The second word of the info string (our tag), if any.
-    pub fn tag(&self) -> Option<&str> {
+    pub(crate) fn tag(&self) -> Option<&str> {
         self.info.split_whitespace().nth(1)
     }
 
     /// `file:line`, for messages.
-    pub fn place(&self) -> String {
+    pub(crate) fn place(&self) -> String {
         format!("{}:{}", self.file, self.line)
     }
 }
 
 /// The repository's top directory.
-pub fn repo() -> &'static Path {
+pub(crate) fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// Every fenced block (``` or ~~~) of the Markdown file `relative`. An
 /// unclosed fence is a panic: the rest of the file would silently be code.
-pub fn blocks(relative: &str) -> Vec<Block> {
+pub(crate) fn blocks(relative: &str) -> Vec<Block> {
     let text = read(relative);
     let mut out = Vec::new();
     let mut open: Option<(usize, String, String, usize, String)> = None;
@@ -87,7 +87,7 @@ pub fn blocks(relative: &str) -> Vec<Block> {
 }
 
 /// Inline code spans (`like this`) outside fenced blocks, with their line.
-pub fn inline_code(relative: &str) -> Vec<(usize, String)> {
+pub(crate) fn inline_code(relative: &str) -> Vec<(usize, String)> {
     let text = read(relative);
     let mut out = Vec::new();
     let mut in_fence = false;
@@ -137,7 +137,7 @@ pub fn inline_code(relative: &str) -> Vec<(usize, String)> {
 
 /// Repository-relative paths of the Markdown files under `dir` (recursive),
 /// sorted.
-pub fn markdown_files(dir: &str) -> Vec<String> {
+pub(crate) fn markdown_files(dir: &str) -> Vec<String> {
     let mut out = Vec::new();
     walk(&repo().join(dir), &mut out);
     let mut out: Vec<String> = out
@@ -155,7 +155,7 @@ pub fn markdown_files(dir: &str) -> Vec<String> {
 }
 
 /// Every file under `dir`, recursively.
-pub fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
     let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     for entry in entries {
         let path = entry.unwrap().path();

@@ -18,7 +18,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_clusterset-dns");
 const START_LIMIT: Duration = Duration::from_secs(15);
 
 /// A running `clusterset-dns serve`.
-pub struct ServerProcess {
+pub(crate) struct ServerProcess {
     /// The process (killed when dropped).
     pub child: Child,
     /// DNS address (UDP and TCP).
@@ -31,7 +31,7 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Starts `serve` on the example clusterset with `args` added; with
     /// `open_files`, under that RLIMIT_NOFILE (`ulimit -n`).
-    pub async fn start(args: &[&str], open_files: Option<u32>) -> Self {
+    pub(crate) async fn start(args: &[&str], open_files: Option<u32>) -> Self {
         Self::start_holding(args, open_files, 0).await
     }
 
@@ -39,7 +39,7 @@ impl ServerProcess {
     /// descriptors (`/dev/null`, numbers 10 and up) that it knows nothing
     /// of: descriptors taken by something else, which its limits on
     /// connections cannot count.
-    pub async fn start_holding(args: &[&str], open_files: Option<u32>, held: u32) -> Self {
+    pub(crate) async fn start_holding(args: &[&str], open_files: Option<u32>, held: u32) -> Self {
         let repo = env!("CARGO_MANIFEST_DIR");
         let mut command = if open_files.is_some() || held > 0 {
             let mut script = String::new();
@@ -117,7 +117,7 @@ impl ServerProcess {
     }
 
     /// The log lines so far whose message contains `text`.
-    pub fn log_lines(&self, text: &str) -> Vec<serde_json::Value> {
+    pub(crate) fn log_lines(&self, text: &str) -> Vec<serde_json::Value> {
         self.stderr
             .lock()
             .unwrap()
@@ -132,22 +132,22 @@ impl ServerProcess {
     }
 
     /// Every log line so far.
-    pub fn stderr_lines(&self) -> Vec<serde_json::Value> {
+    pub(crate) fn stderr_lines(&self) -> Vec<serde_json::Value> {
         self.stderr.lock().unwrap().clone()
     }
 
     /// How many log lines so far.
-    pub fn all_log_lines(&self) -> usize {
+    pub(crate) fn all_log_lines(&self) -> usize {
         self.stderr.lock().unwrap().len()
     }
 
     /// The process id.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id().expect("child is running")
     }
 
     /// CPU time (user + system) the process has used, in clock ticks.
-    pub fn cpu_ticks(&self) -> u64 {
+    pub(crate) fn cpu_ticks(&self) -> u64 {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).expect("stat");
         // Fields after the parenthesised name: utime is 14, stime 15.
         let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
@@ -156,7 +156,7 @@ impl ServerProcess {
     }
 
     /// Sends SIGTERM.
-    pub fn terminate(&self) {
+    pub(crate) fn terminate(&self) {
         let pid = self.pid() as libc::pid_t;
         // SAFETY: kill(2) with a pid we spawned and still own (not yet
         // reaped, so it cannot have been reused) and a valid signal number.

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 /// meant to listen on it has started (a kube-controller-manager failed
 /// with "address already in use" that way). Below the range only listeners
 /// compete; each candidate is bound once to check it is free.
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let ephemeral_low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
@@ -47,7 +47,7 @@ pub fn free_port() -> u16 {
 
 /// A port free for both UDP and TCP on 127.0.0.1 (a DNS server's), from
 /// the same range as [`free_port`].
-pub fn free_udp_and_tcp_port() -> u16 {
+pub(crate) fn free_udp_and_tcp_port() -> u16 {
     loop {
         let port = free_port();
         if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
@@ -62,7 +62,7 @@ pub fn free_udp_and_tcp_port() -> u16 {
 /// asked more than ten times a second). `Err` carries `check`'s last
 /// explanation of what is still missing; the callers decide how to fail
 /// with it.
-pub async fn poll_until<T, F, Fut>(timeout: Duration, mut check: F) -> Result<T, String>
+pub(crate) async fn poll_until<T, F, Fut>(timeout: Duration, mut check: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
@@ -88,7 +88,7 @@ where
 /// naming `what` with `check`'s last explanation on timeout. The one wait
 /// of the tests: a condition that is not a `Result` gives one with
 /// `ok_or` (`Option`) or `then_some(()).ok_or(..)` (`bool`).
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
+pub(crate) async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
@@ -100,14 +100,14 @@ where
 
 /// A typed object from a test's JSON literal (a Service, a slice, an
 /// export); panics on a literal that does not decode.
-pub fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+pub(crate) fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
     serde_json::from_value(value).unwrap()
 }
 
 /// The sum of the samples of metric `name` on the admin endpoint at
 /// `admin` whose labels contain every one of `labels`; 0 when there is
 /// none (a counter not yet incremented) or nothing answers.
-pub async fn counter(admin: SocketAddr, name: &str, labels: &[&str]) -> f64 {
+pub(crate) async fn counter(admin: SocketAddr, name: &str, labels: &[&str]) -> f64 {
     http_get(admin, "/metrics")
         .await
         .1
@@ -121,7 +121,7 @@ pub async fn counter(admin: SocketAddr, name: &str, labels: &[&str]) -> f64 {
 }
 
 /// How long [`http_get`] waits for a whole response.
-pub const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `GET path` on `admin` (an admin endpoint, HTTP/1.1, `Connection:
 /// close`): the status code and the body. The one HTTP request of the
@@ -129,7 +129,7 @@ pub const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 /// response is not HTTP, the body then saying what went wrong, so that a
 /// caller polling a server that is not up yet keeps polling and one that
 /// asserts a status fails with the reason.
-pub async fn http_get(admin: SocketAddr, path: &str) -> (u16, String) {
+pub(crate) async fn http_get(admin: SocketAddr, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(admin)
@@ -169,7 +169,7 @@ pub async fn http_get(admin: SocketAddr, path: &str) -> (u16, String) {
 }
 
 /// The body of `GET path` on `admin`, which must answer 200.
-pub async fn http_ok(admin: SocketAddr, path: &str) -> String {
+pub(crate) async fn http_ok(admin: SocketAddr, path: &str) -> String {
     let (status, body) = http_get(admin, path).await;
     assert_eq!(status, 200, "GET {path} on {admin}: {body}");
     body
@@ -178,7 +178,7 @@ pub async fn http_ok(admin: SocketAddr, path: &str) -> String {
 /// Creates `object` through `api` unless an object of its name exists
 /// already (a setup that an earlier trial, or an earlier attempt of this
 /// one, did); panics on any other error.
-pub async fn create_if_absent<K>(api: &kube::Api<K>, object: &K)
+pub(crate) async fn create_if_absent<K>(api: &kube::Api<K>, object: &K)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
     K::DynamicType: Default,
@@ -196,7 +196,7 @@ where
 
 /// ServiceImport `ns/name` in the cluster of `client`, `None` when there
 /// is none; panics when the apiserver does not answer.
-pub async fn import(
+pub(crate) async fn import(
     client: &kube::Client,
     ns: &str,
     name: &str,
@@ -214,7 +214,7 @@ pub async fn import(
 /// ([`trials::group`]). With
 /// `own_group`, it also leads a process group of its own (to kill it with
 /// what it starts).
-pub fn dies_with_this_process(command: &mut Command, own_group: bool) {
+pub(crate) fn dies_with_this_process(command: &mut Command, own_group: bool) {
     #[allow(unsafe_code)]
     // SAFETY: setpgid and prctl are async-signal-safe and touch no memory
     // of the parent.
@@ -234,7 +234,7 @@ pub fn dies_with_this_process(command: &mut Command, own_group: bool) {
 /// file `log`, dying with this process ([`dies_with_this_process`], in a
 /// process group of its own with `own_group`); panics naming the program
 /// if it cannot start.
-pub fn spawn_logged_command(command: &mut Command, log: &Path, own_group: bool) -> Child {
+pub(crate) fn spawn_logged_command(command: &mut Command, log: &Path, own_group: bool) -> Child {
     let file = std::fs::File::create(log)
         .unwrap_or_else(|e| panic!("creating log {}: {e}", log.display()));
     command
@@ -253,7 +253,7 @@ pub fn spawn_logged_command(command: &mut Command, log: &Path, own_group: bool) 
 
 /// Creates namespace `name`; one that exists already is fine (a trial run
 /// again on the same clusters, or two steps sharing it).
-pub async fn create_namespace(client: &kube::Client, name: &str) {
+pub(crate) async fn create_namespace(client: &kube::Client, name: &str) {
     use k8s_openapi::api::core::v1::Namespace;
     create_if_absent(
         &kube::Api::<Namespace>::all(client.clone()),
@@ -265,7 +265,7 @@ pub async fn create_namespace(client: &kube::Client, name: &str) {
 /// CPU time a process has used so far (utime + stime of `/proc/<pid>/stat`,
 /// read after the command name, which may hold spaces), in clock ticks of
 /// 10 ms; 0 for a process that is gone.
-pub fn process_cpu_ticks(pid: u32) -> u64 {
+pub(crate) fn process_cpu_ticks(pid: u32) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = text.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
     let fields: Vec<u64> = after
@@ -278,7 +278,7 @@ pub fn process_cpu_ticks(pid: u32) -> u64 {
 
 /// A `kB` field of `/proc/<pid>/status` (`"VmRSS:"`, `"VmHWM:"`,
 /// `"RssAnon:"`, `"RssFile:"`) in KiB; 0 for a process that is gone.
-pub fn process_status_kib(pid: u32, field: &str) -> u64 {
+pub(crate) fn process_status_kib(pid: u32, field: &str) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     text.lines()
         .find(|line| line.starts_with(field))
@@ -293,7 +293,7 @@ pub fn process_status_kib(pid: u32, field: &str) -> u64 {
 /// (`-- --exact <trial>`): what it observes, it sets up if no earlier
 /// trial did (idempotent setup, or a `tokio::sync::OnceCell` of the
 /// environment), and what it changes is its own (a namespace of its own).
-pub mod trials {
+pub(crate) mod trials {
     use std::future::Future;
     use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
     use std::pin::Pin;
@@ -305,7 +305,7 @@ pub mod trials {
     use tokio::runtime::Runtime;
 
     /// One behaviour: a trial named after it, run on the shared `E`.
-    pub type Behaviour<E> = for<'a> fn(&'a mut E) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
+    pub(crate) type Behaviour<E> = for<'a> fn(&'a mut E) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
 
     /// `(name, behaviour)` for each async fn given, its name its function's
     /// (`stringify!`): `behaviours![a_thing_happens, another_one]` for
@@ -341,20 +341,20 @@ pub mod trials {
 
     /// `behaviour` as a [`Behaviour`] (for [`behaviours!`], which gives
     /// the closure its type through this).
-    pub fn behaviour<E>(behaviour: Behaviour<E>) -> Behaviour<E> {
+    pub(crate) fn behaviour<E>(behaviour: Behaviour<E>) -> Behaviour<E> {
         behaviour
     }
 
     /// `test` as an [`Alone`] (for [`standalone!`]).
-    pub fn test(test: Alone) -> Alone {
+    pub(crate) fn test(test: Alone) -> Alone {
         test
     }
     /// Starts the environment a group of behaviours shares.
-    pub type Start<E> = fn() -> Pin<Box<dyn Future<Output = E>>>;
+    pub(crate) type Start<E> = fn() -> Pin<Box<dyn Future<Output = E>>>;
 
     /// The arguments, run one trial at a time: trials share an
     /// environment and a runtime, and their timings should not compete.
-    pub fn serial_arguments() -> Arguments {
+    pub(crate) fn serial_arguments() -> Arguments {
         Arguments {
             test_threads: Some(1),
             ..Arguments::from_args()
@@ -362,7 +362,7 @@ pub mod trials {
     }
 
     /// Whether `args` selects the trial `name` (its filter and `--skip`).
-    pub fn selected(args: &Arguments, name: &str) -> bool {
+    pub(crate) fn selected(args: &Arguments, name: &str) -> bool {
         let matches = |f: &str| {
             if args.exact {
                 name == f
@@ -396,7 +396,7 @@ pub mod trials {
     /// test thread that ran the first trial; processes a behaviour starts
     /// itself die with its test thread, so groups whose behaviours do run
     /// with [`serial_arguments`] (one thread, the main one).
-    pub fn group<E: Send + 'static>(
+    pub(crate) fn group<E: Send + 'static>(
         args: &Arguments,
         runtime: &Arc<Runtime>,
         start: Start<E>,
@@ -469,12 +469,12 @@ pub mod trials {
     }
 
     /// A test that starts what it needs itself.
-    pub type Alone = fn() -> Pin<Box<dyn Future<Output = ()>>>;
+    pub(crate) type Alone = fn() -> Pin<Box<dyn Future<Output = ()>>>;
 
     /// `tests` as trials, each on a multi-thread runtime of its own, as
     /// `#[tokio::test(flavor = "multi_thread")]` runs a test: they may run
     /// beside each other and beside a [`group`].
-    pub fn alone(tests: Vec<(&'static str, Alone)>) -> Vec<Trial> {
+    pub(crate) fn alone(tests: Vec<(&'static str, Alone)>) -> Vec<Trial> {
         tests
             .into_iter()
             .map(|(name, test)| {
@@ -520,7 +520,7 @@ pub mod trials {
 
     /// A multi-thread runtime for [`group`]: the environment's in-process
     /// servers keep answering between `block_on`s.
-    pub fn runtime() -> Arc<Runtime> {
+    pub(crate) fn runtime() -> Arc<Runtime> {
         Arc::new(
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::controlplane::{binary, free_port, spawn_logged};
 
 /// A running toxiproxy-server on 127.0.0.1; killed on drop.
-pub struct Toxiproxy {
+pub(crate) struct Toxiproxy {
     child: Child,
     api_port: u16,
 }
@@ -29,7 +29,7 @@ impl Drop for Toxiproxy {
 
 impl Toxiproxy {
     /// Starts toxiproxy-server, logging to `log`, and waits for its API.
-    pub async fn start(log: &Path) -> Self {
+    pub(crate) async fn start(log: &Path) -> Self {
         let api_port = free_port();
         let child = spawn_logged(
             &binary("toxiproxy-server"),
@@ -58,7 +58,7 @@ impl Toxiproxy {
 
     /// A proxy named `name` from a free 127.0.0.1 port to `upstream`
     /// (`host:port`); returns the port it listens on.
-    pub async fn proxy(&self, name: &str, upstream: &str) -> u16 {
+    pub(crate) async fn proxy(&self, name: &str, upstream: &str) -> u16 {
         let port = free_port();
         let body = json!({
             "name": name,
@@ -73,7 +73,7 @@ impl Toxiproxy {
     /// Drops every byte in both directions of `proxy`, keeping its
     /// connections open (the `timeout` toxic with timeout 0): a network
     /// path that silently loses traffic, for new and open connections.
-    pub async fn blackhole(&self, proxy: &str) {
+    pub(crate) async fn blackhole(&self, proxy: &str) {
         for stream in ["upstream", "downstream"] {
             let body = json!({
                 "name": format!("blackhole-{stream}"),
@@ -88,7 +88,7 @@ impl Toxiproxy {
     }
 
     /// Removes what [`Self::blackhole`] added.
-    pub async fn heal(&self, proxy: &str) {
+    pub(crate) async fn heal(&self, proxy: &str) {
         for stream in ["upstream", "downstream"] {
             self.expect(
                 "DELETE",
