@@ -20,7 +20,8 @@
 # Options:
 #   --binary PATH  package this binary instead of running
 #                  `cargo build --release --locked` (which is a no-op when
-#                  target/release/clusterset-dns is up to date)
+#                  target/release/clusterset-dns, or under $CARGO_TARGET_DIR,
+#                  is up to date)
 #   --output PATH  where to write the archive
 #
 # Environment:
@@ -65,7 +66,7 @@ if [ -z "$binary" ]; then
 	# are not about the binary (the image's epoch; OUT_DIR when run from a
 	# test): they would make this build and a plain one rebuild each other.
 	env -u SOURCE_DATE_EPOCH -u OUT_DIR cargo build --release --locked >&2
-	binary=target/release/clusterset-dns
+	binary=${CARGO_TARGET_DIR:-target}/release/clusterset-dns
 fi
 [ -x "$binary" ] || die "$binary is not an executable file"
 

@@ -186,7 +186,10 @@ async fn image_unpacks_and_runs_as_nonroot_with_its_own_libraries() {
         started.elapsed(),
         std::fs::metadata(&archive).unwrap().len()
     );
-    let release = repo_path("target/release/clusterset-dns");
+    // Where the script's `cargo build --release` wrote it.
+    let release = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| repo_path("target"), std::path::PathBuf::from)
+        .join("release/clusterset-dns");
     let again = build_image(
         &dir.path().join("b.oci.tar"),
         &["--binary", release.to_str().unwrap()],
