@@ -175,25 +175,6 @@ async fn versions(client: &Client, ns: &str) -> BTreeMap<String, String> {
     out
 }
 
-/// Warning Events `PeerRefused` about Secret `secret` in the controller
-/// namespace: their notes.
-async fn refusals(client: &Client, secret: &str) -> Vec<String> {
-    use k8s_openapi::api::events::v1::Event;
-    Api::<Event>::namespaced(client.clone(), controlplane::CONTROLLER_NAMESPACE)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some("PeerRefused")
-                && e.type_.as_deref() == Some("Warning")
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(secret)
-        })
-        .map(|e| e.note.unwrap_or_default())
-        .collect()
-}
-
 /// Member clusters with controllers; members are indices (cluster `i` is
 /// `plane.clusters[i]`, its apiserver `plane.apiservers[i]`), so a step can
 /// take `&mut plane` to stop or start an apiserver.
@@ -761,7 +742,7 @@ async fn refused_peer_secrets_get_an_event_and_a_metric_and_cause_no_write(mesh:
                 if count < before + 1.0 {
                     return Err(format!("{name} = {count}"));
                 }
-                let events = refusals(b, &secret).await;
+                let events = controlplane::peer_refusal_notes(b, &secret).await;
                 if !events.iter().any(|note| note.starts_with(reason)) {
                     return Err(format!("no PeerRefused Event with {reason}: {events:?}"));
                 }
@@ -870,7 +851,7 @@ async fn a_peer_kubeconfig_with_a_plugin_or_a_token_file_is_refused_before_anyth
         let secret = format!("peer-{peer}");
         let note = format!("InvalidKubeconfig: Secret {secret}: data.kubeconfig: {field}");
         wait_for(&format!("Secret {secret} refused"), WAIT, || async {
-            let events = refusals(b, &secret).await;
+            let events = controlplane::peer_refusal_notes(b, &secret).await;
             if !events.contains(&note) {
                 return Err(format!("no PeerRefused Event {note:?}: {events:?}"));
             }

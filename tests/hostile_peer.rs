@@ -83,20 +83,7 @@ impl Pair {
         // The hostile admin takes over once its controller has published
         // (the victim reads the publication from then on): what cluster1
         // publishes is now whatever its admin writes.
-        let markers: Api<ConfigMap> = Api::namespaced(
-            pair.client(HOSTILE).clone(),
-            controlplane::CONTROLLER_NAMESPACE,
-        );
-        support::wait_for("cluster1's publication marker", WAIT, || async {
-            match markers
-                .get_opt(clusterset_dns::peering::PUBLICATION_MARKER)
-                .await
-            {
-                Ok(Some(_)) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        })
-        .await;
+        controlplane::wait_publication_marker(pair.client(HOSTILE), WAIT).await;
         pair.controllers[HOSTILE].take().unwrap().kill();
         pair
     }
@@ -904,7 +891,7 @@ async fn a_peer_that_changes_its_cluster_id_is_refused_and_its_imports_go_after_
         } else {
             Err(format!(
                 "event {event}, counted {counted}, PeerRefused notes {:?}",
-                refusal_notes(victim, &format!("peer-{hostile_id}")).await
+                controlplane::peer_refusal_notes(victim, &format!("peer-{hostile_id}")).await
             ))
         }
     })
@@ -1627,24 +1614,6 @@ async fn headless_imports_flipped_to_clusterset_ip_count_against_the_peers_share
     pair.restart_victim(&[]);
 }
 
-/// The `PeerRefused` notes on Secret `secret` of the controller's
-/// namespace.
-async fn refusal_notes(client: &Client, secret: &str) -> Vec<String> {
-    Api::<Event>::namespaced(client.clone(), controlplane::CONTROLLER_NAMESPACE)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some("PeerRefused")
-                && e.type_.as_deref() == Some("Warning")
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(secret)
-        })
-        .filter_map(|e| e.note)
-        .collect()
-}
-
 /// Issue 31 (M8): the victim's peer Secret for the hostile cluster is
 /// rotated to a kubeconfig that does not parse. The new credential is
 /// refused (`PeerRefused` on the Secret, quoting none of its text); the
@@ -1682,7 +1651,7 @@ async fn a_broken_rotation_of_a_peer_secret_is_refused_and_keeps_the_imports(pai
         .unwrap();
     let rotated = std::time::Instant::now();
     let notes = support::wait_for("the broken rotation refused", WAIT, || async {
-        let notes = refusal_notes(&victim, &secret).await;
+        let notes = controlplane::peer_refusal_notes(&victim, &secret).await;
         let refused = counter(admin, refused_metric, &refused_labels).await;
         if notes.iter().any(|n| n.starts_with("InvalidKubeconfig")) && refused > refused_before {
             Ok(notes)

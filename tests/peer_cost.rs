@@ -18,7 +18,7 @@ use controlplane::{ClusterSpec, ControlPlane, ControllerProcess};
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
@@ -89,18 +89,7 @@ impl Pair {
             honest.wait_ready(WAIT);
         });
         for peer in [HOSTILE, HONEST] {
-            let markers: Api<ConfigMap> =
-                Api::namespaced(clients[peer].clone(), controlplane::CONTROLLER_NAMESPACE);
-            support::wait_for("the peers' publication markers", WAIT, || async {
-                match markers
-                    .get_opt(clusterset_dns::peering::PUBLICATION_MARKER)
-                    .await
-                {
-                    Ok(Some(_)) => Ok(()),
-                    other => Err(format!("{other:?}")),
-                }
-            })
-            .await;
+            controlplane::wait_publication_marker(&clients[peer], WAIT).await;
         }
         hostile.kill();
         let victim = spawn(VICTIM);

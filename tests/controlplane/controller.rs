@@ -572,3 +572,39 @@ pub(crate) async fn export_selectorless(
     )
     .await;
 }
+
+/// Waits until the controller of `client`'s cluster has written its
+/// publication marker: its peers read its publication from then on.
+pub(crate) async fn wait_publication_marker(client: &kube::Client, timeout: Duration) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let markers: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), CONTROLLER_NAMESPACE);
+    support::wait_for("the publication marker", timeout, || async {
+        match markers
+            .get_opt(clusterset_dns::peering::PUBLICATION_MARKER)
+            .await
+        {
+            Ok(Some(_)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
+/// The notes of the `PeerRefused` Warning Events about peer Secret
+/// `secret` of the controller's namespace.
+pub(crate) async fn peer_refusal_notes(client: &kube::Client, secret: &str) -> Vec<String> {
+    use k8s_openapi::api::events::v1::Event;
+    kube::Api::<Event>::namespaced(client.clone(), CONTROLLER_NAMESPACE)
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("PeerRefused")
+                && e.type_.as_deref() == Some("Warning")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(secret)
+        })
+        .filter_map(|e| e.note)
+        .collect()
+}

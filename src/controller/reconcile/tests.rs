@@ -976,13 +976,11 @@ fn denied_missing_and_unselected_namespaces_get_no_import_and_say_why() {
     assert!(world.import("web").is_none());
 }
 
-/// Issue 31: one peer alone makes this cluster allocate at most its share
-/// of clusterset IPs; past it, its next export is refused, while a service
-/// another cluster exports too is not counted against it.
-#[test]
-fn a_peer_alone_gets_no_more_clusterset_ips_than_its_share() {
+/// A cluster of 4 clusterset addresses and a 50 % share (2 for one peer
+/// alone) where peer b exports `one`, `two` and `three`, and the first
+/// two are imported: b holds its whole share.
+fn b_alone_at_its_share() -> World {
     let mut world = World::new();
-    // 4 addresses, a 50 % share: 2 for b alone.
     world.local_only.service_ranges = vec!["10.96.0.0/30".parse().unwrap()];
     world.ip_share = 50;
     for name in ["one", "two", "three"] {
@@ -992,6 +990,15 @@ fn a_peer_alone_gets_no_more_clusterset_ips_than_its_share() {
     }
     world.converge("one", 5);
     world.converge("two", 5);
+    world
+}
+
+/// Issue 31: one peer alone makes this cluster allocate at most its share
+/// of clusterset IPs; past it, its next export is refused, while a service
+/// another cluster exports too is not counted against it.
+#[test]
+fn a_peer_alone_gets_no_more_clusterset_ips_than_its_share() {
+    let mut world = b_alone_at_its_share();
     let refused = world.plan("three");
     assert_eq!(refused.writes, [], "{:?}", refused.writes);
     let reasons: Vec<(&str, &str)> = refused
@@ -1117,16 +1124,7 @@ fn a_peer_export_breaking_a_service_rule_is_refused_and_the_rest_imported() {
 /// (its VIP on the way) still counts.
 #[test]
 fn the_share_counts_derived_services_whatever_the_imports_status_says() {
-    let mut world = World::new();
-    world.local_only.service_ranges = vec!["10.96.0.0/30".parse().unwrap()];
-    world.ip_share = 50;
-    for name in ["one", "two", "three"] {
-        let peer = world.peer("b");
-        peer.exports.apply(export(name, 0));
-        peer.services.apply(service(name, 80));
-    }
-    world.converge("one", 5);
-    world.converge("two", 5);
+    let mut world = b_alone_at_its_share();
     for name in ["one", "two"] {
         let mut import = world.import(name).unwrap();
         import.status = None;
