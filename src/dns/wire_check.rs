@@ -44,12 +44,12 @@ pub(super) fn check(message: &[u8]) -> Verdict {
 
 /// Where the last record ends, if every section reads.
 fn records_end(message: &[u8]) -> Option<usize> {
-    let count = |i: usize| usize::from(u16::from_be_bytes([message[i], message[i + 1]]));
+    let [questions, answers, authorities, additionals] = wire::counts(message).map(usize::from);
     let mut at = HEADER_LEN;
-    for _ in 0..count(4) {
+    for _ in 0..questions {
         at = skip_name(message, at)? + 4;
     }
-    for _ in 0..count(6) + count(8) + count(10) {
+    for _ in 0..answers + authorities + additionals {
         at = skip_name(message, at)?;
         let fixed = message.get(at..at + 10)?;
         let rtype = u16::from_be_bytes([fixed[0], fixed[1]]);
