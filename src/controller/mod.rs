@@ -37,9 +37,9 @@
 //! - [`reconcile`]: desired state and the writes that reach it, one pure
 //!   function per derived object.
 //! - [`connection`]: the watch and probe tasks of one cluster.
-//! - [`run`](mod@run): the shell: the event loop and the local watches,
-//!   the peers' effects carried out (`run/peer_io.rs`) and the write cycle
-//!   (`run/cycle.rs`).
+//! - [`run`](mod@run): the shell: the event loop and the parts it owns,
+//!   the stores and local watches (`run/stores.rs`), the peers' I/O
+//!   (`run/peer_io.rs`) and the writer (`run/writer.rs`).
 //!
 //! docs/controller.md, "The code", follows one event from its socket to
 //! the write it causes, a file a step.

@@ -250,7 +250,7 @@ pub(super) fn plan(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
 /// The writes of what this cluster publishes of `service` for its peers
 /// alone: all a plan writes before the start-up gate opens, since the
 /// publication reads no peer (peers of this release wait for it,
-/// `run/cycle.rs`).
+/// `run/writer.rs`).
 pub(super) fn plan_publication(inputs: &Inputs<'_>, service: &ServiceRef) -> Vec<Write> {
     published::writes(inputs, service)
 }

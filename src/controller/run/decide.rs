@@ -1,6 +1,6 @@
-//! The write cycle's own decisions, pure: which rejections are new, which
-//! of them get an Event, which uid a status write claims, and what the
-//! export and conflict gauges say. The cycle (`cycle.rs`) only carries
+//! The writer's own decisions, pure: which rejections are new, which of
+//! them get an Event, which uid a status write claims, and what the
+//! export and conflict gauges say. The writer (`writer.rs`) only carries
 //! them out.
 
 use std::collections::BTreeMap;

@@ -1,6 +1,8 @@
-//! The peers' I/O: the peer Secret watch fed to the peers' state machine
-//! ([`crate::controller::peers`]), and its effects carried out (identity
-//! reads, watches, refusal Events, peer Leases, gauges).
+//! The peers' I/O: each peer connection's tasks (identity read, watches,
+//! probe), the peer Secret watch turned into inputs of the peers' state
+//! machine ([`crate::controller::peers`]), and that machine's effects
+//! carried out (connections, refusal Events, peer Leases, gauges). What an
+//! effect asks of the loop itself (services to plan) is handed back.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -10,56 +12,141 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher::{self, Event as WatcherEvent};
 use kube::{Client, ResourceExt};
+use tokio::sync::mpsc;
 
-use super::{ConnTasks, Controller};
-use crate::controller::connection::{ClusterKey, Scope, connect, read_form};
+use super::Settings;
+use super::signals::Signals;
+use crate::controller::cluster::Touched;
+use crate::controller::connection::{ClusterKey, Connection, Report, Scope, connect, read_form};
 use crate::controller::events::{SecretRef, Warning};
 use crate::controller::naming::FIELD_MANAGER;
-use crate::controller::peers::{Contact, Effect, Input, Now};
-use crate::controller::schedule::Source;
+use crate::controller::peers::{Contact, Effect, Input};
+use crate::controller::publication::Form;
 use crate::peering::{self, PeerSecret, lease, read_identity};
 
-impl Controller {
-    /// The peer Secret watch, as inputs of the peers' state.
-    pub(super) fn secrets(&mut self, event: Result<WatcherEvent<Secret>, watcher::Error>) {
+/// What an identity task read: the connection, what it found, and when the
+/// peer answered, the client it read with and where and in which form the
+/// peer publishes.
+pub(super) type IdentityRead = (String, u64, Contact, Option<PeerClient>);
+
+/// A peer's client, the namespace it publishes in, and the form.
+pub(super) type PeerClient = (Client, String, Form);
+
+/// What an effect asks of the loop: services to plan.
+pub(super) enum Replan {
+    /// These services.
+    Services(Touched),
+    /// Every service.
+    All,
+}
+
+/// The I/O of one peer connection: the identity read, the client it read
+/// with, then the watches and probe. Dropping it stops them.
+struct ConnTasks {
+    identity: Option<tokio::task::JoinHandle<()>>,
+    /// The client the identity was read with, and where and in which form
+    /// the peer publishes.
+    client: Option<PeerClient>,
+    connection: Option<Connection>,
+}
+
+impl Drop for ConnTasks {
+    fn drop(&mut self) {
+        if let Some(task) = &self.identity {
+            task.abort();
+        }
+    }
+}
+
+/// The peer connections' tasks and what starts and feeds them.
+pub(super) struct PeerIo {
+    /// This cluster's client: peer Leases are written here.
+    client: Client,
+    /// This cluster's id, the holder of the peer Leases.
+    local_id: String,
+    /// Where peer Secrets and Leases live (and, unless a Secret says
+    /// otherwise, where peers publish).
+    namespace: String,
+    /// How long an unreachable peer's data stays (a Lease's duration).
+    grace: Duration,
+    probe_interval: Duration,
+    probe_timeout: Duration,
+    /// The I/O of each live peer connection, by Secret and generation.
+    tasks: BTreeMap<(String, u64), ConnTasks>,
+    /// Where connections report what they read.
+    reports: mpsc::Sender<Report>,
+    /// Where identity tasks report.
+    identities: mpsc::Sender<IdentityRead>,
+    /// The label of each peer Secret's credential expiry gauge.
+    credential_labels: BTreeMap<String, String>,
+}
+
+impl PeerIo {
+    /// Peer I/O for the cluster `local_id`, reached through `client`, its
+    /// connections reporting to `reports`; identity reads come back on the
+    /// receiver returned.
+    pub(super) fn new(
+        client: Client,
+        local_id: &str,
+        settings: &Settings,
+        reports: mpsc::Sender<Report>,
+    ) -> (Self, mpsc::Receiver<IdentityRead>) {
+        let (identities, read) = mpsc::channel(64);
+        let io = Self {
+            client,
+            local_id: local_id.to_owned(),
+            namespace: settings.namespace.clone(),
+            grace: settings.grace,
+            probe_interval: settings.probe_interval,
+            probe_timeout: settings.probe_timeout,
+            tasks: BTreeMap::new(),
+            reports,
+            identities,
+            credential_labels: BTreeMap::new(),
+        };
+        (io, read)
+    }
+
+    /// An event of the peer Secret watch as an input of the peers' state
+    /// (`None` for a watch error, logged), keeping the credential expiry
+    /// gauge true to it.
+    pub(super) fn secret_input(
+        &mut self,
+        signals: &Signals,
+        event: Result<WatcherEvent<Secret>, watcher::Error>,
+    ) -> Option<Input> {
         let input = match event {
-            Ok(WatcherEvent::Apply(secret)) => {
-                let read = PeerSecret::read(&secret);
-                self.credential_gauge(&secret.name_any(), &read);
-                Input::SecretApplied {
-                    secret: read,
-                    name: secret.name_any(),
-                    listed: false,
-                }
-            }
-            Ok(WatcherEvent::InitApply(secret)) => {
-                let read = PeerSecret::read(&secret);
-                self.credential_gauge(&secret.name_any(), &read);
-                Input::SecretApplied {
-                    secret: read,
-                    name: secret.name_any(),
-                    listed: true,
-                }
-            }
+            Ok(WatcherEvent::Apply(secret)) => self.secret_applied(signals, &secret, false),
+            Ok(WatcherEvent::InitApply(secret)) => self.secret_applied(signals, &secret, true),
             Ok(WatcherEvent::Delete(secret)) => {
-                self.credential_gauge(&secret.name_any(), &PeerSecret::default());
+                self.credential_gauge(signals, &secret.name_any(), &PeerSecret::default());
                 Input::SecretDeleted(secret.name_any())
             }
             Ok(WatcherEvent::Init) => Input::SecretsListing,
             Ok(WatcherEvent::InitDone) => Input::SecretsListed,
             Err(error) => {
                 tracing::warn!(error = %crate::error::Chain(&error), "watch of peer Secrets failing");
-                return;
+                return None;
             }
         };
-        self.step(input);
+        Some(input)
+    }
+
+    fn secret_applied(&mut self, signals: &Signals, secret: &Secret, listed: bool) -> Input {
+        let read = PeerSecret::read(secret);
+        self.credential_gauge(signals, &secret.name_any(), &read);
+        Input::SecretApplied {
+            secret: read,
+            name: secret.name_any(),
+            listed,
+        }
     }
 
     /// Keeps `clusterset_dns_controller_peer_credential_expiry_timestamp_seconds`
     /// true to Secret `name` as now read: labelled with the peer id it
     /// records (else its name), removed when it never expires or is gone.
-    fn credential_gauge(&mut self, name: &str, secret: &PeerSecret) {
-        let gauge = &self.metrics.peer_credential_expiry;
+    fn credential_gauge(&mut self, signals: &Signals, name: &str, secret: &PeerSecret) {
+        let gauge = &signals.metrics.peer_credential_expiry;
         if let Some(old) = self.credential_labels.remove(name) {
             gauge.remove_label_values(&[&old]).ok();
         }
@@ -70,23 +157,27 @@ impl Controller {
         }
     }
 
-    /// Feeds one input to the peers' state and carries out its effects;
-    /// then drops the I/O of connections the peers no longer have.
-    pub(super) fn step(&mut self, input: Input) {
-        // What a peer's watch touched takes its turn as that peer's.
-        let source = match &input {
-            Input::Watch { secret, .. } => Source::Peer(secret.clone()),
-            _ => Source::Local,
-        };
-        for effect in self.peers.handle(input, Now::current()) {
-            self.carry_out(&source, effect);
+    /// Keeps the client an identity task read with, for the watches the
+    /// peers' state may start next.
+    pub(super) fn identity_read(
+        &mut self,
+        secret: &str,
+        generation: u64,
+        client: Option<PeerClient>,
+    ) {
+        if let Some(tasks) = self.tasks.get_mut(&(secret.to_owned(), generation)) {
+            tasks.client = client;
         }
-        let peers = &self.peers;
-        self.tasks
-            .retain(|(secret, generation), _| peers.is_live(secret, *generation));
     }
 
-    fn carry_out(&mut self, source: &Source, effect: Effect) {
+    /// Drops the I/O of every connection that `live` says is gone.
+    pub(super) fn keep_live(&mut self, live: impl Fn(&str, u64) -> bool) {
+        self.tasks
+            .retain(|(secret, generation), _| live(secret, *generation));
+    }
+
+    /// Carries out `effect`; returns what it asks of the loop.
+    pub(super) fn carry_out(&mut self, signals: &Signals, effect: Effect) -> Option<Replan> {
         match effect {
             Effect::Connect {
                 secret,
@@ -94,7 +185,7 @@ impl Controller {
                 kubeconfig,
                 namespace,
             } => {
-                let namespace = namespace.unwrap_or_else(|| self.settings.namespace.clone());
+                let namespace = namespace.unwrap_or_else(|| self.namespace.clone());
                 let identity = self.spawn_identity(&secret, generation, kubeconfig, namespace);
                 let tasks = ConnTasks {
                     identity: Some(identity),
@@ -107,47 +198,40 @@ impl Controller {
                 secret,
                 generation,
                 id,
-            } => {
-                let reports = self.reports_tx.clone();
-                let key = (secret, generation);
-                if let Some(tasks) = self.tasks.get_mut(&key)
-                    && let Some((client, namespace, form)) = tasks.client.clone()
-                {
-                    tracing::info!(peer = %id, ?form, %namespace, "reading the peer");
-                    let scope = Scope::Peer {
-                        id,
-                        namespace,
-                        form,
-                        probe_interval: self.settings.probe_interval,
-                        probe_timeout: self.settings.probe_timeout,
-                    };
-                    let (secret, generation) = key;
-                    let cluster = ClusterKey::Peer { secret, generation };
-                    tasks.connection = Some(connect(client, cluster, scope, reports));
-                }
-            }
+            } => self.start_watches(secret, generation, id),
             Effect::Refused {
                 secret,
                 reason,
                 message,
-            } => self.record_refusal(&secret, reason, &message),
+            } => {
+                signals
+                    .metrics
+                    .peers_refused
+                    .with_label_values(&[reason])
+                    .inc();
+                signals.events.warn(Warning::PeerRefused {
+                    secret: self.secret_ref(&secret),
+                    reason,
+                    message: &message,
+                });
+            }
             Effect::Warning {
                 secret,
                 reason,
                 message,
-            } => self.events.warn(Warning::Credential {
+            } => signals.events.warn(Warning::Credential {
                 secret: self.secret_ref(&secret),
                 reason,
                 message: &message,
             }),
-            Effect::Touched(touched) => self.mark(source, touched),
-            Effect::ReplanAll => self.schedule.mark_all(),
-            Effect::SyncError { peer, kind } => self
+            Effect::Touched(touched) => return Some(Replan::Services(touched)),
+            Effect::ReplanAll => return Some(Replan::All),
+            Effect::SyncError { peer, kind } => signals
                 .metrics
                 .peer_sync_errors
                 .with_label_values(&[&peer, kind])
                 .inc(),
-            Effect::OverLimit { peer, count } => self
+            Effect::OverLimit { peer, count } => signals
                 .metrics
                 .rejected
                 .with_label_values(&[&peer, "peer-limit"])
@@ -155,30 +239,56 @@ impl Controller {
             Effect::RenewLease { id, secret, seen } => {
                 tokio::spawn(renew_lease(
                     self.client.clone(),
-                    self.settings.namespace.clone(),
+                    self.namespace.clone(),
                     self.local_id.clone(),
-                    self.settings.grace,
+                    self.grace,
                     (id, secret, seen),
                 ));
             }
             Effect::Gauges { id, up, last_seen } => {
-                self.metrics
+                signals
+                    .metrics
                     .peer_up
                     .with_label_values(&[&id])
                     .set(up as i64);
                 if let Some(since) =
                     last_seen.and_then(|seen| seen.duration_since(SystemTime::UNIX_EPOCH).ok())
                 {
-                    self.metrics
+                    signals
+                        .metrics
                         .peer_last_seen
                         .with_label_values(&[&id])
                         .set(since.as_secs() as i64);
                 }
             }
             Effect::Forget { id } => {
-                self.metrics.peer_up.remove_label_values(&[&id]).ok();
+                signals.metrics.peer_up.remove_label_values(&[&id]).ok();
             }
         }
+        None
+    }
+
+    /// Starts the watches and probe of peer `id`'s connection, with the
+    /// client its identity was read with.
+    fn start_watches(&mut self, secret: String, generation: u64, id: String) {
+        let key = (secret, generation);
+        let Some(tasks) = self.tasks.get_mut(&key) else {
+            return;
+        };
+        let Some((client, namespace, form)) = tasks.client.clone() else {
+            return;
+        };
+        tracing::info!(peer = %id, ?form, %namespace, "reading the peer");
+        let scope = Scope::Peer {
+            id,
+            namespace,
+            form,
+            probe_interval: self.probe_interval,
+            probe_timeout: self.probe_timeout,
+        };
+        let (secret, generation) = key;
+        let cluster = ClusterKey::Peer { secret, generation };
+        tasks.connection = Some(connect(client, cluster, scope, self.reports.clone()));
     }
 
     /// Builds the peer's client and reads its identity and the form it
@@ -191,7 +301,7 @@ impl Controller {
         kubeconfig: Vec<u8>,
         namespace: String,
     ) -> tokio::task::JoinHandle<()> {
-        let tx = self.identities_tx.clone();
+        let tx = self.identities.clone();
         let secret = secret.to_owned();
         tokio::spawn(async move {
             let client = match peering::kubeconfig::client(&kubeconfig).await {
@@ -240,6 +350,7 @@ impl Controller {
     /// service of ours to put it on).
     pub(super) fn publication_rejected(
         &self,
+        signals: &Signals,
         key: &ClusterKey,
         peer: &str,
         reason: &'static str,
@@ -248,14 +359,8 @@ impl Controller {
         let ClusterKey::Peer { secret, .. } = key else {
             return;
         };
-        if let Some(suppressed) = self.rejection_logs.allow() {
-            tracing::warn!(%peer, reason, what, suppressed, "refused untrusted peer input");
-        }
-        self.metrics
-            .rejected
-            .with_label_values(&[peer, reason])
-            .inc();
-        self.events.warn(Warning::PeerInputRejected {
+        signals.peer_input_refused(None, peer, reason, what);
+        signals.events.warn(Warning::PeerInputRejected {
             secret: self.secret_ref(secret),
             peer,
             reason,
@@ -263,23 +368,10 @@ impl Controller {
         });
     }
 
-    /// Counts a refused peer Secret and records a Warning Event on it.
-    fn record_refusal(&self, secret: &str, reason: &'static str, message: &str) {
-        self.metrics
-            .peers_refused
-            .with_label_values(&[reason])
-            .inc();
-        self.events.warn(Warning::PeerRefused {
-            secret: self.secret_ref(secret),
-            reason,
-            message,
-        });
-    }
-
     /// The peer Secret `name`, as a Warning's subject.
     fn secret_ref<'a>(&'a self, name: &'a str) -> SecretRef<'a> {
         SecretRef {
-            namespace: &self.settings.namespace,
+            namespace: &self.namespace,
             name,
         }
     }

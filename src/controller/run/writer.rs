@@ -1,9 +1,12 @@
-//! The write cycle: plan the services touched since the last cycle, in
-//! bounded batches and rounds, write what the plans ask (a few at a time,
-//! each service's writes in order), and write the results through to the
-//! indexed state so the next plan starts from them.
+//! The writer: plans the services the schedule hands it, in bounded
+//! batches and rounds, writes what the plans ask (a few at a time, each
+//! service's writes in order), lands the results in the stores so the next
+//! plan starts from them, and writes this cluster's publication and its
+//! marker. What it remembers between cycles is only for Events, gauges
+//! and `/explain`: which rejections were told, each service's summary, the
+//! writes the apiserver refused.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,10 +15,12 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 
+use super::WRITE_CONCURRENCY;
 use super::decide::{
-    claim_uid, gauge_counts, new_rejections, sorted_rejections, summary, told_rejections,
+    Summary, claim_uid, gauge_counts, new_rejections, sorted_rejections, summary, told_rejections,
 };
-use super::{Controller, WRITE_CONCURRENCY};
+use super::signals::Signals;
+use super::stores::Stores;
 use crate::api::ServiceRef;
 use crate::controller::apply::{Written, execute};
 use crate::controller::events::{Events, Warning};
@@ -23,7 +28,7 @@ use crate::controller::metrics::ControllerMetrics;
 use crate::controller::naming::FIELD_MANAGER;
 use crate::controller::publication;
 use crate::controller::reconcile::{Kind, Plan, Refusal, Rejection, Write, plan, plan_publication};
-use crate::controller::schedule::{FAILURES_REPORTED, ROUNDS_PER_CYCLE, Source};
+use crate::controller::schedule::{FAILURES_REPORTED, ROUNDS_PER_CYCLE, Schedule, Source};
 
 /// Writes a plan refused, with the service each belongs to.
 type Refused = Vec<(ServiceRef, Refusal)>;
@@ -35,65 +40,120 @@ type Rejected = Vec<(ServiceRef, Rejection)>;
 /// refused by the apiserver), each `Err` failed.
 type Results = Vec<Result<Written, ()>>;
 
-impl Controller {
-    /// One cycle over the services marked dirty.
-    pub(super) async fn reconcile(&mut self) {
-        let every = self
-            .schedule
+/// Carries out plans on this cluster's apiserver, and remembers what the
+/// next cycle, the gauges and `/explain` need of them.
+pub(super) struct Writer {
+    client: Client,
+    /// Where this cluster publishes (and its marker lives).
+    namespace: String,
+    /// This cluster's id, written into the marker.
+    local_id: String,
+    /// Writes of the last cycle refused at the apiserver (an object not
+    /// ours found under the name), by service, for `/explain`.
+    write_refusals: BTreeMap<ServiceRef, Vec<Refusal>>,
+    /// Services whose writes failed in the cycle under way: the others
+    /// planned in it end their failure streak.
+    failed_this_cycle: BTreeSet<ServiceRef>,
+    /// Peer input each service's last plan rejected: a rejection not in
+    /// it is new, and counted and published once.
+    rejections: BTreeMap<ServiceRef, Vec<Rejection>>,
+    /// Per service: the local export's `Valid` reason and the conflict
+    /// reasons, for the gauges.
+    summaries: BTreeMap<ServiceRef, Summary>,
+}
+
+impl Writer {
+    /// A writer through `client` for the cluster `local_id`, which
+    /// publishes in `namespace`.
+    pub(super) fn new(client: Client, namespace: &str, local_id: &str) -> Self {
+        Self {
+            client,
+            namespace: namespace.to_owned(),
+            local_id: local_id.to_owned(),
+            write_refusals: BTreeMap::new(),
+            failed_this_cycle: BTreeSet::new(),
+            rejections: BTreeMap::new(),
+            summaries: BTreeMap::new(),
+        }
+    }
+
+    /// The writes of `service` the apiserver refused in its last cycle.
+    pub(super) fn write_refusals(&self, service: &ServiceRef) -> &[Refusal] {
+        self.write_refusals
+            .get(service)
+            .map_or(&[][..], Vec::as_slice)
+    }
+
+    /// One cycle over the services `schedule` marks dirty, planned from
+    /// and landed in `stores`.
+    pub(super) async fn reconcile(
+        &mut self,
+        stores: &mut Stores,
+        schedule: &mut Schedule,
+        signals: &Signals,
+    ) {
+        let every = schedule
             .wants_every_service()
-            .then(|| self.all_services());
-        let mut keys = self.schedule.take_batch(every, Instant::now());
+            .then(|| stores.all_services());
+        let mut keys = schedule.take_batch(every, Instant::now());
         let planned = keys.clone();
+        let deletions_allowed = schedule.started();
         // Rounds back to back for the services that wrote (see
         // ROUNDS_PER_CYCLE).
         let mut wrote = false;
         for round in 0..ROUNDS_PER_CYCLE {
-            let (plans, refused, rejected) = self.plan_round(keys, round == 0);
+            let (plans, refused, rejected) =
+                self.plan_round(stores, signals, keys, round == 0, deletions_allowed);
             for (service, refusal) in &refused {
-                self.events.warn(Warning::Refused { service, refusal });
+                signals.events.warn(Warning::Refused { service, refusal });
             }
             for (service, rejection) in told_rejections(&rejected) {
-                self.events
+                signals
+                    .events
                     .warn(Warning::RejectedPeerInput { service, rejection });
             }
             if plans.is_empty() {
                 break;
             }
-            let written = self.write_round(plans).await;
+            let written = self.write_round(stores, schedule, signals, plans).await;
             wrote |= !written.is_empty();
             keys = written;
         }
         // Our own writes come back as touched services; their plans are
         // empty, which ends the cycle.
         for service in planned.difference(&self.failed_this_cycle) {
-            self.schedule.write_succeeded(service);
+            schedule.write_succeeded(service);
         }
         self.failed_this_cycle.clear();
-        let touched = self.take_local_touched();
+        let touched = stores.take_local_touched();
         let now = Instant::now();
-        self.schedule.mark(&Source::Local, touched, now);
-        if let Some(latency) = self.schedule.cycle_done(wrote, now) {
-            self.metrics.change_to_write.observe(latency.as_secs_f64());
+        schedule.mark(&Source::Local, touched, now);
+        if let Some(latency) = schedule.cycle_done(wrote, now) {
+            signals
+                .metrics
+                .change_to_write
+                .observe(latency.as_secs_f64());
         }
-        if self.schedule.release_due(wrote, now) {
+        if schedule.release_due(wrote, now) {
             crate::ops::memory::release_freed_memory();
         }
-        self.metrics
-            .imports
-            .set(self.local_only.imports.services().count() as i64);
+        signals.metrics.imports.set(stores.imports() as i64);
     }
 
     /// Plans `keys`, keeps the status summaries current, and returns the
     /// plans with something to do, the writes refused and the peer input
     /// newly rejected. Refusals are counted once per cycle
-    /// (`count_rejected` on its first round; later rounds return none),
+    /// (`count_refused` on its first round; later rounds return none),
     /// a rejection once when it first appears.
     fn plan_round(
         &mut self,
+        stores: &Stores,
+        signals: &Signals,
         keys: BTreeSet<ServiceRef>,
-        count_rejected: bool,
+        count_refused: bool,
+        deletions_allowed: bool,
     ) -> (Vec<(ServiceRef, Plan)>, Refused, Rejected) {
-        let (plans, summaries, rejections) = self.with_inputs(|inputs| {
+        let (plans, summaries, rejections) = stores.with_inputs(deletions_allowed, |inputs| {
             let mut summaries = Vec::new();
             let mut rejections = Vec::new();
             let plans: Vec<(ServiceRef, Plan)> = keys
@@ -113,7 +173,12 @@ impl Controller {
             let now = sorted_rejections(now);
             let before = self.rejections.remove(&service).unwrap_or_default();
             for rejection in new_rejections(&before, &now) {
-                self.count_rejected(&service, rejection);
+                signals.peer_input_refused(
+                    Some(&service),
+                    &rejection.peer,
+                    rejection.reason,
+                    &rejection.what,
+                );
                 rejected.push((service.clone(), rejection.clone()));
             }
             if !now.is_empty() {
@@ -126,12 +191,12 @@ impl Controller {
                 None => self.summaries.remove(&key),
             };
         }
-        self.update_gauges();
+        self.update_gauges(signals);
         let mut refused = Vec::new();
-        if count_rejected {
+        if count_refused {
             for (service, plan) in &plans {
                 for refusal in &plan.refused {
-                    self.count_refused(refusal);
+                    signals.write_refused(refusal);
                     refused.push((service.clone(), refusal.clone()));
                 }
             }
@@ -143,47 +208,21 @@ impl Controller {
         (plans, refused, rejected)
     }
 
-    fn count_rejected(&self, service: &ServiceRef, rejection: &Rejection) {
-        // A peer decides how many there are: one line a second, counting
-        // the rest; the metric and `/explain` have them all.
-        if let Some(suppressed) = self.rejection_logs.allow() {
-            tracing::warn!(
-                %service,
-                peer = %rejection.peer,
-                reason = rejection.reason,
-                what = %rejection.what,
-                suppressed,
-                "refused untrusted peer input"
-            );
-        }
-        self.metrics
-            .rejected
-            .with_label_values(&[rejection.peer.as_str(), rejection.reason])
-            .inc();
-    }
-
-    fn count_refused(&self, refusal: &Refusal) {
-        tracing::warn!(
-            kind = refusal.kind.object_kind(),
-            name = %refusal.name,
-            reason = refusal.reason,
-            "refused to write over an object that is not ours"
-        );
-        self.metrics
-            .refused
-            .with_label_values(&[refusal.kind.as_str(), refusal.reason])
-            .inc();
-    }
-
     /// Carries out the plans, `WRITE_CONCURRENCY` writes at a time (each
     /// service's writes in order, skipping those that wait for a failed
     /// one, [`Write::waits_for`]; a failure queues the service for a
-    /// retry), and records what was written. Returns the
+    /// retry), and lands what was written in `stores`. Returns the
     /// services whose writes all succeeded.
-    async fn write_round(&mut self, plans: Vec<(ServiceRef, Plan)>) -> BTreeSet<ServiceRef> {
+    async fn write_round(
+        &mut self,
+        stores: &mut Stores,
+        schedule: &mut Schedule,
+        signals: &Signals,
+        plans: Vec<(ServiceRef, Plan)>,
+    ) -> BTreeSet<ServiceRef> {
         let client = &self.client;
-        let metrics = &self.metrics;
-        let events = &self.events;
+        let metrics = &signals.metrics;
+        let events = &signals.events;
         let results: Vec<(ServiceRef, Results)> = futures::stream::iter(plans)
             .map(|(key, plan)| async move {
                 let results = write_plan(client, metrics, events, &key, &plan).await;
@@ -201,7 +240,7 @@ impl Controller {
                 match result {
                     Ok(Written::Refused { kind, name, reason }) => {
                         let refusal = Refusal { kind, name, reason };
-                        self.count_refused(&refusal);
+                        signals.write_refused(&refusal);
                         self.write_refusals
                             .entry(key.clone())
                             .or_default()
@@ -209,15 +248,15 @@ impl Controller {
                     }
                     Ok(written) => {
                         any = true;
-                        written.land(&mut self.local, &mut self.local_only);
+                        stores.land(written);
                     }
                     Err(()) => failed = true,
                 }
             }
             if failed {
-                let failures = self.schedule.write_failed(key.clone(), Instant::now());
+                let failures = schedule.write_failed(key.clone(), Instant::now());
                 if failures == FAILURES_REPORTED {
-                    self.events.warn(Warning::WriteFailing {
+                    signals.events.warn(Warning::WriteFailing {
                         service: &key,
                         failures,
                     });
@@ -230,28 +269,30 @@ impl Controller {
         succeeded
     }
 
-    fn update_gauges(&self) {
+    fn update_gauges(&self, signals: &Signals) {
         let counts = gauge_counts(self.summaries.values());
-        self.metrics.exports.reset();
+        let metrics = &signals.metrics;
+        metrics.exports.reset();
         for (reason, count) in counts.exports {
-            self.metrics.exports.with_label_values(&[reason]).set(count);
+            metrics.exports.with_label_values(&[reason]).set(count);
         }
-        self.metrics.conflicts.reset();
+        metrics.conflicts.reset();
         for (reason, count) in counts.conflicts {
-            self.metrics
-                .conflicts
-                .with_label_values(&[reason])
-                .set(count);
+            metrics.conflicts.with_label_values(&[reason]).set(count);
         }
     }
 
     /// Writes this cluster's whole publication, then its marker; returns
     /// whether both are written (a failed write is tried again on the next
     /// pass of the loop).
-    pub(super) async fn publish(&mut self) -> bool {
-        let mut services: BTreeSet<ServiceRef> = self.local.exports.services().cloned().collect();
-        services.extend(self.local_only.published.services().cloned());
-        let plans: Vec<(ServiceRef, Plan)> = self.with_inputs(|inputs| {
+    pub(super) async fn publish(
+        &mut self,
+        stores: &mut Stores,
+        schedule: &mut Schedule,
+        signals: &Signals,
+    ) -> bool {
+        let services = stores.publication_services();
+        let plans: Vec<(ServiceRef, Plan)> = stores.with_inputs(schedule.started(), |inputs| {
             services
                 .into_iter()
                 .map(|service| {
@@ -269,7 +310,7 @@ impl Controller {
         });
         let count = plans.len();
         let planned: BTreeSet<ServiceRef> = plans.iter().map(|(s, _)| s.clone()).collect();
-        let written = self.write_round(plans).await;
+        let written = self.write_round(stores, schedule, signals, plans).await;
         if written.len() < count {
             tracing::warn!(
                 failed = ?planned.difference(&written).collect::<Vec<_>>(),
@@ -285,7 +326,7 @@ impl Controller {
     /// forced: a ConfigMap of that name someone else wrote is not taken
     /// over. Returns whether it is written.
     async fn publish_marker(&self) -> bool {
-        let namespace = &self.settings.namespace;
+        let namespace = &self.namespace;
         let marker = publication::marker(namespace, &self.local_id);
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
         match api
@@ -305,18 +346,6 @@ impl Controller {
                 false
             }
         }
-    }
-
-    fn all_services(&self) -> BTreeSet<ServiceRef> {
-        let mut all: BTreeSet<ServiceRef> = self.local.exports.services().cloned().collect();
-        all.extend(self.local.mcs_slices.services().cloned());
-        all.extend(self.local_only.imports.services().cloned());
-        // Derived Services whose import is gone (an orphan sweep at start).
-        all.extend(self.local.services.services_with_ours().cloned());
-        all.extend(self.peers.exported_services().cloned());
-        // What this cluster publishes, whose export may be gone.
-        all.extend(self.local_only.published.services().cloned());
-        all
     }
 }
 
