@@ -76,6 +76,7 @@ pub mod at_rest;
 pub mod cidr;
 pub mod cluster_args;
 pub mod error;
+pub mod hub;
 pub mod label_selector;
 pub mod ops;
 pub mod peering;

@@ -1,5 +1,5 @@
 //! The `clusterset-dns` command: `serve`, `controller`, `check`, `dump-zone`,
-//! `crds`, `peer` and `version`.
+//! `crds`, `peer`, `hub` and `version`.
 
 use std::process::ExitCode;
 
@@ -46,6 +46,9 @@ enum Command {
     /// Join member clusters: add, list and remove this cluster's peers
     /// (the controller's peer Secrets), from admin kubeconfigs.
     Peer(clusterset_dns::cli::PeerArgs),
+    /// Run a large clusterset through a hub (an existing Kubernetes
+    /// control plane): prepare it, join members, list and remove them.
+    Hub(clusterset_dns::cli::HubArgs),
 }
 
 #[derive(clap::Args)]
@@ -146,12 +149,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Peer(args) => peer(&args),
+        Command::Hub(args) => hub(&args),
     }
 }
 
 fn peer(args: &clusterset_dns::cli::PeerArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     let output = runtime.block_on(clusterset_dns::cli::run_peer(args))?;
+    print!("{output}");
+    Ok(())
+}
+
+fn hub(args: &clusterset_dns::cli::HubArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+    let output = runtime.block_on(clusterset_dns::cli::run_hub(args))?;
     print!("{output}");
     Ok(())
 }

@@ -19,17 +19,17 @@ use crate::peering::kubeconfig::{KubeconfigCluster, kubeconfig_cluster};
 use crate::peering::{self, Identity};
 
 /// A cluster reached with an admin kubeconfig.
-pub(super) struct Endpoint {
+pub(in crate::cli) struct Endpoint {
     /// The client.
-    pub client: Client,
+    pub(in crate::cli) client: Client,
     /// What the kubeconfig says of the cluster.
-    pub cluster: KubeconfigCluster,
+    pub(in crate::cli) cluster: KubeconfigCluster,
 }
 
 /// Reads the kubeconfig at `path` (default: `$KUBECONFIG`, else
 /// `~/.kube/config`) and builds a client for `context` (default: the
 /// current one). `flag` names the option in errors.
-pub(super) async fn connect(
+pub(in crate::cli) async fn connect(
     path: Option<&Path>,
     context: Option<&str>,
     flag: &'static str,

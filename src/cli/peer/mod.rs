@@ -22,11 +22,11 @@
 //! commands.
 
 mod add;
-mod cluster;
+pub(super) mod cluster;
 mod list;
 mod reader;
 mod remove;
-mod rules;
+pub(super) mod rules;
 
 use std::path::PathBuf;
 

@@ -22,7 +22,7 @@ pub(super) fn is_pem_certificate(pem: &[u8]) -> bool {
 
 /// Where the CA written into a peer kubeconfig came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum CaOrigin {
+pub(in crate::cli) enum CaOrigin {
     /// `--peer-certificate-authority`.
     Flag,
     /// The peer kubeconfig's cluster entry.
@@ -46,7 +46,7 @@ impl std::fmt::Display for CaOrigin {
 /// else the peer's `kube-root-ca.crt`. A peer kubeconfig never skips TLS
 /// verification, so no CA at all is an error; so is one that holds no PEM
 /// certificate.
-pub(super) fn choose_ca(
+pub(in crate::cli) fn choose_ca(
     flag: Option<Vec<u8>>,
     kubeconfig: Option<Vec<u8>>,
     root_ca: Option<Vec<u8>>,
@@ -243,24 +243,24 @@ pub(super) fn merge_ranges(ranges: &[Cidr]) -> Vec<Cidr> {
 
 /// What a peer kubeconfig holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct PeerKubeconfig<'a> {
+pub(in crate::cli) struct PeerKubeconfig<'a> {
     /// The peer's cluster id: the cluster and context name.
-    pub cluster_id: &'a str,
+    pub(in crate::cli) cluster_id: &'a str,
     /// The URL the local cluster reaches the peer's apiserver at.
-    pub server: &'a str,
+    pub(in crate::cli) server: &'a str,
     /// PEM CA of the peer's apiserver.
-    pub ca_pem: &'a [u8],
+    pub(in crate::cli) ca_pem: &'a [u8],
     /// The peer-reader token.
-    pub token: &'a str,
+    pub(in crate::cli) token: &'a str,
     /// `tls-server-name`, when the admin kubeconfig had one.
-    pub tls_server_name: Option<&'a str>,
+    pub(in crate::cli) tls_server_name: Option<&'a str>,
     /// The user name (the ServiceAccount).
-    pub user: &'a str,
+    pub(in crate::cli) user: &'a str,
 }
 
 /// The YAML of a peer Secret's `data.kubeconfig`: one cluster, one user,
 /// one context, which is current.
-pub(super) fn render_kubeconfig(peer: &PeerKubeconfig<'_>) -> String {
+pub(in crate::cli) fn render_kubeconfig(peer: &PeerKubeconfig<'_>) -> String {
     let mut cluster = serde_json::json!({
         "server": peer.server,
         "certificate-authority-data": BASE64.encode(peer.ca_pem),

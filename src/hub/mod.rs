@@ -1,0 +1,124 @@
+//! The hub contract: what a hub (a plain Kubernetes control plane the
+//! members publish into) holds, and what `clusterset-dns hub` and the
+//! controller's hub mode must agree on about it, in one place. It imports
+//! neither of them.
+//!
+//! - The hub holds one namespace per member, `member-<cluster id>`
+//!   ([`member_namespace`]), labelled [`LABEL_MEMBER`] with the id the hub
+//!   admin bound at `hub join`. The namespace is the member: an object's
+//!   cluster is its namespace's label, never what the object says.
+//! - A member's credential is a bound token of the ServiceAccount
+//!   [`MEMBER_SERVICE_ACCOUNT`] in its namespace. It may write its
+//!   publication there (PublishedServices, published EndpointSlices, one
+//!   Lease, [`MEMBER_LEASE`]) and read every member's publication; nothing
+//!   else ([`objects`]).
+//! - Behind RBAC, a ValidatingAdmissionPolicy ([`POLICY`]) refuses a
+//!   member's write whose source-cluster label is not its namespace's
+//!   member or whose name is not the one the publication computes; a
+//!   ResourceQuota per namespace bounds what a member may store, and a
+//!   FlowSchema ([`FLOW_SCHEMA`]) gives each member its own fair share of
+//!   the hub's apiserver.
+//! - In a member cluster, the hub is reached through one Secret,
+//!   [`HUB_SECRET`] in the controller's namespace, labelled
+//!   [`HUB_LABEL`]`=true`, holding a kubeconfig as a peer Secret does.
+
+pub mod objects;
+
+use crate::api::limits::is_dns1123_label;
+
+/// Prefix of a member's namespace on the hub.
+pub const MEMBER_NAMESPACE_PREFIX: &str = "member-";
+
+/// Label on a member namespace: the member's cluster id, bound by the hub
+/// admin at `hub join`. Members cannot write namespaces.
+pub const LABEL_MEMBER: &str = "hub.clusterset-dns.io/member";
+
+/// The ServiceAccount in each member namespace whose tokens members hold.
+pub const MEMBER_SERVICE_ACCOUNT: &str = "clusterset-dns-member";
+
+/// The name of a member's Lease in its namespace: renewed while the
+/// member's controller runs.
+pub const MEMBER_LEASE: &str = "clusterset-dns-member";
+
+/// The ClusterRole that lets every member read every publication.
+pub const READER_ROLE: &str = "clusterset-dns-hub-reader";
+
+/// The ClusterRole a member is bound to in its own namespace: writing its
+/// publication.
+pub const PUBLISHER_ROLE: &str = "clusterset-dns-hub-publisher";
+
+/// The ValidatingAdmissionPolicy (and its binding) on members' writes.
+pub const POLICY: &str = "clusterset-dns-hub-member";
+
+/// The FlowSchema and PriorityLevelConfiguration of members' requests.
+pub const FLOW_SCHEMA: &str = "clusterset-dns-hub-members";
+
+/// The ResourceQuota in each member namespace.
+pub const QUOTA: &str = "clusterset-dns-member";
+
+/// The Secret, in a member's controller namespace, holding the hub's
+/// kubeconfig.
+pub const HUB_SECRET: &str = "clusterset-dns-hub";
+
+/// Label that makes a Secret the member's hub Secret (value `true`).
+pub const HUB_LABEL: &str = "clusterset-dns.io/hub";
+
+/// The label `hub` puts on everything it writes.
+pub const MANAGED_BY: &str = "clusterset-dns-hub-cli";
+
+/// The longest cluster id a member may have: its namespace name is a DNS
+/// label of at most 63 characters.
+pub const MAX_MEMBER_ID: usize = 63 - MEMBER_NAMESPACE_PREFIX.len();
+
+/// The namespace of member `cluster_id` on the hub, or why the id cannot
+/// name one.
+pub fn member_namespace(cluster_id: &str) -> Result<String, String> {
+    if cluster_id.len() > MAX_MEMBER_ID {
+        return Err(format!(
+            "cluster id {cluster_id:?} is longer than {MAX_MEMBER_ID} characters: its hub namespace {MEMBER_NAMESPACE_PREFIX}{cluster_id} would not be a DNS label"
+        ));
+    }
+    if !is_dns1123_label(cluster_id) {
+        return Err(format!(
+            "cluster id {cluster_id:?} is not a DNS label (lower-case letters, digits and '-'): it cannot name a hub namespace"
+        ));
+    }
+    Ok(format!("{MEMBER_NAMESPACE_PREFIX}{cluster_id}"))
+}
+
+/// The member a namespace of the hub belongs to, from its name; `None` for
+/// a namespace that is no member's.
+pub fn member_of_namespace(namespace: &str) -> Option<&str> {
+    namespace
+        .strip_prefix(MEMBER_NAMESPACE_PREFIX)
+        .filter(|id| member_namespace(id).is_ok())
+}
+
+/// The user name a member's token authenticates as on the hub.
+pub fn member_user(cluster_id: &str) -> String {
+    format!("system:serviceaccount:{MEMBER_NAMESPACE_PREFIX}{cluster_id}:{MEMBER_SERVICE_ACCOUNT}")
+}
+
+/// How much one member may store on the hub, mirrored by its namespace's
+/// ResourceQuota. The defaults are the controller's per-peer caps
+/// (`--peer-max-exports`, `--peer-max-slices`): a member that fills its
+/// quota is one the importers accept whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberQuota {
+    /// PublishedServices: one per export.
+    pub published_services: u32,
+    /// Published EndpointSlices.
+    pub slices: u32,
+}
+
+impl Default for MemberQuota {
+    fn default() -> Self {
+        Self {
+            published_services: 2_000,
+            slices: 10_000,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
