@@ -6,12 +6,12 @@
 //! ```text
 //!   DNS server              controller              admin's CLI
 //!   source → index → zone   member clusters'        peer add|list|remove
-//!   → publish → dns         exports → imports,
+//!   → publish → dns         exports → imports,      hub init|join|list|leave
 //!   admin, metrics, config  slices, derived Services
 //!        │                       │                       │
 //!        └───────────────┬───────┴───────────────────────┘
 //!                        ▼
-//!   base: api, peering, watch, ops, cluster_args, cidr,
+//!   base: api, peering, hub, watch, ops, cluster_args, cidr,
 //!         label_selector, at_rest, error
 //! ```
 //!
@@ -25,6 +25,9 @@
 //! - [`peering`]: the peer contract the controller and the CLI both keep:
 //!   the peer Secret and its kubeconfig, the per-peer Lease, the identity
 //!   read and the health probe, the refusal reasons.
+//! - [`hub`]: the hub contract the controller and the CLI both keep: one
+//!   namespace per member on the hub, what a member may write and read
+//!   there, the admission policy, quota and flow schema behind it.
 //! - [`watch`]: the generic watch → store layer (relists in one step,
 //!   health, backoff), for the DNS source and the controller alike.
 //! - [`ops`]: what every process runs on: the admin HTTP server, the

@@ -17,6 +17,7 @@ mod controlplane;
 mod support;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 use clusterset_dns::api::PublishedService;
@@ -48,8 +49,14 @@ struct Run {
 
 /// Runs `clusterset-dns <args>`, without `KUBECONFIG`.
 async fn cli(args: &[&str]) -> Run {
+    cli_in(Path::new("."), args).await
+}
+
+/// Runs `clusterset-dns <args>` in `dir`, without `KUBECONFIG`.
+async fn cli_in(dir: &Path, args: &[&str]) -> Run {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_clusterset-dns"))
         .args(args)
+        .current_dir(dir)
         .env_remove("KUBECONFIG")
         .output()
         .await
@@ -221,6 +228,7 @@ fn main() {
         hub_list_shows_each_member_with_its_quota_and_tokens,
         joining_again_rotates_the_token_and_revokes_the_old_one,
         leave_revokes_the_members_token_and_deletes_its_hub_secret,
+        the_documented_commands_run_as_written,
     ];
     let start: trials::Start<Env> = || Box::pin(Env::start());
     let trials = trials::group(&args, &runtime, start, behaviours);
@@ -532,8 +540,70 @@ async fn leave_revokes_the_members_token_and_deletes_its_hub_secret(env: &mut En
     .await;
     let secrets: Api<Secret> = Api::namespaced(env.member.clone(), CONTROLLER_NAMESPACE);
     assert!(secrets.get_opt(hub::HUB_SECRET).await.unwrap().is_none());
-    // The namespace goes with its contents (the hub's namespace
-    // controller); a later join waits for it.
+    member_namespace_gone(env).await;
+}
+
+/// The `$ clusterset-dns …` lines of the console block after the
+/// `<!-- hub-cli:` marker in docs/hub.md, as arguments.
+fn documented_commands() -> Vec<Vec<String>> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/hub.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("<!-- hub-cli:"));
+    assert!(
+        lines.next().is_some(),
+        "no <!-- hub-cli: marker in docs/hub.md"
+    );
+    assert_eq!(
+        lines.next(),
+        Some("```console"),
+        "a console block after the marker"
+    );
+    lines
+        .take_while(|l| *l != "```")
+        .filter_map(|l| l.strip_prefix("$ "))
+        .map(|command| {
+            assert!(
+                !command.contains(['"', '\'', '$', '\\', '|', '<']),
+                "documented command needs a shell: {command}"
+            );
+            let mut words = command.split_whitespace().map(str::to_owned);
+            assert_eq!(words.next().as_deref(), Some("clusterset-dns"), "{command}");
+            words.collect()
+        })
+        .collect()
+}
+
+async fn the_documented_commands_run_as_written(env: &mut Env) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&env.hub_kubeconfig, dir.path().join("hub.kubeconfig")).unwrap();
+    std::fs::copy(&env.member_kubeconfig, dir.path().join("a.kubeconfig")).unwrap();
+    let commands = documented_commands();
+    let verbs: Vec<&str> = commands.iter().map(|c| c[1].as_str()).collect();
+    assert_eq!(verbs, ["init", "join", "list", "leave"]);
+    let mut outputs = Vec::new();
+    for command in &commands {
+        let args: Vec<&str> = command.iter().map(String::as_str).collect();
+        let run = cli_in(dir.path(), &args).await;
+        assert!(
+            run.ok,
+            "documented {args:?} failed:\n{}{}",
+            run.stdout, run.stderr
+        );
+        eprintln!("`{}`:\n{}", args.join(" "), run.stdout);
+        outputs.push(run.stdout);
+    }
+    assert!(outputs[0].contains("ready for members"), "{}", outputs[0]);
+    let written = format!("Secret {CONTROLLER_NAMESPACE}/{} written", hub::HUB_SECRET);
+    assert!(outputs[1].contains(&written), "{}", outputs[1]);
+    let row = format!("{MEMBER}\tmember-{MEMBER}\t");
+    assert!(outputs[2].contains(&row), "{}", outputs[2]);
+    assert!(outputs[3].contains("tokens are revoked"), "{}", outputs[3]);
+    member_namespace_gone(env).await;
+}
+
+/// Waits until the member's namespace is gone from the hub (its namespace
+/// controller deletes its contents first): a later join needs it gone.
+async fn member_namespace_gone(env: &Env) {
     support::wait_for("the member namespace gone", Duration::from_secs(90), || {
         let hub = env.hub.clone();
         async move {

@@ -18,6 +18,7 @@ const PLACES: &[(&str, &[&str])] = &[
             "cidr",
             "cluster_args",
             "error",
+            "hub",
             "label_selector",
             "ops",
             "peering",

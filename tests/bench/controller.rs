@@ -831,11 +831,21 @@ fn main() {
     let cold_busy = wait_quiet(&s, "cold convergence");
     let machine_before = cpu_busy();
     let start = Instant::now();
+    // Each peer exports BENCH_SERVICES, then BENCH_WARM_SERVICES more: the
+    // per-peer caps (2,000 exports and Services by default) must hold them
+    // all, or the warm phase never converges.
+    let cap = (s.services + s.warm_services).max(2000).to_string();
+    let caps = [
+        "--peer-max-exports",
+        cap.as_str(),
+        "--peer-max-services",
+        cap.as_str(),
+    ];
     let controllers: Vec<ControllerProcess> = clusters
         .iter()
         .zip(&kubeconfigs)
         .map(|(cluster, kubeconfig)| {
-            let c = controlplane::spawn_controller(cluster, kubeconfig, &[]);
+            let c = controlplane::spawn_controller(cluster, kubeconfig, &caps);
             pin(c.pid(), &s.controller_cpu);
             c
         })

@@ -1,10 +1,9 @@
-//! `hub leave`: a member's namespace and read binding deleted on the hub;
-//! deleting the namespace deletes its ServiceAccount and token anchors, so
-//! every token the member held stops working.
+//! `hub leave`: a member's token anchors, namespace and read binding
+//! deleted on the hub, so every token the member held stops working.
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, ListParams};
 
 use super::{LeaveArgs, PeerError, connect_hub, connect_member};
 use crate::hub::objects::reader_binding;
@@ -35,6 +34,18 @@ pub(super) async fn leave(args: &LeaveArgs) -> Result<String, PeerError> {
                     "namespace {namespace} on the hub is not member {id}'s ({LABEL_MEMBER}: {bound:?}); nothing was deleted"
                 )));
             }
+            // The tokens go first, whatever the hub's namespace controller
+            // does with the rest: each is bound to an anchor.
+            let anchors: Api<Secret> = Api::namespaced(hub.client.clone(), &namespace);
+            anchors
+                .delete_collection(
+                    &DeleteParams::default(),
+                    &ListParams::default().labels(&format!("{LABEL_MEMBER}={id}")),
+                )
+                .await
+                .map_err(PeerError::kube(format!(
+                    "deleting the token anchors of {namespace}"
+                )))?;
             namespaces
                 .delete(&namespace, &DeleteParams::default())
                 .await

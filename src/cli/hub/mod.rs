@@ -29,7 +29,7 @@ use serde_json::Value;
 
 use super::peer::PeerError;
 use super::peer::cluster::{Endpoint, connect};
-use crate::cluster_args::NamespaceArgs;
+use crate::cluster_args::{KubeconfigArgs, NamespaceArgs};
 use crate::hub::MANAGED_BY;
 
 /// `clusterset-dns hub`.
@@ -64,10 +64,9 @@ pub enum HubCommand {
 /// The hub, as an admin reaches it.
 #[derive(Args, Debug, Clone)]
 pub struct HubClusterArgs {
-    /// Admin kubeconfig of the hub (default: $KUBECONFIG, else
-    /// ~/.kube/config).
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
+    /// The hub, with an admin's credentials.
+    #[command(flatten)]
+    pub cluster: KubeconfigArgs,
     /// Context in that kubeconfig (default: its current context).
     #[arg(long)]
     pub context: Option<String>,
@@ -144,7 +143,7 @@ pub async fn run(args: &HubArgs) -> Result<String, PeerError> {
 /// Connects to the hub with the admin's kubeconfig.
 async fn connect_hub(hub: &HubClusterArgs) -> Result<Endpoint, PeerError> {
     connect(
-        hub.kubeconfig.as_deref(),
+        hub.cluster.kubeconfig.as_deref(),
         hub.context.as_deref(),
         "--kubeconfig",
     )
