@@ -26,13 +26,11 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use tokio::sync::{mpsc, oneshot};
 
-use super::cluster::PeerLimits;
 use super::connection::{ClusterKey, Connection, Report, Scope, connect};
 use super::events::Events;
 use super::metrics::ControllerMetrics;
 use super::naming::FIELD_MANAGER;
 use super::peers::{Input, Now, Peers, Settings as PeerSettings};
-use super::reconcile::NamespaceFilter;
 use super::schedule::{Schedule, Source};
 use crate::api::ServiceRef;
 use crate::peering::membership::local_identity_problem;
@@ -40,9 +38,12 @@ use crate::peering::{Identity, read_identity};
 
 mod decide;
 mod peer_io;
+mod settings;
 mod signals;
 mod stores;
 mod writer;
+
+pub(super) use settings::Settings;
 
 use peer_io::{IdentityRead, PeerIo, Replan};
 use signals::Signals;
@@ -61,37 +62,6 @@ const IDENTITY_CHECK: Duration = Duration::from_secs(30);
 /// (a 10-endpoint slice is about 5 KB before it is compacted); the slots
 /// themselves are small ([`Report`] boxes its events).
 const REPORTS_QUEUED: usize = 4096;
-
-/// How many writes run at once.
-const WRITE_CONCURRENCY: usize = 16;
-
-/// Settings of the loop.
-#[derive(Debug, Clone)]
-pub(super) struct Settings {
-    /// Namespace of peer Secrets and Leases.
-    pub namespace: String,
-    /// Peer Secret label selector.
-    pub peer_selector: String,
-    /// How long an unreachable peer's data stays.
-    pub grace: Duration,
-    /// How long start-up waits for peers.
-    pub startup_sync_timeout: Duration,
-    /// Denied namespaces.
-    pub deny: NamespaceFilter,
-    /// In the opt-in mode, the labels of the namespaces imported into.
-    pub import_selector: Option<crate::label_selector::LabelSelector>,
-    /// The percentage of the Service CIDR one peer alone may make this
-    /// cluster allocate as clusterset IPs.
-    pub peer_ip_share: u8,
-    /// Probe interval.
-    pub probe_interval: Duration,
-    /// Probe timeout.
-    pub probe_timeout: Duration,
-    /// This replica's name in Events.
-    pub instance: String,
-    /// How much of each peer's data is held at most.
-    pub peer_limits: PeerLimits,
-}
 
 /// A question for the loop, answered between events.
 #[derive(Debug)]

@@ -14,7 +14,7 @@ use kube::runtime::watcher::{self, Event as WatcherEvent};
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 
-use super::Settings;
+use super::settings::Settings;
 use super::signals::Signals;
 use crate::controller::cluster::Touched;
 use crate::controller::connection::{ClusterKey, Connection, Report, Scope, connect, read_form};

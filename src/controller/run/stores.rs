@@ -9,7 +9,7 @@ use std::time::Instant;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::Settings;
+use super::settings::Settings;
 use crate::api::ServiceRef;
 use crate::api::{PublishedService, ServiceImport};
 use crate::controller::apply::Written;

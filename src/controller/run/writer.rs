@@ -15,7 +15,6 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 
-use super::WRITE_CONCURRENCY;
 use super::decide::{
     Summary, claim_uid, gauge_counts, new_rejections, sorted_rejections, summary, told_rejections,
 };
@@ -29,6 +28,9 @@ use crate::controller::naming::FIELD_MANAGER;
 use crate::controller::publication;
 use crate::controller::reconcile::{Kind, Plan, Refusal, Rejection, Write, plan, plan_publication};
 use crate::controller::schedule::{FAILURES_REPORTED, ROUNDS_PER_CYCLE, Schedule, Source};
+
+/// How many writes run at once.
+const WRITE_CONCURRENCY: usize = 16;
 
 /// Writes a plan refused, with the service each belongs to.
 type Refused = Vec<(ServiceRef, Refusal)>;
