@@ -5,6 +5,7 @@
 //! contract ([`crate::peering`]) that the controller keeps too, and imports
 //! nothing of the DNS server or the controller (`tests/layout.rs`).
 
+mod credentials;
 pub mod hub;
 pub mod peer;
 

@@ -5,21 +5,20 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, ResourceQuota, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 
 use super::{JoinArgs, PeerError, apply_all, connect_hub, connect_member};
 use crate::api::PublishedService;
+use crate::cli::credentials;
 use crate::cli::peer::rules::{PeerKubeconfig, choose_ca, render_kubeconfig};
 use crate::hub::objects::{member_objects, token_anchor};
 use crate::hub::{
     HUB_LABEL, HUB_SECRET, LABEL_MEMBER, MANAGED_BY, MEMBER_SERVICE_ACCOUNT, MemberQuota, QUOTA,
     member_namespace,
 };
-use crate::peering::kubeconfig::CaSource;
 use crate::peering::{ANNOTATION_CLUSTER_ID, KUBECONFIG_KEY, read_identity};
 
 /// The shortest token a member is given: the controller warns a day
@@ -76,28 +75,23 @@ pub(super) async fn join(args: &JoinArgs) -> Result<String, PeerError> {
         .map_err(PeerError::kube(format!(
             "creating a token anchor in {namespace} on the hub"
         )))?;
-    let (token, expires) = request_token(&hub.client, &namespace, &anchor, args.token_ttl).await?;
+    let (token, expires) = credentials::request_token(
+        &hub.client,
+        &namespace,
+        MEMBER_SERVICE_ACCOUNT,
+        &anchor,
+        args.token_ttl,
+        "the hub",
+    )
+    .await?;
 
-    let flag_ca = match &args.hub_certificate_authority {
-        Some(path) => Some(std::fs::read(path).map_err(|e| {
-            PeerError::Failed(format!(
-                "--hub-certificate-authority {}: {e}",
-                path.display()
-            ))
-        })?),
-        None => None,
-    };
-    let kubeconfig_ca = match &hub.cluster.ca {
-        Some(CaSource::Data(pem)) => Some(pem.clone()),
-        Some(CaSource::File(path)) => Some(std::fs::read(path).map_err(|e| {
-            PeerError::Failed(format!(
-                "--kubeconfig: certificate-authority {}: {e}",
-                path.display()
-            ))
-        })?),
-        None => None,
-    };
-    let root_ca = root_ca(&hub.client, &namespace).await;
+    let flag_ca = credentials::flag_ca(
+        "hub-certificate-authority",
+        args.hub_certificate_authority.as_deref(),
+    )?;
+    let kubeconfig_ca = credentials::kubeconfig_ca("kubeconfig", hub.cluster.ca.as_ref())?;
+    // The namespace was just made: its kube-root-ca.crt may follow.
+    let root_ca = credentials::root_ca(&hub.client, &namespace, Duration::from_secs(5)).await;
     let (ca, ca_origin) = choose_ca(flag_ca, kubeconfig_ca, root_ca).map_err(PeerError::Failed)?;
     let server = args.hub_server.as_deref().unwrap_or(&hub.cluster.server);
     let user = format!("{namespace}-{MEMBER_SERVICE_ACCOUNT}");
@@ -204,62 +198,6 @@ async fn quota_counted(client: &Client, namespace: &str) -> Result<(), PeerError
             )));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// A token of the member's ServiceAccount, bound to `anchor`, valid for
-/// `ttl` (or what the hub's apiserver caps it to); with its expiry.
-async fn request_token(
-    client: &Client,
-    namespace: &str,
-    anchor: &Secret,
-    ttl: Duration,
-) -> Result<(String, k8s_openapi::jiff::Timestamp), PeerError> {
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Secret".into()),
-                name: anchor.metadata.name.clone(),
-                uid: anchor.metadata.uid.clone(),
-            }),
-            expiration_seconds: Some(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX)),
-        },
-        ..TokenRequest::default()
-    };
-    let issued = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
-        .create_token_request(MEMBER_SERVICE_ACCOUNT, &PostParams::default(), &request)
-        .await
-        .map_err(PeerError::kube(format!(
-            "requesting a token of {namespace}/{MEMBER_SERVICE_ACCOUNT} on the hub"
-        )))?;
-    let status = issued.status.ok_or_else(|| {
-        PeerError::Failed("the hub's TokenRequest came back without a token".into())
-    })?;
-    Ok((status.token, status.expiration_timestamp.0))
-}
-
-/// The CA the hub's pods trust, from `kube-root-ca.crt` in `namespace`
-/// (published by the hub's kube-controller-manager, when it runs one).
-async fn root_ca(client: &Client, namespace: &str) -> Option<Vec<u8>> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let found = Api::<ConfigMap>::namespaced(client.clone(), namespace)
-            .get_opt("kube-root-ca.crt")
-            .await
-            .ok()
-            .flatten();
-        if let Some(pem) = found
-            .and_then(|c| c.data)
-            .and_then(|mut d| d.remove("ca.crt"))
-        {
-            return Some(pem.into_bytes());
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 

@@ -21,8 +21,7 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -35,8 +34,8 @@ use super::cluster::{
 use super::rules::{self, Member, PeerKubeconfig, PeerNodes, RangeSource, Target};
 use super::{AddArgs, FIELD_MANAGER, PeerError, list, reader};
 use crate::cidr::Cidr;
+use crate::cli::credentials;
 use crate::label_selector::LabelSelector;
-use crate::peering::kubeconfig::CaSource;
 use crate::peering::{self, NewPeerSecret, read_identity};
 
 /// The shortest `--token-ttl` the apiserver accepts (TokenRequest's
@@ -112,26 +111,12 @@ pub(super) async fn add(args: &AddArgs) -> Result<String, PeerError> {
         hint: rules::hint(refusal.reason),
         refusal,
     })?;
-    let flag_ca = match &args.peer_certificate_authority {
-        Some(path) => Some(std::fs::read(path).map_err(|e| {
-            PeerError::Failed(format!(
-                "--peer-certificate-authority {}: {e}",
-                path.display()
-            ))
-        })?),
-        None => None,
-    };
+    let flag_ca = credentials::flag_ca(
+        "peer-certificate-authority",
+        args.peer_certificate_authority.as_deref(),
+    )?;
     let (endpoint_cidrs, ranges_from) = endpoint_ranges(args, flag_cidrs, &peer.client).await?;
-    let kubeconfig_ca = match &peer.cluster.ca {
-        Some(CaSource::Data(pem)) => Some(pem.clone()),
-        Some(CaSource::File(path)) => Some(std::fs::read(path).map_err(|e| {
-            PeerError::Failed(format!(
-                "--peer-kubeconfig: certificate-authority {}: {e}",
-                path.display()
-            ))
-        })?),
-        None => None,
-    };
+    let kubeconfig_ca = credentials::kubeconfig_ca("peer-kubeconfig", peer.cluster.ca.as_ref())?;
 
     let mut out = format!(
         "this cluster: {} (clusterset {}); peer: {} at {}\n",
@@ -153,9 +138,16 @@ pub(super) async fn add(args: &AddArgs) -> Result<String, PeerError> {
     // From here on, a failure deletes the new anchor again (and with it
     // the token bound to it).
     let result = async {
-        let (token, expires) =
-            request_token(&peer.client, peer_ns, &anchor, args.token_ttl).await?;
-        let root_ca = root_ca(&peer.client, peer_ns).await;
+        let (token, expires) = credentials::request_token(
+            &peer.client,
+            peer_ns,
+            reader::SERVICE_ACCOUNT,
+            &anchor,
+            args.token_ttl,
+            "the peer",
+        )
+        .await?;
+        let root_ca = credentials::root_ca(&peer.client, peer_ns, Duration::ZERO).await;
         let (ca, ca_origin) =
             rules::choose_ca(flag_ca, kubeconfig_ca, root_ca).map_err(PeerError::Failed)?;
         let user = reader::SERVICE_ACCOUNT;
@@ -387,50 +379,6 @@ async fn install_reader(peer: &Endpoint, namespace: &str) -> Result<String, Peer
         sa = reader::SERVICE_ACCOUNT,
         role = reader::ROLE,
     ))
-}
-
-/// Issues a token of the peer-reader ServiceAccount valid for `ttl` and
-/// bound to `anchor`; returns it and when it expires.
-async fn request_token(
-    client: &Client,
-    namespace: &str,
-    anchor: &Secret,
-    ttl: Duration,
-) -> Result<(String, Timestamp), PeerError> {
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Secret".into()),
-                name: anchor.metadata.name.clone(),
-                uid: anchor.metadata.uid.clone(),
-            }),
-            expiration_seconds: Some(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX)),
-        },
-        ..TokenRequest::default()
-    };
-    let issued = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
-        .create_token_request(reader::SERVICE_ACCOUNT, &PostParams::default(), &request)
-        .await
-        .map_err(PeerError::kube(format!(
-            "requesting a token of ServiceAccount {namespace}/{} in the peer",
-            reader::SERVICE_ACCOUNT
-        )))?;
-    let status = issued.status.ok_or_else(|| {
-        PeerError::Failed("the peer's TokenRequest came back without a token".into())
-    })?;
-    Ok((status.token, status.expiration_timestamp.0))
-}
-
-/// The CA the peer's pods trust: `ca.crt` of its `kube-root-ca.crt`
-/// ConfigMap in `namespace`, when there is one.
-async fn root_ca(client: &Client, namespace: &str) -> Option<Vec<u8>> {
-    let found = Api::<ConfigMap>::namespaced(client.clone(), namespace)
-        .get_opt("kube-root-ca.crt")
-        .await
-        .ok()??;
-    found.data?.remove("ca.crt").map(String::into_bytes)
 }
 
 /// Checks that the new kubeconfig reads the peer as the controller will
