@@ -158,18 +158,7 @@ impl Env {
         let live = namespace.is_some_and(|n| n.metadata.deletion_timestamp.is_none());
         if !live || secrets.get_opt(hub::HUB_SECRET).await.unwrap().is_none() || !extra.is_empty() {
             ok(&["hub", "init", "--kubeconfig", &self.hub_kubeconfig]).await;
-            let args = [
-                &[
-                    "hub",
-                    "join",
-                    "--kubeconfig",
-                    &self.hub_kubeconfig,
-                    "--member-kubeconfig",
-                    &self.member_kubeconfig,
-                ][..],
-                extra,
-            ]
-            .concat();
+            let args = [&self.join_command()[..], extra].concat();
             ok(&args).await;
         }
         self.member_credential().await
@@ -201,6 +190,18 @@ impl Env {
             }
         })
         .await;
+    }
+
+    /// `hub join` of the member, as the docs write it.
+    fn join_command(&self) -> [&str; 6] {
+        [
+            "hub",
+            "join",
+            "--kubeconfig",
+            &self.hub_kubeconfig,
+            "--member-kubeconfig",
+            &self.member_kubeconfig,
+        ]
     }
 
     /// The member's hub client, from its hub Secret.
@@ -411,15 +412,7 @@ async fn a_namespace_bound_to_another_member_is_never_joined(env: &mut Env) {
         )
         .await
         .unwrap();
-    let run = cli(&[
-        "hub",
-        "join",
-        "--kubeconfig",
-        &env.hub_kubeconfig,
-        "--member-kubeconfig",
-        &env.member_kubeconfig,
-    ])
-    .await;
+    let run = cli(&env.join_command()).await;
     namespaces
         .patch(
             &namespace,
@@ -468,36 +461,11 @@ async fn hub_list_shows_each_member_with_its_quota_and_tokens(env: &mut Env) {
 
 async fn joining_again_rotates_the_token_and_revokes_the_old_one(env: &mut Env) {
     let before = env.joined(&[]).await;
-    let out = ok(&[
-        "hub",
-        "join",
-        "--kubeconfig",
-        &env.hub_kubeconfig,
-        "--member-kubeconfig",
-        &env.member_kubeconfig,
-    ])
-    .await;
+    let out = ok(&env.join_command()).await;
     assert!(out.contains("earlier token"), "{out}");
     let after = env.member_credential().await;
-    let list = |client: Client| async move {
-        outcome(
-            Api::<PublishedService>::all(client)
-                .list(&ListParams::default())
-                .await,
-        )
-        .0
-    };
-    assert_eq!(list(after).await, 200);
-    support::wait_for("the old token refused", WAIT, || {
-        let before = before.clone();
-        async move {
-            match list(before).await {
-                401 => Ok(()),
-                code => Err(format!("still {code}")),
-            }
-        }
-    })
-    .await;
+    assert_eq!(list_code(after).await, 200);
+    token_refused("the old token", &before).await;
 }
 
 async fn leave_revokes_the_members_token_and_deletes_its_hub_secret(env: &mut Env) {
@@ -521,23 +489,7 @@ async fn leave_revokes_the_members_token_and_deletes_its_hub_secret(env: &mut En
         )),
         "{out}"
     );
-    support::wait_for("the member's token refused", WAIT, || {
-        let member = member.clone();
-        async move {
-            let code = outcome(
-                Api::<PublishedService>::all(member)
-                    .list(&ListParams::default())
-                    .await,
-            )
-            .0;
-            if code == 401 {
-                Ok(())
-            } else {
-                Err(format!("still {code}"))
-            }
-        }
-    })
-    .await;
+    token_refused("the member's token", &member).await;
     let secrets: Api<Secret> = Api::namespaced(env.member.clone(), CONTROLLER_NAMESPACE);
     assert!(secrets.get_opt(hub::HUB_SECRET).await.unwrap().is_none());
     member_namespace_gone(env).await;
@@ -612,6 +564,31 @@ async fn member_namespace_gone(env: &Env) {
                 .await
                 .unwrap()
                 .map_or(Ok(()), |n| Err(format!("{:?}", n.status)))
+        }
+    })
+    .await;
+}
+
+/// The status of a hub-wide list of PublishedServices with `client`.
+async fn list_code(client: Client) -> u16 {
+    outcome(
+        Api::<PublishedService>::all(client)
+            .list(&ListParams::default())
+            .await,
+    )
+    .0
+}
+
+/// Waits until `client`'s token is refused (401): the apiserver checks a
+/// token's anchor through its cache, so a revoked one stops within moments.
+async fn token_refused(what: &str, client: &Client) {
+    support::wait_for(&format!("{what} refused"), WAIT, || {
+        let client = client.clone();
+        async move {
+            match list_code(client).await {
+                401 => Ok(()),
+                code => Err(format!("still {code}")),
+            }
         }
     })
     .await;
