@@ -91,7 +91,9 @@ pub mod v1beta1 {
     pub use super::service_import::v1beta1::*;
 }
 
-pub use published_service::{PublishedPort, PublishedService, PublishedServiceSpec};
+pub use published_service::{
+    PublishedExport, PublishedPort, PublishedService, PublishedServiceSpec,
+};
 pub use service_ref::ServiceRef;
 pub use v1beta1::{
     ClusterProperty, ClusterPropertySpec, ClusterPropertyStatus, ClusterStatus,

@@ -9,6 +9,8 @@
 //! Service that the export merge reads and nothing else: no cluster IP, no
 //! selector, no status, no annotations.
 
+use std::collections::BTreeMap;
+
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -71,6 +73,28 @@ pub struct PublishedServiceSpec {
     /// The Service's IP families, primary first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ip_families: Vec<String>,
+    /// The ServiceExport's fields the merge reads, for a reader that
+    /// cannot read the export itself (a member of a hub reads only
+    /// publications). Absent from a previous release's publication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export: Option<PublishedExport>,
+}
+
+/// What a PublishedService carries of its ServiceExport: when it was
+/// created (the oldest export wins a conflict) and what it exports onto
+/// the ServiceImport.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PublishedExport {
+    /// The ServiceExport's `creationTimestamp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// The ServiceExport's `spec.exportedLabels`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub exported_labels: BTreeMap<String, String>,
+    /// The ServiceExport's `spec.exportedAnnotations`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub exported_annotations: BTreeMap<String, String>,
 }
 
 /// One port of a published Service: the fields an imported port has

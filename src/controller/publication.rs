@@ -33,7 +33,10 @@ use crate::api::ServiceRef;
 use crate::api::limits::is_dns1123_label;
 use crate::api::stripped::cross_cluster;
 use crate::api::well_known::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_SOURCE_CLUSTER};
-use crate::api::{PublishedPort, PublishedService, PublishedServiceSpec};
+use crate::api::{
+    PublishedExport, PublishedPort, PublishedService, PublishedServiceSpec, ServiceExport,
+    ServiceExportSpec,
+};
 
 /// `endpointslice.kubernetes.io/managed-by` of a published slice: not
 /// [`MANAGED_BY`], so that neither this cluster's own MCS slice watch nor a
@@ -103,11 +106,15 @@ pub fn service_of_name(name: &str) -> Option<ServiceRef> {
         .then(|| ServiceRef::new(namespace, service))
 }
 
-/// The PublishedService of the exported Service `service` (its spec as the
-/// merge reads it), in `namespace`.
+/// The PublishedService of the exported Service `service` of cluster
+/// `local_id` (its spec as the merge reads it, and what the merge reads of
+/// its `export`), in `namespace`. Labelled with its source cluster, so a
+/// hub's admission policy can hold it to its member's id.
 pub fn published_service(
     namespace: &str,
     service: &ServiceRef,
+    local_id: &str,
+    export: &ServiceExport,
     spec: &ServiceSpec,
 ) -> PublishedService {
     let mut object = PublishedService::new(
@@ -137,13 +144,18 @@ pub fn published_service(
             internal_traffic_policy: spec.internal_traffic_policy.clone(),
             traffic_distribution: spec.traffic_distribution.clone(),
             ip_families: spec.ip_families.clone().unwrap_or_default(),
+            export: Some(PublishedExport {
+                created: export.metadata.creation_timestamp.clone(),
+                exported_labels: export.spec.exported_labels.clone(),
+                exported_annotations: export.spec.exported_annotations.clone(),
+            }),
         },
     );
     object.metadata.namespace = Some(namespace.to_owned());
-    object.metadata.labels = Some(BTreeMap::from([(
-        LABEL_APP_MANAGED_BY.to_owned(),
-        MANAGED_BY.to_owned(),
-    )]));
+    object.metadata.labels = Some(BTreeMap::from([
+        (LABEL_APP_MANAGED_BY.to_owned(), MANAGED_BY.to_owned()),
+        (LABEL_SOURCE_CLUSTER.to_owned(), local_id.to_owned()),
+    ]));
     object
 }
 
@@ -210,6 +222,9 @@ pub mod reason {
     pub const INVALID_PUBLISHED_NAME: &str = "InvalidPublishedName";
     /// A published slice without valid service labels.
     pub const INVALID_PUBLISHED_SLICE: &str = "InvalidPublishedSlice";
+    /// An object in a hub member's namespace whose source-cluster label
+    /// names another cluster than that member.
+    pub const FOREIGN_SOURCE_CLUSTER: &str = "ForeignSourceCluster";
 }
 
 /// A peer's PublishedService as the Service the merge reads: in the
@@ -257,6 +272,32 @@ pub fn service_view(published: &PublishedService) -> Result<Service, &'static st
         }),
         status: None,
     })
+}
+
+/// A member's PublishedService as the ServiceExport it stands for, for a
+/// reader that reads publications only (a hub's members): in the
+/// service's namespace, with the export's creation time, exported labels
+/// and annotations as published (checked by the merge as any peer's). A
+/// previous release's publication carries no export: it reads as the
+/// newest possible export, which displaces no real oldest one.
+pub fn export_view(published: &PublishedService) -> Result<ServiceExport, &'static str> {
+    let name = published.metadata.name.as_deref().unwrap_or_default();
+    let service = service_of_name(name).ok_or(reason::INVALID_PUBLISHED_NAME)?;
+    let spec = &published.spec;
+    if *service.namespace != *spec.namespace || *service.name != *spec.name {
+        return Err(reason::INVALID_PUBLISHED_NAME);
+    }
+    let export = spec.export.clone().unwrap_or_default();
+    let mut view = ServiceExport::new(
+        &spec.name,
+        ServiceExportSpec {
+            exported_labels: export.exported_labels,
+            exported_annotations: export.exported_annotations,
+        },
+    );
+    view.metadata.namespace = Some(spec.namespace.clone());
+    view.metadata.creation_timestamp = export.created;
+    Ok(view)
 }
 
 /// A peer's published slice as the mirrored slice the legacy read
@@ -414,9 +455,59 @@ mod tests {
         }
     }
 
+    /// The export of [`web`], created at a fixed instant, with one
+    /// exported label and annotation.
+    fn export() -> ServiceExport {
+        let mut export = ServiceExport::new(
+            "web",
+            ServiceExportSpec {
+                exported_labels: BTreeMap::from([("tier".into(), "front".into())]),
+                exported_annotations: BTreeMap::from([("owner".into(), "shop".into())]),
+            },
+        );
+        export.metadata.namespace = Some("shop".into());
+        export.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-12-01T10:00:00Z".parse().unwrap(),
+            ));
+        export
+    }
+
+    #[test]
+    fn a_published_service_carries_its_export_and_reads_back_as_it() {
+        let published = published_service("clusterset-dns", &web(), "east", &export(), &spec());
+        assert_eq!(
+            published.metadata.labels.as_ref().unwrap()[LABEL_SOURCE_CLUSTER],
+            "east"
+        );
+        let view = export_view(&published).unwrap();
+        let sent = export();
+        assert_eq!(view.metadata.namespace.as_deref(), Some("shop"));
+        assert_eq!(view.metadata.name.as_deref(), Some("web"));
+        assert_eq!(
+            view.metadata.creation_timestamp,
+            sent.metadata.creation_timestamp
+        );
+        assert_eq!(view.spec, sent.spec);
+        // A previous release's publication carries no export: it reads as
+        // an export of no known age, which wins no conflict.
+        let mut old = published.clone();
+        old.spec.export = None;
+        let view = export_view(&old).unwrap();
+        assert_eq!(view.metadata.creation_timestamp, None);
+        assert!(view.spec.exported_labels.is_empty());
+        // Named after another service than it publishes: refused.
+        let mut renamed = published;
+        renamed.metadata.name = Some("shop.api".into());
+        assert_eq!(
+            export_view(&renamed).unwrap_err(),
+            reason::INVALID_PUBLISHED_NAME
+        );
+    }
+
     #[test]
     fn a_published_service_reads_back_as_the_fields_the_merge_reads() {
-        let published = published_service("clusterset-dns", &web(), &spec());
+        let published = published_service("clusterset-dns", &web(), "east", &export(), &spec());
         assert_eq!(published.metadata.name.as_deref(), Some("shop.web"));
         assert_eq!(
             published.metadata.namespace.as_deref(),
@@ -440,13 +531,20 @@ mod tests {
             cluster_ip: Some("None".into()),
             ..spec()
         };
-        let view = service_view(&published_service("ns", &web(), &headless)).unwrap();
+        let view = service_view(&published_service(
+            "ns",
+            &web(),
+            "east",
+            &export(),
+            &headless,
+        ))
+        .unwrap();
         assert_eq!(view.spec.unwrap().cluster_ip.as_deref(), Some("None"));
     }
 
     #[test]
     fn a_publication_naming_no_valid_service_is_refused() {
-        let mut published = published_service("clusterset-dns", &web(), &spec());
+        let mut published = published_service("clusterset-dns", &web(), "east", &export(), &spec());
         for name in ["shopweb", "shop.", ".web", "Shop.web", "a.b.c", "shop.web-"] {
             published.metadata.name = Some(name.into());
             assert_eq!(

@@ -90,6 +90,8 @@ fn desired(
     let object = published_service(
         inputs.publish_namespace,
         service,
+        inputs.local_id,
+        &export,
         &local.spec.unwrap_or_default(),
     );
     let slices = inputs
