@@ -128,6 +128,9 @@ pub(super) enum Report {
     /// A peer's probe found its publication in another form than the one
     /// its watches read (the peer was upgraded, or rolled back).
     FormChanged(ClusterKey, Form),
+    /// An input of the peers' state made by the hub connection (its
+    /// members, their watch events and liveness, the hub's reachability).
+    Peers(Box<super::peers::Input>),
     /// Part of a peer's publication was refused as untrusted input.
     Rejected {
         /// The connection it came from.
@@ -211,7 +214,7 @@ where
 
 /// An object of kind `K` that is only a name: what a viewer forwards as
 /// deleted when a peer's published object stops being valid or moves.
-fn tombstone<K: kube::Resource + Default>(namespace: &str, name: &str) -> Lean<K> {
+pub(super) fn tombstone<K: kube::Resource + Default>(namespace: &str, name: &str) -> Lean<K> {
     let mut object = K::default();
     *object.meta_mut() = ObjectMeta {
         namespace: Some(namespace.to_owned()),

@@ -61,6 +61,7 @@ mod conditions;
 mod connection;
 mod events;
 mod fence;
+mod hub;
 mod ip_share;
 pub mod leader;
 pub mod lean;

@@ -37,12 +37,15 @@ use crate::watch::Verdict;
 use crate::watch::backoff::RestartSchedule;
 
 mod credential;
+mod hub;
 mod input;
 mod peer;
 mod views;
 
 use credential::{rejection_in_text, rejection_in_watch};
-pub(super) use input::{Contact, Effect, Input, Now, SECRET_DELETE_DEBOUNCE};
+pub(super) use input::{
+    Contact, Effect, Input, Now, SECRET_DELETE_DEBOUNCE, hub_peer, is_hub_peer,
+};
 use peer::Usability;
 pub(super) use peer::{Peer, PeerConn};
 
@@ -79,7 +82,7 @@ pub(super) struct Peers {
 impl Peers {
     /// No peer yet; `leases` are the peer Leases of an earlier run.
     pub(super) fn new(settings: Settings, leases: BTreeMap<String, (String, SystemTime)>) -> Self {
-        Self {
+        let mut peers = Self {
             settings,
             peers: BTreeMap::new(),
             generation: 0,
@@ -87,7 +90,9 @@ impl Peers {
             secrets_relisted: None,
             usability: BTreeMap::new(),
             leases,
-        }
+        };
+        peers.hub_members_of_leases();
+        peers
     }
 
     /// Takes one input; returns what the shell must do, in order.
@@ -139,6 +144,10 @@ impl Peers {
             Input::Reconnect { secret, generation } => {
                 self.reconnect(&secret, generation, now, &mut effects)
             }
+            Input::HubMember { id, generation } => self.hub_member(id, generation, &mut effects),
+            Input::HubListed { generation } => self.hub_listed(generation, now),
+            Input::HubReachable(reachable) => self.hub_reachable(reachable),
+            Input::HubGone => self.hub_gone(now),
             Input::Tick => self.tick(now, &mut effects),
         }
         self.notice_usability(now, &mut effects);
@@ -333,8 +342,12 @@ impl Peers {
             secret,
             &identity.cluster_id,
             &identity.clusterset,
+            // A cluster read both through the mesh and through a hub (a
+            // move from one to the other) is read once, by its id
+            // (`views`): only two Secrets naming one cluster are refused.
             self.peers
                 .values()
+                .filter(|p| !p.hub)
                 .filter_map(|p| Some((p.secret.as_str(), p.id()?))),
         );
         if let Some(refusal) = refusal {
@@ -593,6 +606,9 @@ impl Peers {
         // A refused Secret's kubeconfig is not tried again by a relist:
         // its current connection goes on until it fails, then grace.
         let refused = peer.refused.is_some();
+        // A hub member's data comes over the one hub connection, relisted
+        // by that connection itself.
+        let hub = peer.hub;
         let Some(conn) = peer.conn_mut(generation) else {
             return;
         };
@@ -616,7 +632,8 @@ impl Peers {
                 // and its services dropped after grace. Connect again
                 // beside it, relisting (spaced 1 s doubling to 60 s, for a
                 // watch that keeps failing).
-                reconnect = current && !replacing && !refused && conn.synced() && conn.failing();
+                reconnect =
+                    current && !replacing && !refused && !hub && conn.synced() && conn.failing();
                 if conn.probe.is_err() && conn.synced() {
                     tracing::info!(peer = %peer_name, "peer answers again");
                 }

@@ -137,6 +137,12 @@ impl Controller {
             reports_tx.clone(),
         );
         local_connection.adopt(watch_peer_secrets(&client, &settings, reports_tx.clone()));
+        local_connection.adopt(super::hub::spawn(
+            client.clone(),
+            &settings.namespace,
+            &identity.cluster_id,
+            reports_tx.clone(),
+        ));
         // Read again off the loop: a hung apiserver must not stall it.
         let (identity_tx, local_identity) = mpsc::channel(1);
         local_connection.adopt(tokio::spawn(reread_identity(client.clone(), identity_tx)));
@@ -265,6 +271,7 @@ impl Controller {
             Report::Probe(ClusterKey::Local, _)
             | Report::Identity(ClusterKey::Local, _)
             | Report::FormChanged(ClusterKey::Local, _) => {}
+            Report::Peers(input) => self.step(*input),
             Report::Secrets(event) => {
                 if let Some(input) = self.peer_io.secret_input(&self.signals, *event) {
                     self.step(input);

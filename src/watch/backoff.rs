@@ -47,6 +47,21 @@ pub fn optional_watch_backoff() -> impl Backoff {
     )
 }
 
+/// Retry delays for a member's watches of its hub: 1 s doubling to 15 s,
+/// each stretched by a random 0–100 %. A hub back from an outage is relisted
+/// by its members spread over up to 30 s rather than all at once (what it
+/// held is frozen at every member meanwhile, so waiting drops nothing).
+pub fn hub_watch_backoff() -> impl Backoff {
+    ExponentialBackoff::from(
+        ExponentialBuilder::default()
+            .with_min_delay(Duration::from_secs(1))
+            .with_max_delay(Duration::from_secs(15))
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times(),
+    )
+}
+
 /// Spacing of whole restarts (every watch relisted at once after an
 /// outage): at least 1 s after the previous one, doubling to 60 s while
 /// restarts keep being needed, back to 1 s after 5 minutes without one.

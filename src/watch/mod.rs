@@ -363,6 +363,19 @@ where
     stream_backing_off(api, config, backoff::watch_backoff())
 }
 
+/// A watch of `api` like [`stream`], its retries spread over a wider
+/// window ([`backoff::hub_watch_backoff`]): many clients of one apiserver
+/// (a hub's members) do not relist it in step when it comes back.
+pub fn stream_spread<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    stream_backing_off(api, config, backoff::hub_watch_backoff())
+}
+
 /// [`stream`] retried with `backoff` instead (a watch that may fail for
 /// long, where retrying every few seconds would only load the apiserver).
 fn stream_backing_off<K, B>(

@@ -110,9 +110,45 @@ pub(crate) enum Input {
         /// The connection.
         generation: u64,
     },
+    /// Member `id` of the hub was read by hub connection `generation`: a
+    /// peer of its own, named [`hub_peer`]`(id)`, whose id is its hub
+    /// namespace's (bound by the hub admin), not one it claims.
+    HubMember {
+        /// The member's cluster id.
+        id: String,
+        /// The hub connection.
+        generation: u64,
+    },
+    /// Hub connection `generation` has listed every member once: a member
+    /// known only from an earlier run's Lease and not listed has left.
+    HubListed {
+        /// The hub connection.
+        generation: u64,
+    },
+    /// Whether the hub answers. While it does not, what its members
+    /// published stays as it was, however long: a hub outage freezes
+    /// imports, it never empties them.
+    HubReachable(bool),
+    /// This cluster has no hub (any more): its members go as a deleted
+    /// peer Secret's peer does.
+    HubGone,
     /// Once a second: drop peers whose Secret is gone, keep Leases and
     /// gauges current, notice grace periods ending.
     Tick,
+}
+
+/// Prefix of a hub member's peer name. A Secret's name cannot hold `:`,
+/// so no peer Secret is mistaken for a hub member.
+const HUB_PEER_PREFIX: &str = "hub:";
+
+/// The peer name of hub member `id`.
+pub(crate) fn hub_peer(id: &str) -> String {
+    format!("{HUB_PEER_PREFIX}{id}")
+}
+
+/// Whether `name` is a hub member's peer name.
+pub(crate) fn is_hub_peer(name: &str) -> bool {
+    name.starts_with(HUB_PEER_PREFIX)
 }
 
 /// What the shell does.

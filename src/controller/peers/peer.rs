@@ -119,6 +119,11 @@ pub(crate) struct Peer {
     /// each): from the first until the Secret's credential works again or
     /// the Secret holds another.
     pub(super) credential_reported: BTreeSet<&'static str>,
+    /// A member of the hub rather than a peer of a Secret.
+    pub(super) hub: bool,
+    /// A hub member while the hub does not answer: its data counts as it
+    /// was, however long (a hub outage freezes imports).
+    pub(super) frozen: bool,
 }
 
 impl Peer {
@@ -143,6 +148,8 @@ impl Peer {
             credential_expires: None,
             expiry_warned: false,
             credential_reported: BTreeSet::new(),
+            hub: false,
+            frozen: false,
         }
     }
 
@@ -188,7 +195,9 @@ impl Peer {
         let Some(conn) = &self.current else {
             return false;
         };
-        conn.identity.is_some() && conn.synced() && (self.up() || self.within_grace(grace, now))
+        conn.identity.is_some()
+            && conn.synced()
+            && (self.up() || self.frozen || self.within_grace(grace, now))
     }
 
     /// Healthy and still the cluster it joined as.

@@ -1142,3 +1142,5 @@ fn an_expiring_credential_is_warned_of_a_day_ahead_and_an_expired_one_reported_a
     );
     assert!(warnings(&ticked).is_empty(), "past it: no warning");
 }
+
+mod hub;

@@ -56,7 +56,7 @@ impl Peers {
     /// (their services are left alone).
     pub(in crate::controller) fn views(&self, now: Now) -> (Vec<PeerView<'_>>, BTreeSet<String>) {
         let grace = self.settings.grace;
-        let mut views = Vec::new();
+        let mut views: Vec<(bool, PeerView<'_>)> = Vec::new();
         let mut unknown = BTreeSet::new();
         for peer in self.peers.values() {
             let within_grace = peer.within_grace(grace, now.wall);
@@ -86,14 +86,17 @@ impl Peers {
                 }
                 continue;
             }
-            views.push(PeerView {
-                id,
-                endpoint_ranges: peer.endpoint_ranges.as_deref(),
-                data: &conn.data,
-                usable: peer.usable(grace, now.wall),
-            });
+            views.push((
+                peer.hub,
+                PeerView {
+                    id,
+                    endpoint_ranges: peer.endpoint_ranges.as_deref(),
+                    data: &conn.data,
+                    usable: peer.usable(grace, now.wall),
+                },
+            ));
         }
-        (views, unknown)
+        once_by_id(views, unknown)
     }
 
     /// Every service some peer's current connection exports.
@@ -103,4 +106,24 @@ impl Peers {
             .filter_map(|p| p.current.as_ref())
             .flat_map(|c| c.data.exports.services())
     }
+}
+
+/// A cluster read both through the mesh and through a hub (while the
+/// clusterset moves from one to the other) is read once, by its id: its
+/// mesh view while that counts, else its hub view; a cluster with a view
+/// that counts is not also unknown. `views` are `(from the hub, view)`.
+fn once_by_id<'a>(
+    mut views: Vec<(bool, PeerView<'a>)>,
+    mut unknown: BTreeSet<String>,
+) -> (Vec<PeerView<'a>>, BTreeSet<String>) {
+    // The view to keep first: counting before not, the mesh's before the
+    // hub's.
+    views.sort_by_key(|(hub, view)| (view.id, !view.usable, *hub));
+    views.dedup_by(|later, kept| later.1.id == kept.1.id);
+    for (_, view) in &views {
+        if view.usable {
+            unknown.remove(view.id);
+        }
+    }
+    (views.into_iter().map(|(_, view)| view).collect(), unknown)
 }

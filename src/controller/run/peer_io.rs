@@ -20,7 +20,7 @@ use crate::controller::cluster::Touched;
 use crate::controller::connection::{ClusterKey, Connection, Report, Scope, connect, read_form};
 use crate::controller::events::{SecretRef, Warning};
 use crate::controller::naming::FIELD_MANAGER;
-use crate::controller::peers::{Contact, Effect, Input};
+use crate::controller::peers::{Contact, Effect, Input, is_hub_peer};
 use crate::controller::publication::Form;
 use crate::peering::{self, PeerSecret, lease, read_identity};
 
@@ -368,8 +368,14 @@ impl PeerIo {
         });
     }
 
-    /// The peer Secret `name`, as a Warning's subject.
+    /// The peer Secret `name`, as a Warning's subject: for a hub member,
+    /// the hub Secret it is read through.
     fn secret_ref<'a>(&'a self, name: &'a str) -> SecretRef<'a> {
+        let name = if is_hub_peer(name) {
+            crate::hub::HUB_SECRET
+        } else {
+            name
+        };
         SecretRef {
             namespace: &self.namespace,
             name,
