@@ -37,7 +37,7 @@ const CHART: &str = "deploy/helm/clusterset-dns";
 const WAIT: Duration = Duration::from_secs(45);
 
 /// Every tag of docs/deploy.md that a test here runs.
-const RUN_TAGS: [&str; 8] = [
+const RUN_TAGS: [&str; 11] = [
     "install",
     "install-no-crds",
     "network-policy",
@@ -46,7 +46,13 @@ const RUN_TAGS: [&str; 8] = [
     "helm-upgrade",
     "helm-values",
     "rollout",
+    "hub-member",
+    "helm-hub-member",
+    "hub-member-drop-reader",
 ];
+
+/// The ServiceAccount of the role peers read a cluster with.
+const PEER_READER: &str = "ServiceAccount clusterset-dns/clusterset-dns-peer-reader";
 /// And the one run with the `install` tag.
 const EXAMPLE_TAG: &str = "example";
 
@@ -203,6 +209,19 @@ fn id(object: &Value) -> String {
         object["metadata"]["namespace"].as_str().unwrap_or(""),
         object["metadata"]["name"].as_str().unwrap_or("?")
     )
+}
+
+/// The peer reader's ServiceAccount is not in the cluster (nor, with it,
+/// any token of it).
+fn assert_peer_reader_gone(shell: &Shell) {
+    let name = PEER_READER.rsplit('/').next().unwrap();
+    let get = shell.kubectl_output(&["get", "serviceaccount", "--namespace", NS, name]);
+    assert!(
+        !get.status.success() && text(&get.stderr).contains("NotFound"),
+        "{}{}",
+        text(&get.stdout),
+        text(&get.stderr)
+    );
 }
 
 /// What `kubectl apply -k deploy` applies: `kubectl kustomize deploy`.
@@ -573,6 +592,15 @@ async fn kustomize_install_creates_everything_and_a_second_apply_changes_nothing
     assert_eq!(imports.lines().count(), 5, "{imports}");
 
     rollout_keeps_a_ready_server_on_every_node(cluster, &shell).await;
+
+    // Moved to a hub: the peer reader goes, and a hub member's install
+    // brings back nothing of it and changes nothing else.
+    let dropped = shell.run_doc("hub-member-drop-reader");
+    assert_eq!(dropped.matches(" deleted").count(), 5, "{dropped}");
+    let again = shell.run_doc("hub-member");
+    assert_eq!(again.lines().count(), expected.len() - 5, "{again}");
+    assert!(!again.contains("peer-reader"), "{again}");
+    assert_peer_reader_gone(&shell);
     eprintln!("whole test in {:.1} s", t0.elapsed().as_secs_f64());
 }
 
@@ -792,6 +820,14 @@ async fn helm_install_creates_everything_and_an_upgrade_changes_nothing() {
         3,
         "header and two revisions:\n{history}"
     );
+
+    // As a member of a hub: the peer reader goes, nothing else changes.
+    shell.run_doc("helm-hub-member");
+    let (_, hub_member) = helm_objects(&shell, true);
+    let ids: BTreeSet<String> = hub_member.iter().map(id).collect();
+    assert!(!ids.contains(PEER_READER), "{ids:?}");
+    assert_eq!(ids.len(), expected.len() - 5, "{ids:?}");
+    assert_peer_reader_gone(&shell);
 
     // The documented non-default values render objects this apiserver accepts.
     let rendered = shell.run_doc("helm-values");
