@@ -24,6 +24,12 @@
 
 pub mod objects;
 
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+
 use crate::api::limits::is_dns1123_label;
 
 /// Prefix of a member's namespace on the hub.
@@ -39,6 +45,13 @@ pub const MEMBER_SERVICE_ACCOUNT: &str = "clusterset-dns-member";
 /// The name of a member's Lease in its namespace: renewed while the
 /// member's controller runs.
 pub const MEMBER_LEASE: &str = "clusterset-dns-member";
+
+/// How often a member's controller renews its Lease on the hub.
+pub const LEASE_RENEW: Duration = Duration::from_secs(10);
+
+/// The duration a member's Lease records: three renewals. A member whose
+/// Lease was not renewed for as long is down, as its readers see it.
+pub const LEASE_DURATION: Duration = Duration::from_secs(30);
 
 /// The ClusterRole that lets every member read every publication.
 pub const READER_ROLE: &str = "clusterset-dns-hub-reader";
@@ -117,6 +130,23 @@ impl Default for MemberQuota {
             published_services: 2_000,
             slices: 10_000,
         }
+    }
+}
+
+/// Member `local_id`'s Lease in its hub namespace, renewed at `now`.
+pub fn member_lease(namespace: &str, local_id: &str, now: SystemTime) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(MEMBER_LEASE.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(local_id.to_owned()),
+            lease_duration_seconds: Some(LEASE_DURATION.as_secs() as i32),
+            renew_time: Timestamp::try_from(now).ok().map(MicroTime),
+            ..LeaseSpec::default()
+        }),
     }
 }
 

@@ -18,10 +18,8 @@ use std::hash::{Hash, Hasher};
 use std::time::{Duration, SystemTime};
 
 use futures::{FutureExt, StreamExt, stream};
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource};
@@ -33,16 +31,10 @@ use crate::api::well_known::LABEL_MANAGED_BY;
 use crate::controller::lean::Lean;
 use crate::controller::naming::{LABEL_APP_MANAGED_BY, MANAGED_BY};
 use crate::controller::publication::PUBLISHED_BY;
-use crate::hub::MEMBER_LEASE;
+use crate::hub::{LEASE_RENEW, MEMBER_LEASE, member_lease};
 
 /// The field manager of the hub copy.
 pub(crate) const FIELD_MANAGER: &str = "clusterset-dns-member";
-
-/// How often this member's Lease on the hub is renewed.
-pub(crate) const LEASE_RENEW: Duration = Duration::from_secs(10);
-
-/// The duration this member's Lease on the hub records: three renewals.
-pub(crate) const LEASE_DURATION: Duration = Duration::from_secs(30);
 
 /// Writes to the hub in flight at once.
 const WRITES_IN_FLIGHT: usize = 8;
@@ -420,22 +412,5 @@ impl Publisher {
         {
             self.log_error("renewing this member's Lease", &error);
         }
-    }
-}
-
-/// Member `local_id`'s Lease in its hub namespace, renewed at `now`.
-pub(crate) fn member_lease(namespace: &str, local_id: &str, now: SystemTime) -> Lease {
-    Lease {
-        metadata: ObjectMeta {
-            name: Some(MEMBER_LEASE.to_owned()),
-            namespace: Some(namespace.to_owned()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some(local_id.to_owned()),
-            lease_duration_seconds: Some(LEASE_DURATION.as_secs() as i32),
-            renew_time: Timestamp::try_from(now).ok().map(MicroTime),
-            ..LeaseSpec::default()
-        }),
     }
 }

@@ -49,7 +49,7 @@ use crate::hub::{MEMBER_LEASE, member_of_namespace};
 const LIVENESS_EVERY: Duration = Duration::from_secs(2);
 
 /// A member's Lease duration when its Lease says none, or none is there.
-const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+const DEFAULT_LEASE: Duration = crate::hub::LEASE_DURATION;
 
 /// The shortest and longest Lease duration honoured: a member cannot make
 /// itself unkillable, nor flap with a 1 s Lease.
