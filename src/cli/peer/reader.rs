@@ -23,6 +23,9 @@ pub(super) const SHIPPED_NAMESPACE: &str = crate::cluster_args::DEFAULT_NAMESPAC
 /// with the token bound to it. Rotation and revocation find a reader's
 /// tokens by it.
 pub(super) const LABEL_READER_FOR: &str = "clusterset-dns.io/peer-reader-for";
+/// `app.kubernetes.io/component` of the reader's objects: what a member
+/// of a hub leaves out (docs/deploy.md, "A member of a hub").
+pub(super) const COMPONENT: &str = "peer-reader";
 /// `app.kubernetes.io/managed-by` of the anchor Secrets.
 pub(super) const MANAGED_BY: &str = "clusterset-dns-peer-cli";
 
@@ -43,7 +46,7 @@ pub(super) fn service_account(namespace: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": {"name": SERVICE_ACCOUNT, "namespace": namespace},
+        "metadata": {"name": SERVICE_ACCOUNT, "namespace": namespace, "labels": {"app.kubernetes.io/component": COMPONENT}},
     })
 }
 
@@ -68,7 +71,7 @@ pub(super) fn role(namespace: &str) -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
-        "metadata": {"name": ROLE, "namespace": namespace},
+        "metadata": {"name": ROLE, "namespace": namespace, "labels": {"app.kubernetes.io/component": COMPONENT}},
         "rules": rules,
     })
 }
@@ -78,7 +81,7 @@ pub(super) fn role_binding(namespace: &str) -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": {"name": ROLE, "namespace": namespace},
+        "metadata": {"name": ROLE, "namespace": namespace, "labels": {"app.kubernetes.io/component": COMPONENT}},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE},
         "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}],
     })
@@ -90,7 +93,7 @@ pub(super) fn cluster_role() -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
-        "metadata": {"name": CLUSTER_ROLE},
+        "metadata": {"name": CLUSTER_ROLE, "labels": {"app.kubernetes.io/component": COMPONENT}},
         "rules": [
             {
                 "apiGroups": [MCS_GROUP],
@@ -123,7 +126,7 @@ pub(super) fn binding(namespace: &str) -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
-        "metadata": {"name": binding_name(namespace)},
+        "metadata": {"name": binding_name(namespace), "labels": {"app.kubernetes.io/component": COMPONENT}},
         "roleRef": {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": "ClusterRole",
