@@ -52,11 +52,11 @@ pub async fn serve(listener: TcpListener, state: State, mut shutdown: watch::Rec
 }
 
 impl Routes for State {
-    async fn ready(&self) -> Result<(), String> {
+    async fn ready(&self) -> Result<Option<String>, String> {
         if self.shutting_down.load(Ordering::Relaxed) {
             Err("shutting down".into())
         } else if self.zone.is_ready() {
-            Ok(())
+            Ok(None)
         } else {
             Err("no zone loaded yet".into())
         }

@@ -861,7 +861,11 @@ async fn the_shared_options_are_read_from_the_environment() {
 async fn durations_take_units_or_plain_seconds_and_a_bad_one_names_its_option() {
     let dir = tempfile::tempdir().expect("tempdir");
     let serve_durations = ["tcp-idle-timeout", "lame-duck", "apiserver-timeout"];
-    let controller_durations = ["peer-grace-period", "startup-sync-timeout"];
+    let controller_durations = [
+        "peer-grace-period",
+        "startup-sync-timeout",
+        "peer-reread-interval",
+    ];
     let commands = [
         ("serve", &serve_durations[..]),
         ("controller", &controller_durations),

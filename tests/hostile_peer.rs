@@ -93,7 +93,16 @@ impl Pair {
     }
 
     fn spawn_with(&self, i: usize, extra: &[&str]) -> ControllerProcess {
-        let mut args = vec!["--peer-grace-period", "8s", "--startup-sync-timeout", "10s"];
+        // Identity and marker read again every 2 s: a changed id is
+        // refused well within the 8 s grace the trials check against.
+        let mut args = vec![
+            "--peer-grace-period",
+            "8s",
+            "--startup-sync-timeout",
+            "10s",
+            "--peer-reread-interval",
+            "2s",
+        ];
         args.extend_from_slice(extra);
         controlplane::spawn_controller(&self.plane.clusters[i], &self.kubeconfigs[i], &args)
     }

@@ -70,7 +70,7 @@ impl ControllerRoutes {
 }
 
 impl Routes for ControllerRoutes {
-    async fn ready(&self) -> Result<(), String> {
+    async fn ready(&self) -> Result<Option<String>, String> {
         if !*self.state.leading.borrow() {
             return Err("standby, waiting for the leader Lease".into());
         }
@@ -150,7 +150,12 @@ mod tests {
 
         leading_tx.send(true).unwrap();
         let answers = tokio::spawn(async move {
-            let mut ready = [Err("peer east is not synced".to_owned()), Ok(())].into_iter();
+            let mut ready = [
+                Err("peer east is not synced".to_owned()),
+                Ok(None),
+                Ok(Some("21 mesh peers".to_owned())),
+            ]
+            .into_iter();
             while let Some(query) = asked.recv().await {
                 match query {
                     Query::Ready(reply) => {
@@ -165,6 +170,10 @@ mod tests {
         let syncing = (503, "not ready: peer east is not synced\n".into());
         assert_eq!(get(addr, "/ready").await, syncing);
         assert_eq!(get(addr, "/readyz").await, (200, "ready\n".into()));
+        assert_eq!(
+            get(addr, "/ready").await,
+            (200, "ready\nwarning: 21 mesh peers\n".into())
+        );
         let (status, json) = get(addr, "/explain?service=demo/web").await;
         assert_eq!(status, 200, "{json}");
         let explained: serde_json::Value = serde_json::from_str(&json).unwrap();

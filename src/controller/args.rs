@@ -31,6 +31,11 @@ pub struct ControllerArgs {
     /// `30s`, `5m`, `1h`; a plain number is seconds).
     #[arg(long, env = "CLUSTERSET_DNS_PEER_GRACE_PERIOD", default_value = "5m", value_parser = duration::parse)]
     pub peer_grace_period: Duration,
+    /// How often each peer's cluster id and publication marker are read
+    /// again (a duration, as for --peer-grace-period): a peer answering
+    /// with another id is refused within this.
+    #[arg(long, env = "CLUSTERSET_DNS_PEER_REREAD_INTERVAL", default_value = "10s", value_parser = duration::parse)]
+    pub peer_reread_interval: Duration,
     /// How long to wait at start-up for every peer's first sync before
     /// reconciling without the peers that have not answered (a duration,
     /// as for --peer-grace-period).

@@ -14,7 +14,9 @@
 //! contract ([`crate::peering::probe`]), which also reads the peer's
 //! publication marker and reports a change of form.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Service};
@@ -160,11 +162,23 @@ pub(super) enum Scope {
         namespace: String,
         /// How its exports are read.
         form: Form,
-        /// How often to probe it.
-        probe_interval: Duration,
-        /// How long a probe may take.
-        probe_timeout: Duration,
+        /// How it is checked.
+        probing: Probing,
     },
+}
+
+/// How a peer is checked: that it answers (by its watches delivering, else
+/// by a probe), and that it is still the cluster it joined as, publishing
+/// in the form its watches read.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Probing {
+    /// How often whether it answers is checked.
+    pub interval: Duration,
+    /// How long a probe or a read may take.
+    pub timeout: Duration,
+    /// How often its identity and publication marker are read again
+    /// (`--peer-reread-interval`).
+    pub reread: Duration,
 }
 
 /// The running watches of one cluster; dropping it stops them.
@@ -188,11 +202,47 @@ impl Drop for Connection {
     }
 }
 
+/// When a connection's watches last delivered something: a peer whose
+/// watches deliver answers, and needs no probe meanwhile.
+#[derive(Debug)]
+struct Activity {
+    start: Instant,
+    /// Milliseconds from `start` to the last delivery (0: none yet).
+    last: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            start: Instant::now(),
+            last: AtomicU64::new(0),
+        })
+    }
+
+    /// A watch delivered an object or a list's end (not an error).
+    fn delivered(&self) {
+        let at = self.start.elapsed().as_millis().max(1);
+        self.last
+            .store(u64::try_from(at).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// Whether a watch delivered within `window`.
+    fn within(&self, window: Duration) -> bool {
+        let last = self.last.load(Ordering::Relaxed);
+        last != 0
+            && self
+                .start
+                .elapsed()
+                .saturating_sub(Duration::from_millis(last))
+                < window
+    }
+}
+
 fn forward<K, S>(
     key: ClusterKey,
     stream: S,
     wrap: fn(Result<WatcherEvent<K>, watcher::Error>) -> WatchEvent,
-    reports: mpsc::Sender<Report>,
+    (reports, activity): (mpsc::Sender<Report>, Arc<Activity>),
 ) -> JoinHandle<()>
 where
     S: Stream<Item = Result<WatcherEvent<K>, watcher::Error>> + Send + 'static,
@@ -201,6 +251,9 @@ where
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
+            if event.is_ok() {
+                activity.delivered();
+            }
             if reports
                 .send(Report::Watch(key.clone(), Box::new(wrap(event))))
                 .await
@@ -234,7 +287,7 @@ fn forward_viewed<P, K, S>(
     stream: S,
     mut viewer: Viewer<P, K>,
     wrap: fn(Result<WatcherEvent<K>, watcher::Error>) -> WatchEvent,
-    reports: mpsc::Sender<Report>,
+    (reports, activity): (mpsc::Sender<Report>, Arc<Activity>),
 ) -> JoinHandle<()>
 where
     S: Stream<Item = Result<WatcherEvent<P>, watcher::Error>> + Send + 'static,
@@ -245,7 +298,10 @@ where
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             let viewed = match event {
-                Ok(event) => viewer.event(event),
+                Ok(event) => {
+                    activity.delivered();
+                    viewer.event(event)
+                }
                 Err(error) => {
                     if reports
                         .send(Report::Watch(key.clone(), Box::new(wrap(Err(error)))))
@@ -312,6 +368,7 @@ pub(super) fn connect(
     let mut tasks = Tasks {
         key: key.clone(),
         reports: reports.clone(),
+        activity: Activity::new(),
         started: Vec::new(),
     };
     tasks.watch(
@@ -374,8 +431,7 @@ pub(super) fn connect(
             id,
             namespace,
             form,
-            probe_interval,
-            probe_timeout,
+            probing,
         } => {
             match form {
                 Form::Published => {
@@ -423,12 +479,13 @@ pub(super) fn connect(
                     );
                 }
             }
+            let activity = tasks.activity.clone();
             tasks.started.push(tokio::spawn(probe(
                 client,
                 key,
                 (id, namespace, form),
-                probe_interval,
-                probe_timeout,
+                probing,
+                activity,
                 reports,
             )));
         }
@@ -443,6 +500,8 @@ pub(super) fn connect(
 struct Tasks {
     key: ClusterKey,
     reports: mpsc::Sender<Report>,
+    /// When the watches last delivered (read by a peer's probe).
+    activity: Arc<Activity>,
     started: Vec<JoinHandle<()>>,
 }
 
@@ -460,7 +519,7 @@ impl Tasks {
             self.key.clone(),
             watch::stream(api, config),
             wrap,
-            self.reports.clone(),
+            (self.reports.clone(), self.activity.clone()),
         ));
     }
 
@@ -488,7 +547,7 @@ impl Tasks {
             watch::stream(api, config),
             viewer,
             wrap,
-            self.reports.clone(),
+            (self.reports.clone(), self.activity.clone()),
         ));
     }
 }
@@ -508,24 +567,38 @@ pub(super) async fn read_form(client: &Client, namespace: &str) -> Result<Form, 
     }
 }
 
-/// Runs the peer's health probe ([`peering::probe`]) every `interval`, for
-/// as long as the connection lives.
+/// Checks a peer every `probing.interval`, for as long as the connection
+/// lives: that it answers, by the health probe of the peer contract
+/// ([`peering::probe`]) unless its watches delivered within the interval
+/// (they show it answers, at no cost to it); and every `probing.reread`
+/// that it is still the cluster it joined as and publishes in the form
+/// its watches read (a change of either is rare: a peer rejoining under
+/// another id, an upgrade).
 async fn probe(
     client: Client,
     key: ClusterKey,
     (id, namespace, form): (String, String, Form),
-    interval: Duration,
-    timeout: Duration,
+    Probing {
+        interval,
+        timeout,
+        reread,
+    }: Probing,
+    activity: Arc<Activity>,
     reports: mpsc::Sender<Report>,
 ) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut form_reported = false;
+    let mut reread_at = Instant::now();
     loop {
         ticker.tick().await;
-        let result = peering::probe(&client, timeout)
-            .await
-            .map_err(|error| error.to_string());
+        let result = if activity.within(interval) {
+            Ok(())
+        } else {
+            peering::probe(&client, timeout)
+                .await
+                .map_err(|error| error.to_string())
+        };
         let answered = result.is_ok();
         if reports
             .send(Report::Probe(key.clone(), result))
@@ -534,11 +607,13 @@ async fn probe(
         {
             return;
         }
+        if !answered || reread_at.elapsed() < reread {
+            continue;
+        }
+        reread_at = Instant::now();
         // The id it was accepted as, asked again: a peer whose id changes
         // is refused (IdentityChanged), not followed.
-        if answered
-            && let Ok(Ok(identity)) =
-                tokio::time::timeout(timeout, peering::identity(&client)).await
+        if let Ok(Ok(identity)) = tokio::time::timeout(timeout, peering::identity(&client)).await
             && identity.cluster_id != id
             && reports
                 .send(Report::Identity(key.clone(), identity))
@@ -550,8 +625,7 @@ async fn probe(
         // The peer upgraded (its marker appeared) or rolled back: its
         // exports are read again in the other form, by a new connection
         // (reported once; this one ends when that one has synced).
-        if answered
-            && !form_reported
+        if !form_reported
             && let Ok(Ok(now)) = tokio::time::timeout(timeout, read_form(&client, &namespace)).await
             && now != form
         {
@@ -564,5 +638,20 @@ async fn probe(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_is_active_only_within_the_window_after_a_delivery() {
+        let activity = Activity::new();
+        assert!(!activity.within(Duration::from_secs(3600)), "nothing yet");
+        activity.delivered();
+        assert!(activity.within(Duration::from_secs(2)));
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(!activity.within(Duration::from_millis(10)));
     }
 }

@@ -187,8 +187,11 @@ pub async fn run(
         ),
         import_selector: args.import_namespace_selector.clone(),
         peer_ip_share: args.peer_clusterset_ip_share,
-        probe_interval: crate::peering::contact::PROBE_INTERVAL,
-        probe_timeout: crate::peering::contact::PROBE_TIMEOUT,
+        probing: connection::Probing {
+            interval: crate::peering::contact::PROBE_INTERVAL,
+            timeout: crate::peering::contact::PROBE_TIMEOUT,
+            reread: args.peer_reread_interval,
+        },
         instance: identity.clone(),
         peer_limits: PeerLimits {
             exports: args.peer_max_exports,

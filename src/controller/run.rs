@@ -66,8 +66,9 @@ const REPORTS_QUEUED: usize = 4096;
 /// A question for the loop, answered between events.
 #[derive(Debug)]
 pub(super) enum Query {
-    /// Readiness: peers synced or within grace.
-    Ready(oneshot::Sender<Result<(), String>>),
+    /// Readiness: peers synced or within grace; a warning when the mesh
+    /// is larger than a mesh suits.
+    Ready(oneshot::Sender<Result<Option<String>, String>>),
     /// The merge of one service, as JSON.
     Explain(ServiceRef, oneshot::Sender<serde_json::Value>),
 }
@@ -328,13 +329,15 @@ impl Controller {
         tracing::info!(peers = self.stores.peers.len(), "reconciling");
     }
 
-    fn readiness(&self) -> Result<(), String> {
+    fn readiness(&self) -> Result<Option<String>, String> {
         if let Some(waiting_for) = self.schedule.waiting_for(self.stores.gate()) {
             return Err(waiting_for.into());
         }
         let waiting = self.stores.peers.not_ready(Now::current());
         if waiting.is_empty() {
-            Ok(())
+            Ok(crate::peering::mesh_size_warning(
+                self.stores.peers.mesh_len(),
+            ))
         } else {
             Err(format!(
                 "peers neither synced nor within grace: {}",

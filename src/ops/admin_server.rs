@@ -39,9 +39,10 @@ pub const MAX_CONNECTIONS: usize = 32;
 
 /// What one process serves beyond the routes every process answers.
 pub trait Routes: Send + Sync + 'static {
-    /// `Ok` when the process is ready for traffic, else why not: `/ready`
-    /// answers 200, or 503 with the reason.
-    fn ready(&self) -> impl Future<Output = Result<(), String>> + Send;
+    /// `Ok` when the process is ready for traffic, with a warning for
+    /// its operator if there is one, else why not: `/ready` answers 200
+    /// (and the warning), or 503 with the reason.
+    fn ready(&self) -> impl Future<Output = Result<Option<String>, String>> + Send;
 
     /// The process's metrics in the Prometheus text format.
     fn metrics(&self) -> String;
@@ -239,7 +240,10 @@ async fn respond<R: Routes>(request: &Request<Incoming>, routes: &R) -> Response
     let reply = match Route::of(request.uri().path()) {
         Route::Live => Reply::text(StatusCode::OK, "ok\n"),
         Route::Ready => match routes.ready().await {
-            Ok(()) => Reply::text(StatusCode::OK, "ready\n"),
+            Ok(None) => Reply::text(StatusCode::OK, "ready\n"),
+            Ok(Some(warning)) => {
+                Reply::text(StatusCode::OK, format!("ready\nwarning: {warning}\n"))
+            }
             Err(why) => Reply::text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("not ready: {why}\n"),
@@ -471,8 +475,8 @@ mod tests {
     }
 
     impl Routes for Fixed {
-        async fn ready(&self) -> Result<(), String> {
-            self.not_ready.map_or(Ok(()), |why| Err(why.into()))
+        async fn ready(&self) -> Result<Option<String>, String> {
+            self.not_ready.map_or(Ok(None), |why| Err(why.into()))
         }
 
         fn metrics(&self) -> String {

@@ -39,6 +39,21 @@ use crate::label_selector::LabelSelector;
 
 pub use contact::{Identity, identity, probe, read_identity};
 
+/// The most peers a mesh suits: past it each controller holds more
+/// connections, and each apiserver answers more probes, than a hub would
+/// cost (docs/controller.md, "The mesh or a hub").
+pub const MESH_SUITS_PEERS: usize = 20;
+
+/// What `/ready` and `peer list` say of a mesh of `peers` peers past
+/// [`MESH_SUITS_PEERS`].
+pub fn mesh_size_warning(peers: usize) -> Option<String> {
+    (peers > MESH_SUITS_PEERS).then(|| {
+        format!(
+            "{peers} peers: past about {MESH_SUITS_PEERS}, a hub costs each member less (docs/hub.md)"
+        )
+    })
+}
+
 /// Label that makes a Secret a peer (with the value `true`).
 pub const PEER_LABEL: &str = "clusterset-dns.io/peer";
 /// The label selector of peer Secrets: [`PEER_LABEL`]`=true` (the
@@ -229,6 +244,14 @@ mod tests {
     use k8s_openapi::ByteString;
 
     use super::*;
+
+    #[test]
+    fn a_mesh_past_twenty_peers_is_pointed_to_a_hub() {
+        assert_eq!(mesh_size_warning(0), None);
+        assert_eq!(mesh_size_warning(MESH_SUITS_PEERS), None);
+        let warning = mesh_size_warning(MESH_SUITS_PEERS + 1).unwrap();
+        assert!(warning.starts_with("21 peers") && warning.contains("docs/hub.md"));
+    }
 
     fn secret(labels: &[(&str, &str)], data: &[(&str, &[u8])]) -> Secret {
         let mut secret = Secret::default();

@@ -27,7 +27,13 @@ pub(super) async fn list(args: &ListArgs) -> Result<String, PeerError> {
     )
     .await?;
     Ok(match args.output {
-        Output::Table => rules::render_table(&peers),
+        Output::Table => {
+            let mut table = rules::render_table(&peers);
+            if let Some(warning) = peering::mesh_size_warning(peers.len()) {
+                table.push_str(&format!("\nwarning: {warning}\n"));
+            }
+            table
+        }
         Output::Json => {
             let mut text = serde_json::to_string_pretty(&peers)
                 .map_err(|e| PeerError::Failed(format!("rendering JSON: {e}")))?;

@@ -27,6 +27,11 @@ impl Peers {
         self.peers.len()
     }
 
+    /// How many peers peer Secrets name (a hub's members aside).
+    pub(in crate::controller) fn mesh_len(&self) -> usize {
+        self.peers.values().filter(|p| !p.hub).count()
+    }
+
     /// Whether connection `generation` of Secret `secret` is one of the
     /// peer's (current or next): the shell drops the tasks and clients of
     /// the others.

@@ -17,7 +17,9 @@ use tokio::sync::mpsc;
 use super::settings::Settings;
 use super::signals::Signals;
 use crate::controller::cluster::Touched;
-use crate::controller::connection::{ClusterKey, Connection, Report, Scope, connect, read_form};
+use crate::controller::connection::{
+    ClusterKey, Connection, Probing, Report, Scope, connect, read_form,
+};
 use crate::controller::events::{SecretRef, Warning};
 use crate::controller::naming::FIELD_MANAGER;
 use crate::controller::peers::{Contact, Effect, Input, is_hub_peer};
@@ -69,8 +71,7 @@ pub(super) struct PeerIo {
     namespace: String,
     /// How long an unreachable peer's data stays (a Lease's duration).
     grace: Duration,
-    probe_interval: Duration,
-    probe_timeout: Duration,
+    probing: Probing,
     /// The I/O of each live peer connection, by Secret and generation.
     tasks: BTreeMap<(String, u64), ConnTasks>,
     /// Where connections report what they read.
@@ -97,8 +98,7 @@ impl PeerIo {
             local_id: local_id.to_owned(),
             namespace: settings.namespace.clone(),
             grace: settings.grace,
-            probe_interval: settings.probe_interval,
-            probe_timeout: settings.probe_timeout,
+            probing: settings.probing,
             tasks: BTreeMap::new(),
             reports,
             identities,
@@ -283,8 +283,7 @@ impl PeerIo {
             id,
             namespace,
             form,
-            probe_interval: self.probe_interval,
-            probe_timeout: self.probe_timeout,
+            probing: self.probing,
         };
         let (secret, generation) = key;
         let cluster = ClusterKey::Peer { secret, generation };

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::controller::cluster::PeerLimits;
+use crate::controller::connection::Probing;
 use crate::controller::reconcile::NamespaceFilter;
 
 /// Settings of the loop.
@@ -23,10 +24,8 @@ pub(in crate::controller) struct Settings {
     /// The percentage of the Service CIDR one peer alone may make this
     /// cluster allocate as clusterset IPs.
     pub(in crate::controller) peer_ip_share: u8,
-    /// Probe interval.
-    pub(in crate::controller) probe_interval: Duration,
-    /// Probe timeout.
-    pub(in crate::controller) probe_timeout: Duration,
+    /// How peers are checked.
+    pub(in crate::controller) probing: Probing,
     /// This replica's name in Events.
     pub(in crate::controller) instance: String,
     /// How much of each peer's data is held at most.
