@@ -42,6 +42,9 @@ const WRITES_IN_FLIGHT: usize = 8;
 /// How often differences left by failed writes are tried again.
 const RETRY_EVERY: Duration = Duration::from_secs(5);
 
+/// The longest pause after passes in which every write failed.
+const MAX_PAUSE: Duration = Duration::from_secs(60);
+
 /// Which kind of the publication.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Kind {
@@ -166,6 +169,11 @@ pub(super) struct Publisher {
     written: BTreeMap<(Kind, String), (u64, u64)>,
     /// When the last error was logged, so an outage logs once a minute.
     last_error_logged: Option<Instant>,
+    /// After a pass in which every write failed: no pass before the
+    /// instant, and the pause the next such pass doubles (5 s to 60 s). A
+    /// hub that does not answer is not sent the whole publication again
+    /// every few seconds; one that answers again ends the pause.
+    paused: Option<(Instant, Duration)>,
 }
 
 impl Publisher {
@@ -188,6 +196,7 @@ impl Publisher {
             copied: Side::default(),
             written: BTreeMap::new(),
             last_error_logged: None,
+            paused: None,
         }
     }
 
@@ -265,9 +274,11 @@ impl Publisher {
     fn read(&mut self, read: Read) {
         match read {
             Read::Local(kind, Ok(event)) => self.desired.event(kind, event, |o| content(kind, o)),
-            Read::Hub(kind, Ok(event)) => self
-                .copied
-                .event(kind, event, |o| fingerprint(&content(kind, o))),
+            Read::Hub(kind, Ok(event)) => {
+                self.paused = None;
+                self.copied
+                    .event(kind, event, |o| fingerprint(&content(kind, o)));
+            }
             Read::Local(_, Err(error)) => {
                 tracing::debug!(error = %crate::error::Chain(&error), "watch of the local publication failing")
             }
@@ -294,6 +305,25 @@ impl Publisher {
         if !self.desired.synced() || !self.copied.synced() {
             return;
         }
+        if self.paused.is_some_and(|(until, _)| Instant::now() < until) {
+            return;
+        }
+        let (written, failed) = self.copy_pass().await;
+        if failed > 0 && written == 0 {
+            let pause = self
+                .paused
+                .map_or(RETRY_EVERY, |(_, pause)| (pause * 2).min(MAX_PAUSE));
+            self.paused = Some((Instant::now() + pause, pause));
+        } else if written > 0 {
+            self.paused = None;
+        }
+    }
+
+    /// One comparison and the writes it calls for; returns how many
+    /// writes succeeded and failed. A batch of which every write failed
+    /// ends the pass: the rest would fail alike.
+    async fn copy_pass(&mut self) -> (usize, usize) {
+        let (mut written, mut failed) = (0, 0);
         let mut applies: Vec<((Kind, String), Value, u64)> = Vec::new();
         for (key, content) in &self.desired.objects {
             let want = fingerprint(content);
@@ -312,7 +342,7 @@ impl Publisher {
             .cloned()
             .collect();
         if applies.is_empty() && deletes.is_empty() {
-            return;
+            return (0, 0);
         }
         let (slices, services): (Vec<_>, Vec<_>) = applies
             .into_iter()
@@ -327,15 +357,23 @@ impl Publisher {
                 .buffer_unordered(WRITES_IN_FLIGHT)
                 .collect()
                 .await;
+            let before = written;
             for (key, want, result) in results {
                 match result {
                     Ok(stored) => {
+                        written += 1;
                         let stored = fingerprint(&content(key.0, &stored));
                         self.written.insert(key.clone(), (want, stored));
                         self.copied.objects.insert(key, stored);
                     }
-                    Err(error) => self.log_error("writing the publication's copy", &error),
+                    Err(error) => {
+                        failed += 1;
+                        self.log_error("writing the publication's copy", &error);
+                    }
                 }
+            }
+            if failed > 0 && written == before {
+                return (written, failed);
             }
         }
         let this = &*self;
@@ -350,12 +388,17 @@ impl Publisher {
         for (key, result) in results {
             match result {
                 Ok(()) => {
+                    written += 1;
                     self.copied.objects.remove(&key);
                     self.written.remove(&key);
                 }
-                Err(error) => self.log_error("deleting from the publication's copy", &error),
+                Err(error) => {
+                    failed += 1;
+                    self.log_error("deleting from the publication's copy", &error);
+                }
             }
         }
+        (written, failed)
     }
 
     /// Applies `content` as the hub's copy; returns what the hub stored.
@@ -401,8 +444,21 @@ impl Publisher {
     }
 
     /// Renews this member's Lease on the hub: how the other members know
-    /// it runs.
+    /// it runs. Only while this cluster's own apiserver answers (the probe
+    /// a mesh peer would make of it): a member whose publication can no
+    /// longer follow its cluster is lost to the others after grace, as an
+    /// unreachable mesh peer is, not kept for ever by a controller that
+    /// still reaches the hub.
     async fn renew_lease(&mut self) {
+        if let Err(error) =
+            crate::peering::probe(&self.local, crate::peering::contact::PROBE_TIMEOUT).await
+        {
+            self.log_error(
+                "reaching this cluster's apiserver (the Lease is not renewed)",
+                &error,
+            );
+            return;
+        }
         let lease = member_lease(&self.hub_namespace, &self.local_id, SystemTime::now());
         let api: Api<Lease> = Self::api(&self.hub, &self.hub_namespace);
         let params = PatchParams::apply(FIELD_MANAGER).force();
