@@ -8,6 +8,10 @@
 #   scripts/demo.sh                 up, the walkthrough (show), then down
 #   scripts/demo.sh up              start it and leave it running; prints the
 #                                   kubeconfig and DNS addresses
+#   scripts/demo.sh up --hub        the same, the clusters reading each other
+#                                   through a hub (docs/hub.md) instead of as
+#                                   a mesh; without --hub the hub runs beside,
+#                                   unused (docs/tutorials/06-mesh-to-hub.md)
 #   scripts/demo.sh env             the env file: source <(scripts/demo.sh env)
 #   scripts/demo.sh show            the walkthrough, against a running demo
 #   scripts/demo.sh status          what runs
@@ -69,6 +73,8 @@ build() {
 }
 
 up() {
+	local hub_flag=
+	[ "${1:-}" = --hub ] && hub_flag=--hub
 	if running; then
 		say "already up (scripts/demo.sh down stops it)"
 		cat "$state/summary"
@@ -84,7 +90,7 @@ up() {
 	# Everything it starts dies with it (PR_SET_PDEATHSIG).
 	TMPDIR=$state/tmp CLUSTERSET_DNS_TESTENV_BIN=$testenv_bin \
 		CLUSTERSET_DNS_BIN=$target/debug/clusterset-dns \
-		setsid nohup "$demo_bin" run "$state" --grace "$grace" \
+		setsid nohup "$demo_bin" run "$state" --grace "$grace" $hub_flag \
 		>"$state/demo.log" 2>&1 </dev/null &
 	pid=$!
 	echo "$pid" >"$state/pid"
@@ -281,7 +287,10 @@ all)
 	trap down EXIT
 	show
 	;;
-up) up ;;
+up)
+	[ $# -le 2 ] && [ "${2:---hub}" = --hub ] || die "usage: scripts/demo.sh up [--hub]"
+	up "${2:-}"
+	;;
 down) down ;;
 env)
 	need_up

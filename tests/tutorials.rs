@@ -19,7 +19,10 @@
 //! During the blue-green tutorial the test also resolves the migrated name
 //! through every cluster's CoreDNS, several times a second, and asserts that
 //! no lookup failed once a cluster had answered it, until 5 s after the
-//! tutorial's last command.
+//! tutorial's last command; during the move from the mesh to the hub,
+//! likewise, that every answer for `db` holds all four of its addresses.
+//! The move runs last, after `scripts/demo.sh show`: the walkthrough runs
+//! on the mesh.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -44,6 +47,9 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(180);
 const CLUSTERS: [&str; 3] = ["a", "b", "c"];
 /// The name the blue-green tutorial migrates.
 const MIGRATED: &str = "checkout.checkout.svc.clusterset.local.";
+/// The name watched while the clusterset moves to the hub, and how many
+/// addresses each answer must hold (two exporters, two pods each).
+const MOVED: (&str, usize) = ("db.shop.svc.clusterset.local.", 4);
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -370,11 +376,13 @@ fn run_tutorial(demo: &Demo, tutorial: &Path) {
     }
 }
 
-/// Resolves [`MIGRATED`] through every cluster's CoreDNS until stopped;
-/// returns, per cluster, (answered lookups, failed lookups after the first
-/// answer, the first failures).
+/// Resolves `name` through every cluster's CoreDNS until stopped, each
+/// answer to hold at least `least` addresses; returns, per cluster,
+/// (answered lookups, failed lookups after the first answer, the first
+/// failures).
 fn count_lookups(
     servers: Vec<(&'static str, SocketAddr)>,
+    (name, least): (&'static str, usize),
     stop: Arc<AtomicBool>,
 ) -> Vec<(&'static str, usize, usize, Vec<String>)> {
     let mut counts: Vec<(&'static str, usize, usize, Vec<String>)> = servers
@@ -383,13 +391,10 @@ fn count_lookups(
         .collect();
     let mut query = Message::query();
     query.metadata.recursion_desired = true;
-    query.add_query(Query::query(
-        Name::from_ascii(MIGRATED).unwrap(),
-        RecordType::A,
-    ));
+    query.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
     while !stop.load(Ordering::Relaxed) {
         for ((_, server), (_, answered, failed, why)) in servers.iter().zip(counts.iter_mut()) {
-            let result = resolve(*server, &query);
+            let result = resolve(*server, &query, least);
             match result {
                 Ok(()) => *answered += 1,
                 Err(e) if *answered > 0 => {
@@ -406,8 +411,8 @@ fn count_lookups(
     counts
 }
 
-/// One UDP lookup: Ok when NOERROR with at least one A record.
-fn resolve(server: SocketAddr, query: &Message) -> Result<(), String> {
+/// One UDP lookup: Ok when NOERROR with at least `least` records.
+fn resolve(server: SocketAddr, query: &Message, least: usize) -> Result<(), String> {
     let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     socket
         .set_read_timeout(Some(Duration::from_secs(2)))
@@ -421,8 +426,11 @@ fn resolve(server: SocketAddr, query: &Message) -> Result<(), String> {
         .map_err(|e| format!("no answer: {e}"))?;
     let response = Message::from_vec(&buf[..n]).map_err(|e| e.to_string())?;
     match response.metadata.response_code {
-        ResponseCode::NoError if !response.answers.is_empty() => Ok(()),
-        ResponseCode::NoError => Err("NOERROR without an answer".into()),
+        ResponseCode::NoError if response.answers.len() >= least => Ok(()),
+        ResponseCode::NoError => Err(format!(
+            "NOERROR with {} of {least} records",
+            response.answers.len()
+        )),
         rcode => Err(rcode.to_string()),
     }
 }
@@ -500,50 +508,69 @@ fn tutorials_run_as_written() {
         })
         .collect();
     tutorials.sort();
-    assert_eq!(tutorials.len(), 5, "tutorials found: {tutorials:?}");
-    for tutorial in &tutorials {
-        let t0 = Instant::now();
-        let blue_green = tutorial.to_string_lossy().contains("blue-green");
-        let stop = Arc::new(AtomicBool::new(false));
-        let counter = blue_green.then(|| {
-            let servers: Vec<(&str, SocketAddr)> =
-                CLUSTERS.iter().map(|c| (*c, demo.dns(c))).collect();
-            let stop = stop.clone();
-            std::thread::spawn(move || count_lookups(servers, stop))
-        });
-        run_tutorial(&demo, tutorial);
-        if let Some(counter) = counter {
-            // A removal that lands a few seconds after the last command
-            // (a debounce, a deferred delete) must be caught too.
-            std::thread::sleep(Duration::from_secs(5));
-            stop.store(true, Ordering::Relaxed);
-            for (cluster, answered, failed, why) in counter.join().unwrap() {
-                eprintln!(
-                    "blue-green: cluster {cluster}: {answered} lookups answered, {failed} failed"
-                );
-                // The tutorial takes a few seconds; a counter that did not
-                // run during it proves nothing.
-                assert!(
-                    answered >= 10,
-                    "cluster {cluster}: only {answered} lookups of {MIGRATED} answered"
-                );
-                assert_eq!(
-                    failed, 0,
-                    "cluster {cluster}: lookups of {MIGRATED} failed during the migration: {why:?}"
-                );
-            }
-        }
-        eprintln!(
-            "{} ran as written in {:.1} s",
-            tutorial.display(),
-            t0.elapsed().as_secs_f64()
-        );
+    assert_eq!(tutorials.len(), 6, "tutorials found: {tutorials:?}");
+    let (to_hub, on_mesh): (Vec<PathBuf>, Vec<PathBuf>) = tutorials
+        .into_iter()
+        .partition(|t| t.to_string_lossy().contains("mesh-to-hub"));
+    for tutorial in &on_mesh {
+        let watched = tutorial
+            .to_string_lossy()
+            .contains("blue-green")
+            .then_some((MIGRATED, 1));
+        run_watched(&demo, tutorial, watched);
     }
-    eprintln!("all tutorials in {:.1} s", started.elapsed().as_secs_f64());
     let t0 = Instant::now();
     demo_walkthrough_says_only_what_it_shows(&demo);
     eprintln!(
         "scripts/demo.sh show ran true in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    for tutorial in &to_hub {
+        run_watched(&demo, tutorial, Some(MOVED));
+    }
+    eprintln!("all tutorials in {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// Runs `tutorial`; with `watched` (a name and the least addresses an
+/// answer holds), resolves it through every cluster's CoreDNS meanwhile,
+/// and until 5 s after, and fails on any answer short of it once a
+/// cluster had answered it in full.
+fn run_watched(demo: &Demo, tutorial: &Path, watched: Option<(&'static str, usize)>) {
+    let t0 = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let counter = watched.map(|watched| {
+        let servers: Vec<(&str, SocketAddr)> = CLUSTERS.iter().map(|c| (*c, demo.dns(c))).collect();
+        let stop = stop.clone();
+        std::thread::spawn(move || count_lookups(servers, watched, stop))
+    });
+    run_tutorial(demo, tutorial);
+    if let (Some(counter), Some((name, _))) = (counter, watched) {
+        // A removal that lands a few seconds after the last command (a
+        // debounce, a deferred delete) must be caught too.
+        std::thread::sleep(Duration::from_secs(5));
+        stop.store(true, Ordering::Relaxed);
+        for (cluster, answered, failed, why) in counter.join().unwrap() {
+            eprintln!(
+                "{}: cluster {cluster}: {answered} lookups of {name} answered, {failed} failed",
+                tutorial.display()
+            );
+            // The tutorial takes a few seconds; a counter that did not
+            // run during it proves nothing.
+            assert!(
+                answered >= 10,
+                "cluster {cluster}: only {answered} lookups of {name} answered"
+            );
+            assert_eq!(
+                failed,
+                0,
+                "cluster {cluster}: lookups of {name} failed during {}: {why:?}",
+                tutorial.display()
+            );
+        }
+    }
+    eprintln!(
+        "{} ran as written in {:.1} s",
+        tutorial.display(),
         t0.elapsed().as_secs_f64()
     );
 }

@@ -5,10 +5,15 @@
 //! network namespaces, kube-proxy per node, routed pod CIDRs, a `toolbox`
 //! pod per cluster), and per cluster a `clusterset-dns controller`, a
 //! `clusterset-dns serve` and a CoreDNS that forwards `clusterset.local` to
-//! it.
+//! it. Beside them runs a hub (etcd, kube-apiserver and
+//! kube-controller-manager, context `hub`): with `--hub` the members join
+//! it (`clusterset-dns hub init`, `hub join`) and read each other there;
+//! without, they peer as a mesh and the hub waits for a move to it
+//! (docs/tutorials/06-mesh-to-hub.md).
 //!
 //! ```text
-//! demo run STATE_DIR [--grace 20s]   start everything, deploy the sample app, write
+//! demo run STATE_DIR [--grace 20s] [--hub]
+//!                                    start everything, deploy the sample app, write
 //!                                    STATE_DIR/{env,kubeconfig,summary,ready}, run until
 //!                                    SIGTERM/SIGINT (then stop everything)
 //! demo ctl STATE_DIR REQUEST...      ask a running demo: stop-cluster X, start-cluster X, status
@@ -60,10 +65,12 @@ fn main() {
         Some("run") if args.len() >= 2 => {
             let state = PathBuf::from(&args[1]);
             let mut grace = "20s".to_owned();
+            let mut hub = false;
             let mut rest = args[2..].iter();
             while let Some(arg) = rest.next() {
-                match (arg.as_str(), rest.next()) {
-                    ("--grace", Some(value)) => grace = value.clone(),
+                match arg.as_str() {
+                    "--hub" => hub = true,
+                    "--grace" => grace = rest.next().unwrap_or_else(|| usage()).clone(),
                     _ => usage(),
                 }
             }
@@ -75,7 +82,7 @@ fn main() {
                 .enable_all()
                 .build()
                 .expect("a tokio runtime")
-                .block_on(run(&state, &grace));
+                .block_on(run(&state, &grace, hub));
         }
         Some("ctl") if args.len() >= 3 => {
             std::process::exit(ctl(Path::new(&args[1]), &args[2..].join(" ")));
@@ -86,7 +93,7 @@ fn main() {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: demo run STATE_DIR [--grace DURATION] | demo ctl STATE_DIR REQUEST...\n\
+        "usage: demo run STATE_DIR [--grace DURATION] [--hub] | demo ctl STATE_DIR REQUEST...\n\
          (scripts/demo.sh runs this; see its --help)"
     );
     std::process::exit(2);
@@ -154,7 +161,24 @@ struct Member {
     controller: ControllerProcess,
 }
 
-async fn run(state: &Path, grace: &str) {
+/// Runs `clusterset-dns <args>` (hub init, hub join); panics unless it
+/// succeeds.
+async fn clusterset_dns(args: &[&str]) {
+    let output = tokio::process::Command::new(controlplane::clusterset_dns_binary())
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .output()
+        .await
+        .expect("run clusterset-dns");
+    assert!(
+        output.status.success(),
+        "clusterset-dns {args:?}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+async fn run(state: &Path, grace: &str, through_hub: bool) {
     let t0 = Instant::now();
     let specs = [
         ClusterSpec::member(0),
@@ -214,7 +238,36 @@ async fn run(state: &Path, grace: &str) {
             .await,
         );
     }
-    controlplane::join_peers(&plane.clusters).await;
+    // The hub: a control plane of its own (its own etcd), no nodes.
+    let hub = ControlPlane::start_with(&[ClusterSpec {
+        crds: false,
+        nodes: 0,
+        ..ClusterSpec::member(3)
+    }])
+    .await;
+    if through_hub {
+        let hub_kubeconfig = hub.clusters[0].admin_kubeconfig.display().to_string();
+        clusterset_dns(&["hub", "init", "--kubeconfig", &hub_kubeconfig]).await;
+        for cluster in &plane.clusters {
+            let member = cluster.admin_kubeconfig.display().to_string();
+            clusterset_dns(&[
+                "hub",
+                "join",
+                "--kubeconfig",
+                &hub_kubeconfig,
+                "--member-kubeconfig",
+                &member,
+            ])
+            .await;
+        }
+        say(t0, "a hub up; every cluster joined it (no peer Secret)");
+    } else {
+        controlplane::join_peers(&plane.clusters).await;
+        say(
+            t0,
+            "a hub up beside them, unused: the clusters peer as a mesh",
+        );
+    }
 
     let mut members = Vec::new();
     for (i, name) in NAMES.into_iter().enumerate() {
@@ -268,11 +321,17 @@ async fn run(state: &Path, grace: &str) {
         );
     }
 
-    write_state(state, &clusters, &members, grace);
+    write_state(
+        state,
+        &clusters,
+        &members,
+        (grace, &hub.clusters[0], through_hub),
+    );
     std::fs::write(state.join("ready"), format!("{}\n", std::process::id())).unwrap();
     say(t0, "ready");
 
     serve_control(state, clusters, members).await;
+    drop(hub);
 }
 
 fn say(t0: Instant, what: &str) {
@@ -435,7 +494,12 @@ async fn lookup(server: SocketAddr, name: &str, rtype: RecordType) -> Result<Vec
 /// Writes what users need into the state directory: `kubeconfig` (contexts
 /// a, b, c with the admin token), `bin/kubectl`, `cluster-<x>` links to each
 /// cluster's logs, `env` (for `source`) and `summary` (what `up` prints).
-fn write_state(state: &Path, clusters: &Clusters, members: &[Member], grace: &str) {
+fn write_state(
+    state: &Path,
+    clusters: &Clusters,
+    members: &[Member],
+    (grace, hub, through_hub): (&str, &Cluster, bool),
+) {
     let plane = clusters.plane();
     let data_plane = match clusters {
         Clusters::Routed(_) => "1",
@@ -457,6 +521,22 @@ fn write_state(state: &Path, clusters: &Clusters, members: &[Member], grace: &st
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&cluster.dir, &link).unwrap();
     }
+    // The hub, as context `hub`, with its CA: `hub join` hands it on to
+    // the members' controllers.
+    let hub_kubeconfig = kube::config::Kubeconfig::read_from(&hub.admin_kubeconfig).unwrap();
+    let hub_cluster = hub_kubeconfig.clusters[0].cluster.clone().unwrap();
+    clusters += &format!(
+        "- name: hub\n  cluster:\n    server: {}\n{}",
+        hub_cluster.server.unwrap_or_default(),
+        match hub_cluster.certificate_authority_data {
+            Some(ca) => format!("    certificate-authority-data: {ca}\n"),
+            None => "    insecure-skip-tls-verify: true\n".to_owned(),
+        }
+    );
+    contexts += "- name: hub\n  context:\n    cluster: hub\n    user: admin\n";
+    let link = state.join("hub");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&hub.dir, &link).unwrap();
     let kubeconfig = state.join("kubeconfig");
     std::fs::write(
         &kubeconfig,
@@ -472,11 +552,23 @@ fn write_state(state: &Path, clusters: &Clusters, members: &[Member], grace: &st
     let kubectl = bin.join("kubectl");
     let _ = std::fs::remove_file(&kubectl);
     std::os::unix::fs::symlink(controlplane::binary("kubectl"), &kubectl).unwrap();
+    let cli = bin.join("clusterset-dns");
+    let _ = std::fs::remove_file(&cli);
+    std::os::unix::fs::symlink(controlplane::clusterset_dns_binary(), &cli).unwrap();
 
+    let (mode, mode_line) = if through_hub {
+        ("hub", "through the hub (context hub): no peer Secret")
+    } else {
+        (
+            "mesh",
+            "a mesh (peer Secrets); a hub runs beside it, unused (context hub)",
+        )
+    };
     let mut env = format!(
         "# The clusterset-dns demo (scripts/demo.sh). Use: source <(scripts/demo.sh env)\n\
          export CLUSTERSET_DNS_DEMO_DIR='{}'\nexport KUBECONFIG='{}'\nexport PATH='{}':\"$PATH\"\n\
-         export DEMO_GRACE_PERIOD='{grace}'\nexport DEMO_DATA_PLANE='{data_plane}'\n",
+         export DEMO_GRACE_PERIOD='{grace}'\nexport DEMO_DATA_PLANE='{data_plane}'\n\
+         export DEMO_MODE='{mode}'\n",
         state.display(),
         kubeconfig.display(),
         bin.display()
@@ -487,9 +579,10 @@ fn write_state(state: &Path, clusters: &Clusters, members: &[Member], grace: &st
         "pods run; kubectl --context c exec toolbox -- curl -s web.shop.svc.clusterset.local"
     };
     let mut summary = format!(
-        "kubeconfig  {}   (contexts a, b, c; kubectl --context b ...)\n\
+        "kubeconfig  {}   (contexts a, b, c and hub; kubectl --context b ...)\n\
          kubectl     {}\npeer grace  {grace}   (a lost cluster's endpoints are dropped after this)\n\
-         data plane  {data_plane_line}\n\n\
+         data plane  {data_plane_line}\n\
+         clusterset  {mode_line}\n\n\
          cluster  id         apiserver                CoreDNS (dig -p)  clusterset-dns    logs\n",
         kubeconfig.display(),
         kubectl.display()
