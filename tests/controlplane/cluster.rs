@@ -774,6 +774,12 @@ impl ControlPlane {
     pub(crate) fn dir(&self) -> &Path {
         self.dir.path()
     }
+
+    /// The process id of etcd, which every cluster of the plane shares
+    /// (for a bench's CPU and memory figures).
+    pub(crate) fn etcd_pid(&self) -> u32 {
+        self.etcd.id()
+    }
 }
 
 pub(super) fn write_kubeconfig(path: &Path, server: &str, token: &str, name: &str) {
