@@ -884,15 +884,16 @@ impl Plane {
     }
 
     /// Starts every member's controller (release build) and waits until
-    /// each is ready.
-    fn spawn_controllers(&mut self) {
+    /// each is ready (at most `timeout`: a controller is ready once it has
+    /// read every member, which takes longer the more there are).
+    fn spawn_controllers(&mut self, timeout: Duration) {
         for i in 0..self.ids.len() {
             let c =
                 controlplane::spawn_controller(self.member_cluster(i), &self.kubeconfigs[i], &[]);
             self.controllers.push(c);
         }
         for c in &self.controllers {
-            c.wait_ready(Duration::from_secs(120));
+            c.wait_ready(timeout);
         }
     }
 
@@ -1032,11 +1033,25 @@ impl Sim {
         .await
     }
 
-    /// Writes every export, retrying each a few times (the quota may not
-    /// be counted yet); returns the failures left.
+    /// Writes its Lease and every export, retrying each a few times (the
+    /// quota may not be counted yet); returns the failures left.
     async fn publish_all(&self) -> usize {
         let addresses = self.addresses.lock().await;
         let mut failed = 0;
+        // Its Lease first, as a controller's publisher renews it from its
+        // start: a member with a publication and no Lease reads as down.
+        let lease = member_lease(&self.namespace, &self.id, SystemTime::now());
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+        for attempt in 0..20u64 {
+            match member_apply(&leases, &lease).await {
+                Ok(()) => break,
+                Err(error) if attempt == 19 => {
+                    eprintln!("[bench] {}: its Lease: {error}", self.id);
+                    failed += 1;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
         for (e, addrs) in addresses.iter().enumerate() {
             let (ns, name, headless) = service_of(&self.prefix(), e);
             let mut ok = false;
@@ -1166,9 +1181,36 @@ async fn drain<T>(
     }
 }
 
-/// Starts what a member's controller keeps doing on the hub, after
-/// `delay`: its five watches, its Lease renewals and (every `churn`, when
-/// not zero) one endpoint change. The loops end with `stop` (or when
+/// Renews a member's Lease every `LEASE_RENEW`, from a random point of
+/// the period on, as its controller does from its start, until `stop`
+/// (or aborted).
+fn renew_lease(
+    sim: Arc<Sim>,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    let mut rng = Rng(sim.index as u64 * 104_729 + 7);
+    let offset = Duration::from_millis(rng.below(LEASE_RENEW.as_millis() as u64));
+    tokio::spawn(async move {
+        tokio::time::sleep(offset).await;
+        let api: Api<Lease> = Api::namespaced(sim.client.clone(), &sim.namespace);
+        let mut tick = tokio::time::interval(LEASE_RENEW);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while !stop.load(Ordering::Relaxed) {
+            tick.tick().await;
+            let lease = member_lease(&sim.namespace, &sim.id, SystemTime::now());
+            let counter = match member_apply(&api, &lease).await {
+                Ok(()) => &counters.lease_writes,
+                Err(_) => &counters.lease_failures,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    })
+}
+
+/// Starts what a member's controller keeps doing on the hub besides its
+/// Lease, after `delay`: its five watches and (every `churn`, when not
+/// zero) one endpoint change. The loops end with `stop` (or when
 /// aborted).
 fn run_sim(
     sim: Arc<Sim>,
@@ -1221,29 +1263,7 @@ fn run_sim(
     tasks.push(tokio::spawn(async move { drain(w4, later(c).await).await }));
     let c = counters.clone();
     tasks.push(tokio::spawn(async move { drain(w5, later(c).await).await }));
-    // Lease renewals, from a random point of the period on.
     let mut rng = Rng(sim.index as u64 * 7919 + 1);
-    let lease_offset = Duration::from_millis(rng.below(LEASE_RENEW.as_millis() as u64));
-    {
-        let sim = sim.clone();
-        let counters = counters.clone();
-        let stop = stop.clone();
-        tasks.push(tokio::spawn(async move {
-            tokio::time::sleep(delay + lease_offset).await;
-            let api: Api<Lease> = Api::namespaced(sim.client.clone(), &sim.namespace);
-            let mut tick = tokio::time::interval(LEASE_RENEW);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            while !stop.load(Ordering::Relaxed) {
-                tick.tick().await;
-                let lease = member_lease(&sim.namespace, &sim.id, SystemTime::now());
-                let counter = match member_apply(&api, &lease).await {
-                    Ok(()) => &counters.lease_writes,
-                    Err(_) => &counters.lease_failures,
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
-    }
     if !churn.is_zero() {
         let churn_offset = Duration::from_millis(rng.below(churn.as_millis() as u64));
         tasks.push(tokio::spawn(async move {
@@ -1474,6 +1494,16 @@ fn phase_sim(s: &Settings, rt: &tokio::runtime::Runtime, out: &mut String) {
         .iter()
         .sum();
     let published = t.elapsed();
+    // From here on each member renews its Lease, as its controller would.
+    let counters = Arc::new(Counters::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    {
+        let _guard = rt.enter();
+        for sim in &sims {
+            tasks.push(renew_lease(sim.clone(), counters.clone(), stop.clone()));
+        }
+    }
     let hub_writes = k * e_count * 2;
     eprintln!(
         "[bench] {hub_writes} publication writes of the simulated members in {:.0} s ({failed} failed)",
@@ -1489,7 +1519,7 @@ fn phase_sim(s: &Settings, rt: &tokio::runtime::Runtime, out: &mut String) {
         .collect();
     let watches_before = apiserver_watches(&p.plane.apiservers[0].url);
     let t = Instant::now();
-    p.spawn_controllers();
+    p.spawn_controllers(Duration::from_secs(s.converge_timeout));
     let want = (k + real) * e_count;
     wait_converged(
         &views,
@@ -1503,11 +1533,8 @@ fn phase_sim(s: &Settings, rt: &tokio::runtime::Runtime, out: &mut String) {
         cold.as_secs_f64()
     );
 
-    // The simulated members run.
-    let counters = Arc::new(Counters::default());
-    let stop = Arc::new(AtomicBool::new(false));
+    // The simulated members read and churn.
     let churn_addresses = Arc::new(AtomicU32::new(0));
-    let mut tasks = Vec::new();
     {
         let _guard = rt.enter();
         for sim in &sims {
@@ -1989,7 +2016,7 @@ fn phase_mesh_vs_hub(s: &Settings, rt: &tokio::runtime::Runtime, n: usize, out: 
     // As a mesh: each publishes, then the others read it with peer-reader
     // tokens (the apiserver-only members publish no CA for `peer add`).
     let t = Instant::now();
-    p.spawn_controllers();
+    p.spawn_controllers(Duration::from_secs(s.converge_timeout));
     rt.block_on(async {
         for member in &p.members {
             controlplane::wait_publication_marker(member, Duration::from_secs(120)).await;
@@ -2037,7 +2064,7 @@ fn phase_mesh_vs_hub(s: &Settings, rt: &tokio::runtime::Runtime, n: usize, out: 
     });
     let t = Instant::now();
     p.join_all();
-    p.spawn_controllers();
+    p.spawn_controllers(Duration::from_secs(s.converge_timeout));
     // A new export per member, imported everywhere through the hub only.
     rt.block_on(async {
         for (r, client) in p.members.iter().enumerate() {
