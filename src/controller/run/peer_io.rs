@@ -5,6 +5,7 @@
 //! effect asks of the loop itself (services to plan) is handed back.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -12,7 +13,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher::{self, Event as WatcherEvent};
 use kube::{Client, ResourceExt};
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 
 use super::settings::Settings;
 use super::signals::Signals;
@@ -80,7 +81,13 @@ pub(super) struct PeerIo {
     identities: mpsc::Sender<IdentityRead>,
     /// The label of each peer Secret's credential expiry gauge.
     credential_labels: BTreeMap<String, String>,
+    /// Peer Lease writes in flight at once: a hub's members are renewed
+    /// in the same tick, and one connection each would open hundreds.
+    lease_writes: Arc<Semaphore>,
 }
+
+/// The most peer Lease writes in flight at once.
+const LEASE_WRITES: usize = 4;
 
 impl PeerIo {
     /// Peer I/O for the cluster `local_id`, reached through `client`, its
@@ -103,6 +110,7 @@ impl PeerIo {
             reports,
             identities,
             credential_labels: BTreeMap::new(),
+            lease_writes: Arc::new(Semaphore::new(LEASE_WRITES)),
         };
         (io, read)
     }
@@ -237,13 +245,15 @@ impl PeerIo {
                 .with_label_values(&[&peer, "peer-limit"])
                 .inc_by(count),
             Effect::RenewLease { id, secret, seen } => {
-                tokio::spawn(renew_lease(
-                    self.client.clone(),
-                    self.namespace.clone(),
-                    self.local_id.clone(),
-                    self.grace,
-                    (id, secret, seen),
-                ));
+                let (client, namespace) = (self.client.clone(), self.namespace.clone());
+                let (local_id, grace) = (self.local_id.clone(), self.grace);
+                let writes = self.lease_writes.clone();
+                tokio::spawn(async move {
+                    let Ok(_permit) = writes.acquire_owned().await else {
+                        return;
+                    };
+                    renew_lease(client, namespace, local_id, grace, (id, secret, seen)).await;
+                });
             }
             Effect::Gauges { id, up, last_seen } => {
                 signals
