@@ -118,9 +118,10 @@ impl Peers {
             Input::SecretsListed => {
                 self.secrets_listed = true;
                 // A Secret deleted while the watch was down sends no
-                // Delete: the list is the truth.
+                // Delete: the list is the truth. For peer Secrets only: a
+                // hub member has none, and goes by the hub's own list.
                 let listed = self.secrets_relisted.take().unwrap_or_default();
-                for peer in self.peers.values_mut() {
+                for peer in self.peers.values_mut().filter(|p| !p.hub) {
                     if !listed.contains(&peer.secret) && peer.removing_at.is_none() {
                         peer.removing_at = Some(now.at + SECRET_DELETE_DEBOUNCE);
                     }

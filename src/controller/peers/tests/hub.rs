@@ -133,3 +133,16 @@ fn without_a_hub_secret_every_member_goes() {
     assert_eq!(run.usable("b"), None);
     assert!(run.exported().is_empty());
 }
+
+#[test]
+fn a_relist_of_the_peer_secrets_leaves_the_hub_members_alone() {
+    let mut run = Run::new();
+    hub_member(&mut run, "b", 1, &["web"]);
+    // The peer Secret watch lists again (its watch restarted) and finds
+    // no peer Secret: a hub member is no peer Secret's, so it stays.
+    run.input(Input::SecretsListing);
+    run.input(Input::SecretsListed);
+    run.wait(SECRET_DELETE_DEBOUNCE * 2);
+    assert_eq!(run.usable("b"), Some(true));
+    assert_eq!(run.exported(), ["web"]);
+}
