@@ -3,6 +3,8 @@
 //!
 //! [`watcher::DefaultBackoff`]: kube::runtime::watcher::DefaultBackoff
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -60,6 +62,76 @@ pub fn hub_watch_backoff() -> impl Backoff {
             .with_jitter()
             .without_max_times(),
     )
+}
+
+/// A backoff that starts over after the apiserver answered that the
+/// watch's resource version has expired (410 Gone). That answer means the
+/// apiserver is back and the next step is a relist, which need not wait a
+/// second full delay: after a hub restart the reconnection is spread by
+/// the jitter already, and without the reset a member waited up to twice
+/// the longest delay (the failed reconnection's, then the relist's).
+pub struct ResetOnExpired<B> {
+    inner: B,
+    expired: Arc<AtomicBool>,
+}
+
+/// Tells a [`ResetOnExpired`] which errors its stream saw.
+#[derive(Clone)]
+pub struct ExpiredObserver(Arc<AtomicBool>);
+
+impl<B: Backoff> ResetOnExpired<B> {
+    /// Wraps `inner`.
+    pub fn new(inner: B) -> Self {
+        Self {
+            inner,
+            expired: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// What the stream calls with each error before the backoff is asked
+    /// for its delay.
+    pub fn observer(&self) -> ExpiredObserver {
+        ExpiredObserver(self.expired.clone())
+    }
+}
+
+impl ExpiredObserver {
+    /// Notes `error` if it is the apiserver's 410 Gone.
+    pub fn saw(&self, error: &kube::runtime::watcher::Error) {
+        if is_expired(error) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Whether the apiserver answered that the watch's resource version is
+/// too old (410 Gone), in a watch event or as the watch request's answer.
+pub fn is_expired(error: &kube::runtime::watcher::Error) -> bool {
+    use kube::runtime::watcher::Error;
+    match error {
+        Error::WatchError(status) => status.code == 410,
+        Error::WatchStartFailed(kube::Error::Api(status))
+        | Error::InitialListFailed(kube::Error::Api(status))
+        | Error::WatchFailed(kube::Error::Api(status)) => status.code == 410,
+        _ => false,
+    }
+}
+
+impl<B: Backoff> Iterator for ResetOnExpired<B> {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        if self.expired.swap(false, Ordering::Relaxed) {
+            self.inner.reset();
+        }
+        self.inner.next()
+    }
+}
+
+impl<B: Backoff> Backoff for ResetOnExpired<B> {
+    fn reset(&mut self) {
+        self.inner.reset()
+    }
 }
 
 /// Spacing of whole restarts (every watch relisted at once after an
@@ -135,6 +207,32 @@ mod tests {
         assert!(delays[9] >= Duration::from_millis(2500), "{delays:?}");
         backoff.reset();
         assert!(backoff.next().unwrap() < Duration::from_millis(200));
+    }
+
+    fn status(code: u16) -> Box<kube::core::Status> {
+        let mut status = kube::core::Status::failure("expired", "Expired");
+        status.code = code;
+        Box::new(status)
+    }
+
+    #[test]
+    fn a_hub_watch_starts_over_after_410_and_only_then() {
+        use kube::runtime::watcher::Error;
+        let mut backoff = ResetOnExpired::new(hub_watch_backoff());
+        let seen = backoff.observer();
+        // An outage: refused connections walk the delays up to 15-30 s.
+        let outage: Vec<Duration> = (&mut backoff).take(6).collect();
+        assert!(outage[5] >= Duration::from_secs(15), "{outage:?}");
+        // Another answer (429) keeps the long delay.
+        seen.saw(&Error::WatchError(status(429)));
+        assert!(backoff.next().unwrap() >= Duration::from_secs(15));
+        // 410: the hub is back and a relist is due; 1-2 s, not a second 15-30 s.
+        seen.saw(&Error::WatchError(status(410)));
+        assert!(backoff.next().unwrap() < Duration::from_secs(2));
+        seen.saw(&Error::WatchStartFailed(kube::Error::Api(status(410))));
+        let delays: Vec<Duration> = (&mut backoff).take(2).collect();
+        assert!(delays[0] < Duration::from_secs(2), "{delays:?}");
+        assert!(delays[1] >= Duration::from_secs(2), "{delays:?}");
     }
 
     #[test]

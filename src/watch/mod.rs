@@ -26,7 +26,7 @@ use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -373,7 +373,15 @@ pub fn stream_spread<K>(
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    stream_backing_off(api, config, backoff::hub_watch_backoff())
+    let expired = backoff::ResetOnExpired::new(backoff::hub_watch_backoff());
+    let seen = expired.observer();
+    watcher::watcher(api, config)
+        .inspect(move |item| {
+            if let Err(error) = item {
+                seen.saw(error);
+            }
+        })
+        .backoff(expired)
 }
 
 /// [`stream`] retried with `backoff` instead (a watch that may fail for

@@ -239,15 +239,20 @@ impl Reader {
         if reachable {
             tracing::info!("the hub answers again");
             // What was not seen while it was away is not held against a
-            // member: each gets a Lease duration from now to show it lives.
-            for liveness in self.leases.values_mut() {
-                liveness.seen_at = now;
-            }
-            for member in self.members.values_mut() {
-                member.known_since = now;
-            }
+            // member.
+            self.restart_liveness(now);
         }
         self.send(Input::HubReachable(reachable)).await
+    }
+
+    /// Gives every member a Lease duration from `now` to show it lives.
+    fn restart_liveness(&mut self, now: Instant) {
+        for liveness in self.leases.values_mut() {
+            liveness.seen_at = now;
+        }
+        for member in self.members.values_mut() {
+            member.known_since = now;
+        }
     }
 
     /// The member whose namespace `namespace` is, unless it is none or
@@ -413,6 +418,9 @@ impl Reader {
             .all(|k| self.listing.get(k) == Some(&ListState::Done));
         if !init && !self.listed_reported && all_listed {
             self.listed_reported = true;
+            // A hub slow to list (a thousand members' publications) is
+            // not a member's fault.
+            self.restart_liveness(Instant::now());
             let generation = self.generation;
             return self.send(Input::HubListed { generation }).await
                 && self.report_liveness().await;
