@@ -48,8 +48,16 @@ fn compatibility_table_matches_the_pins_and_the_crds() {
     let docs = read("docs/compatibility.md");
     let testenv = read("scripts/testenv-build.sh");
     assert_eq!(
-        documented(&docs, "Kubernetes"),
-        shell_pin(&testenv, "K8S_VERSION")
+        documented(&docs, "Kubernetes, the newest"),
+        shell_pin(&testenv, "K8S_NEWEST")
+    );
+    let oldest = shell_pin(&testenv, "K8S_OLDEST");
+    assert_eq!(documented(&docs, "Kubernetes, the oldest"), oldest);
+    // The oldest tested is the oldest the controller starts on.
+    let (major, minor) = clusterset_dns::controller::compat::OLDEST_SUPPORTED;
+    assert!(
+        oldest.starts_with(&format!("v{major}.{minor}.")),
+        "K8S_OLDEST {oldest} is not the controller's oldest supported {major}.{minor}"
     );
     assert_eq!(
         documented(&docs, "etcd"),
