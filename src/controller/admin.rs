@@ -32,6 +32,9 @@ pub(super) struct State {
     pub queries: mpsc::Sender<Query>,
     /// Whether this replica leads (a standby is live and not ready).
     pub leading: tokio::sync::watch::Receiver<bool>,
+    /// Why the controller does not start its work (an unsupported
+    /// Kubernetes), while it does not.
+    pub blocked: tokio::sync::watch::Receiver<Option<String>>,
 }
 
 /// Serves the endpoint until the process ends, within the shared server's
@@ -71,6 +74,9 @@ impl ControllerRoutes {
 
 impl Routes for ControllerRoutes {
     async fn ready(&self) -> Result<Option<String>, String> {
+        if let Some(why) = self.state.blocked.borrow().clone() {
+            return Err(why);
+        }
         if !*self.state.leading.borrow() {
             return Err("standby, waiting for the leader Lease".into());
         }
@@ -131,10 +137,12 @@ mod tests {
     async fn the_controller_endpoint_answers_the_shared_health_routes_and_its_own() {
         let (queries, mut asked) = mpsc::channel(4);
         let (leading_tx, leading) = tokio::sync::watch::channel(false);
+        let (blocked_tx, blocked) = tokio::sync::watch::channel(Some("Kubernetes 1.32".into()));
         let state = State {
             metrics: Arc::new(ControllerMetrics::new()),
             queries,
             leading,
+            blocked,
         };
         let (listener, addr) = loopback().await;
         tokio::spawn(serve(listener, state));
@@ -142,6 +150,10 @@ mod tests {
         for path in LIVE_PATHS {
             assert_eq!(get(addr, path).await, (200, "ok\n".into()), "{path}");
         }
+        // An unsupported Kubernetes: live, not ready, and why.
+        let blocked = (503, "not ready: Kubernetes 1.32\n".into());
+        assert_eq!(get(addr, "/ready").await, blocked);
+        blocked_tx.send(None).unwrap();
         let standby = (
             503,
             "not ready: standby, waiting for the leader Lease\n".into(),

@@ -57,6 +57,7 @@ mod apply;
 pub mod args;
 pub mod cluster;
 pub mod compact;
+pub mod compat;
 mod conditions;
 mod connection;
 mod events;
@@ -143,6 +144,7 @@ pub async fn run(
     let metrics = Arc::new(ControllerMetrics::new());
     let (queries_tx, queries) = mpsc::channel(16);
     let (leading_tx, leading) = tokio::sync::watch::channel(!args.leader_election);
+    let (blocked_tx, blocked) = tokio::sync::watch::channel(None);
     let listener = tokio::net::TcpListener::bind(args.admin_listen)
         .await
         .map_err(|source| ControllerError::Admin {
@@ -155,6 +157,7 @@ pub async fn run(
             metrics: metrics.clone(),
             queries: queries_tx,
             leading,
+            blocked,
         },
     ));
     let identity = args.identity.clone().unwrap_or_else(|| {
@@ -162,6 +165,12 @@ pub async fn run(
     });
     let leases: Api<Lease> = Api::namespaced(lease_client, &args.namespace.namespace);
     let mut shutdown = std::pin::pin!(shutdown);
+    // Below the oldest supported Kubernetes nothing starts: not ready,
+    // /ready says why, no crash loop (compat).
+    tokio::select! {
+        () = compat::wait_until_supported(&client, &blocked_tx) => {}
+        _ = &mut shutdown => return Ok(()),
+    }
     if args.leader_election {
         tokio::select! {
             began = leader::acquire(&leases, &args.lease_name, &identity) => {

@@ -105,6 +105,9 @@ pub(super) struct Inputs<'a> {
     pub publish_namespace: &'a str,
     /// The time written into changed conditions.
     pub now: &'a Time,
+    /// Whether this cluster's apiserver accepts node hints
+    /// (`PreferSameNode`; [`crate::controller::compat::node_hints`]).
+    pub node_hints: bool,
 }
 
 /// One write to this cluster's apiserver.
@@ -338,9 +341,12 @@ fn plan_import(inputs: &Inputs<'_>, service: &ServiceRef) -> Plan {
         }
         let hints = target
             .want_derived
-            .then(|| local_first_hints(inputs, service, merged))
+            .then(|| local_first_hints(inputs, service, merged, &target))
             .flatten();
-        plan.local_first = hints.as_ref().map(Hints::summary);
+        plan.local_first = hints.as_ref().map(|hints| LocalFirst {
+            fallback: target.traffic_fallback.clone(),
+            ..hints.summary()
+        });
         kept.import = true;
         creating_import = observed.import.is_none();
         plan.writes
@@ -439,7 +445,12 @@ fn single_peer_vips(inputs: &Inputs<'_>) -> BTreeMap<String, usize> {
 
 /// The hints of a clusterset IP in this cluster, from this cluster's
 /// endpoints if it exports the service; `None` when the import spreads.
-fn local_first_hints(inputs: &Inputs<'_>, service: &ServiceRef, merged: &Merged) -> Option<Hints> {
+fn local_first_hints(
+    inputs: &Inputs<'_>,
+    service: &ServiceRef,
+    merged: &Merged,
+    target: &Target,
+) -> Option<Hints> {
     let exported_here = merged.clusters.iter().any(|c| c == inputs.local_id);
     let local: Vec<EndpointSlice> = inputs
         .local_only
@@ -448,7 +459,7 @@ fn local_first_hints(inputs: &Inputs<'_>, service: &ServiceRef, merged: &Merged)
         .filter(|_| exported_here)
         .collect();
     Hints::new(
-        Locality::of(merged.spec.traffic_distribution.as_deref()),
+        Locality::of(target.traffic_distribution.as_deref()),
         &inputs.local_only.node_zones,
         local.iter().flat_map(|slice| slice.endpoints.iter()),
     )
@@ -541,6 +552,11 @@ struct Kept {
 /// whether it gets a derived Service.
 struct Target {
     families: Vec<String>,
+    /// The derived Service's `trafficDistribution`: the merged one, with
+    /// `PreferClose` for `PreferSameNode` where the apiserver refuses it.
+    traffic_distribution: Option<String>,
+    /// Why the merged `trafficDistribution` is not what is written here.
+    traffic_fallback: Option<String>,
     families_supported: bool,
     clusterset_ip: bool,
     name_taken: bool,
@@ -559,8 +575,22 @@ impl Target {
         let families_supported = !families.is_empty() || merged.spec.ip_families.is_empty();
         let clusterset_ip = merged.spec.type_ == ServiceImportType::ClusterSetIp;
         let name_taken = observed.derived.is_some() && observed.derived_ours().is_none();
+        let asked = merged.spec.traffic_distribution.clone();
+        let refused =
+            !inputs.node_hints && Locality::of(asked.as_deref()) == Locality::PreferSameNode;
         Self {
             want_derived: clusterset_ip && families_supported && !name_taken,
+            traffic_distribution: if refused {
+                Some("PreferClose".into())
+            } else {
+                asked
+            },
+            traffic_fallback: refused.then(|| {
+                "PreferSameNode asked; this cluster's apiserver refuses it (Kubernetes \
+                 before 1.34, or its PreferSameTrafficDistribution feature off): \
+                 zone hints instead"
+                    .to_owned()
+            }),
             families,
             families_supported,
             clusterset_ip,
@@ -697,6 +727,7 @@ fn derived_write(
     let mut desired = derived_service(
         service,
         merged,
+        target.traffic_distribution.as_deref(),
         &target.families,
         &observed.derived_name,
         owner,

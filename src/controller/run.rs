@@ -26,6 +26,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use tokio::sync::{mpsc, oneshot};
 
+use super::compat::NodeHints;
 use super::connection::{ClusterKey, Connection, Report, Scope, connect};
 use super::events::Events;
 use super::metrics::ControllerMetrics;
@@ -118,6 +119,10 @@ impl Controller {
             return Err(StartError::Identity(problem));
         }
         tracing::info!(cluster = %identity.cluster_id, clusterset = %identity.clusterset, "cluster identity");
+        let node_hints = super::compat::node_hints(&client, &settings.namespace).await;
+        if let NodeHints::Refused(message) = &node_hints {
+            tracing::warn!(%message, "the apiserver refuses trafficDistribution PreferSameNode: local-first imports asking for it get zone hints (PreferClose) here");
+        }
         let leases = peer_io::peer_leases(&client, &settings.namespace).await;
         let peers = Peers::new(
             PeerSettings {
@@ -161,7 +166,7 @@ impl Controller {
             writer: Writer::new(client, &settings.namespace, &identity.cluster_id),
             peer_io,
             schedule: Schedule::new(Instant::now(), settings.startup_sync_timeout),
-            stores: Stores::new(identity, peers, &settings),
+            stores: Stores::new(identity, peers, &settings, node_hints),
             signals: Signals::new(metrics, events),
             reports,
             identities,

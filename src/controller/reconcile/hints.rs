@@ -57,6 +57,9 @@ pub(crate) struct LocalFirst {
     /// Zones whose nodes use the ready endpoints of the cluster's other
     /// zones (they have none of their own).
     pub zones_without_ready_endpoints: Vec<String>,
+    /// Why the locality written here is not the one the exports ask for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
 }
 
 /// The hints of one local-first import's slices in this cluster.
@@ -145,6 +148,7 @@ impl Hints {
             } else {
                 Vec::new()
             },
+            fallback: None,
         }
     }
 

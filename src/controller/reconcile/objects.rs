@@ -77,6 +77,7 @@ pub(super) fn owner_reference(service: &ServiceRef, uid: &str) -> OwnerReference
 pub(super) fn derived_service(
     service: &ServiceRef,
     merged: &Merged,
+    traffic_distribution: Option<&str>,
     families: &[String],
     derived_name: &str,
     owner: &OwnerReference,
@@ -118,7 +119,7 @@ pub(super) fn derived_service(
             session_affinity: spec.session_affinity.clone(),
             session_affinity_config: spec.session_affinity_config.clone(),
             internal_traffic_policy: spec.internal_traffic_policy.clone(),
-            traffic_distribution: spec.traffic_distribution.clone(),
+            traffic_distribution: traffic_distribution.map(str::to_owned),
             ..ServiceSpec::default()
         }),
         status: None,

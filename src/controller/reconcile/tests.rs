@@ -130,6 +130,7 @@ struct World {
     endpoint_ranges: std::collections::BTreeMap<String, Vec<Cidr>>,
     import_selector: Option<crate::label_selector::LabelSelector>,
     ip_share: u8,
+    node_hints: bool,
 }
 
 impl World {
@@ -150,6 +151,7 @@ impl World {
             endpoint_ranges: Default::default(),
             import_selector: None,
             ip_share: 100,
+            node_hints: true,
         }
     }
 
@@ -189,6 +191,7 @@ impl World {
             deletions_allowed: self.deletions_allowed,
             publish_namespace: PUBLISH_NS,
             now: &now,
+            node_hints: self.node_hints,
         };
         plan(&inputs, &ServiceRef::new(namespace, name))
     }
@@ -884,6 +887,61 @@ fn a_local_first_clusterset_ip_hints_every_endpoint_and_converges() {
     let hinted = hints_of(&world);
     assert!(hinted.contains(&("10.2.0.1".to_owned(), zones(&["x", "y"]), None)));
     assert!(hinted.contains(&("10.2.0.2".to_owned(), zones(&["y"]), None)));
+}
+
+#[test]
+fn node_hints_an_apiserver_refuses_become_zone_hints_and_converge() {
+    let same_node = |world: &mut World| {
+        let to_same_node = |mut svc: Service| {
+            svc.spec.as_mut().unwrap().traffic_distribution = Some("PreferSameNode".into());
+            svc
+        };
+        let here = to_same_node(world.local.services.get(NS, "web").unwrap());
+        world.local.services.apply(here);
+        let peer = world.peer("b");
+        let there = to_same_node(peer.services.get(NS, "web").unwrap());
+        peer.services.apply(there);
+    };
+    // An apiserver that accepts them: node hints and PreferSameNode.
+    let mut world = local_first_world(&[("10.2.0.1", "x", true)]);
+    same_node(&mut world);
+    world.converge("web", 6);
+    assert!(hints_of(&world).iter().all(|(_, _, nodes)| nodes.is_some()));
+    // One that refuses them (Kubernetes 1.33): PreferClose and zone hints
+    // only, what it stores; once written, the plan is empty (no loop).
+    let mut world = local_first_world(&[("10.2.0.1", "x", true)]);
+    same_node(&mut world);
+    world.node_hints = false;
+    world.converge("web", 6);
+    assert!(world.plan("web").writes.is_empty());
+    assert!(
+        hints_of(&world)
+            .iter()
+            .all(|(_, zones, nodes)| nodes.is_none() && !zones.is_empty())
+    );
+    let derived = world
+        .local
+        .services
+        .get(NS, &derived_service_name(NS, "web"))
+        .expect("a derived Service");
+    assert_eq!(
+        derived
+            .spec
+            .as_ref()
+            .unwrap()
+            .traffic_distribution
+            .as_deref(),
+        Some("PreferClose")
+    );
+    // The import says what the exports ask; /explain says what is written.
+    let import = world.import("web").unwrap();
+    assert_eq!(
+        import.spec.traffic_distribution.as_deref(),
+        Some("PreferSameNode")
+    );
+    let local_first = world.plan("web").local_first.expect("local first");
+    assert_eq!(local_first.locality, "PreferSameZone");
+    assert!(local_first.fallback.unwrap().contains("refuses"));
 }
 
 #[test]

@@ -16,6 +16,7 @@ use crate::controller::apply::Written;
 use crate::controller::cluster::{
     ClusterData, ClusterWatches, LocalData, Objects, Published, Touched,
 };
+use crate::controller::compat::NodeHints;
 use crate::controller::connection::WatchEvent;
 use crate::controller::ip_share::IpShare;
 use crate::controller::lean::Lean;
@@ -30,6 +31,8 @@ use crate::watch::{Verdict, Watch};
 pub(super) struct Stores {
     /// This cluster's identity, as read at start.
     identity: Identity,
+    /// Whether this cluster's apiserver accepts node hints, asked at start.
+    node_hints: NodeHints,
     /// What this cluster's watches fill that peers' fill too.
     pub(super) local: ClusterData,
     /// What only this cluster has.
@@ -89,8 +92,14 @@ impl LocalWatches {
 impl Stores {
     /// Empty stores for the cluster `identity`, with `peers` as the peers'
     /// state and the rules of `settings`.
-    pub(super) fn new(identity: Identity, peers: Peers, settings: &Settings) -> Self {
+    pub(super) fn new(
+        identity: Identity,
+        peers: Peers,
+        settings: &Settings,
+        node_hints: NodeHints,
+    ) -> Self {
         Self {
+            node_hints,
             identity,
             local: ClusterData::default(),
             local_only: LocalData::default(),
@@ -249,6 +258,7 @@ impl Stores {
             deletions_allowed,
             publish_namespace: &self.publish_namespace,
             now: &now,
+            node_hints: self.node_hints.accepted(),
         })
     }
 }
