@@ -79,6 +79,14 @@ impl ApiServer {
         self.start();
     }
 
+    /// Starts it again on the same port without the flags that start with
+    /// `prefix` (an earlier [`ApiServer::start_with`]'s), and waits until
+    /// it is ready.
+    pub(crate) fn start_without(&mut self, prefix: &str) {
+        self.args.retain(|flag| !flag.starts_with(prefix));
+        self.start();
+    }
+
     /// Starts it again on the same port and waits until it is ready.
     pub(crate) fn start(&mut self) {
         self.spawn();

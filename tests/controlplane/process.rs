@@ -24,66 +24,132 @@ pub(super) const HOW_TO_BUILD: &str = "build them with `scripts/testenv-build.sh
      or run `scripts/test.sh`, which builds them and runs every test; \
      CLUSTERSET_DNS_TESTENV_BIN=DIR uses binaries from DIR";
 
+/// The bin directory every test of this process uses, once chosen.
+static DIR: OnceLock<PathBuf> = OnceLock::new();
+
 /// The directory holding kube-apiserver, kube-controller-manager,
 /// kube-scheduler, etcd, coredns, kwok and kwok-stages.yaml (and kubectl,
 /// helm and toxiproxy-server, which [`binary`] finds where a test needs
 /// them):
 /// `CLUSTERSET_DNS_TESTENV_BIN`, else the cache of `scripts/testenv-build.sh`
-/// (asked with `--check`, which never builds). Panics — failing the test,
-/// never skipping it — when a binary or a tool is missing.
+/// (asked with `--check`, which never builds) for the Kubernetes that
+/// `CLUSTERSET_DNS_KUBERNETES` names (newest by default). Panics — failing
+/// the test, never skipping it — when a binary or a tool is missing.
 pub(crate) fn bin_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        for (tool, package) in TOOLS {
-            let found = Command::new(tool)
-                .arg("--version")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok();
-            assert!(
-                found,
-                "`{tool}` not found: the testenv tests need it; \
-                 `apt-get install {package}` (scripts/test.sh installs it)"
-            );
-        }
-        let (dir, from) = match std::env::var_os("CLUSTERSET_DNS_TESTENV_BIN") {
-            Some(dir) => (PathBuf::from(dir), "CLUSTERSET_DNS_TESTENV_BIN"),
-            None => {
-                let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testenv-build.sh");
-                let output = Command::new("bash")
-                    .arg(&script)
-                    .arg("--check")
-                    .stderr(Stdio::inherit())
-                    .output()
-                    .expect("run scripts/testenv-build.sh --check");
-                assert!(
-                    output.status.success(),
-                    "the testenv tests need the binaries of scripts/testenv-build.sh, and \
-                     CLUSTERSET_DNS_TESTENV_BIN is unset and the testenv cache has none \
-                     (see `scripts/testenv-build.sh --check` above): {HOW_TO_BUILD}"
-                );
-                let stdout = String::from_utf8_lossy(&output.stdout);
-                let dir = stdout
-                    .lines()
-                    .last()
-                    .expect("testenv-build.sh --check prints the bin dir")
-                    .trim();
-                (PathBuf::from(dir), "scripts/testenv-build.sh --check")
-            }
-        };
-        let missing: Vec<&str> = BINARIES
-            .into_iter()
-            .filter(|b| !dir.join(b).is_file())
-            .collect();
-        assert!(
-            missing.is_empty(),
-            "the testenv tests need {}, which {} (from {from}) does not hold; {HOW_TO_BUILD}",
-            missing.join(", "),
-            dir.display()
-        );
-        dir
+    DIR.get_or_init(|| match std::env::var_os("CLUSTERSET_DNS_TESTENV_BIN") {
+        Some(dir) => checked(PathBuf::from(dir), "CLUSTERSET_DNS_TESTENV_BIN"),
+        None => checked(cached_bin_dir(None), "scripts/testenv-build.sh --check"),
     })
+}
+
+/// Makes every test of this process run on the oldest supported
+/// Kubernetes (`K8S_OLDEST`), whatever the run's version: for a test
+/// target whose trial needs it (an apiserver emulating the release
+/// before it). Call before anything starts; panics if another directory
+/// was chosen already.
+pub(crate) fn use_oldest_kubernetes() {
+    let dir = DIR.get_or_init(|| {
+        checked(
+            cached_bin_dir(Some("oldest")),
+            "CLUSTERSET_DNS_KUBERNETES=oldest scripts/testenv-build.sh --check",
+        )
+    });
+    assert!(
+        dir.to_string_lossy()
+            .contains(&format!("k8s-{}_", kubernetes_pin("K8S_OLDEST"))),
+        "{} is not the oldest Kubernetes' bin directory",
+        dir.display()
+    );
+}
+
+/// The (major, minor) of the Kubernetes in [`bin_dir`], from
+/// `kube-apiserver --version` (`Kubernetes v1.33.13`): for the few
+/// behaviours that differ between the releases the tests run on
+/// (docs/compatibility.md).
+pub(crate) fn kubernetes_version() -> (u32, u32) {
+    static VERSION: OnceLock<(u32, u32)> = OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let output = Command::new(bin_dir().join("kube-apiserver"))
+            .arg("--version")
+            .output()
+            .expect("kube-apiserver --version");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let version = text
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix('v'))
+            .unwrap_or_else(|| panic!("no version in `kube-apiserver --version`: {text}"));
+        let mut numbers = version.split('.').map(|n| n.parse::<u32>().ok());
+        match (numbers.next().flatten(), numbers.next().flatten()) {
+            (Some(major), Some(minor)) => (major, minor),
+            _ => panic!("no version in `kube-apiserver --version`: {text}"),
+        }
+    })
+}
+
+/// `NAME=value` of `scripts/testenv-build.sh` (a version pin).
+pub(crate) fn kubernetes_pin(name: &str) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testenv-build.sh");
+    let text = std::fs::read_to_string(&script).expect("read scripts/testenv-build.sh");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no {name}= in scripts/testenv-build.sh"))
+        .to_owned()
+}
+
+/// The bin directory `scripts/testenv-build.sh --check` prints for the
+/// Kubernetes `kubernetes` names (`None`: what the environment says).
+fn cached_bin_dir(kubernetes: Option<&str>) -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testenv-build.sh");
+    let mut command = Command::new("bash");
+    command.arg(&script).arg("--check").stderr(Stdio::inherit());
+    if let Some(kubernetes) = kubernetes {
+        command.env("CLUSTERSET_DNS_KUBERNETES", kubernetes);
+    }
+    let output = command
+        .output()
+        .expect("run scripts/testenv-build.sh --check");
+    assert!(
+        output.status.success(),
+        "the testenv tests need the binaries of scripts/testenv-build.sh, and \
+         CLUSTERSET_DNS_TESTENV_BIN is unset and the testenv cache has none \
+         (see `scripts/testenv-build.sh --check` above): {HOW_TO_BUILD}"
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let dir = stdout
+        .lines()
+        .last()
+        .expect("testenv-build.sh --check prints the bin dir")
+        .trim();
+    PathBuf::from(dir)
+}
+
+/// `dir`, once the tools and binaries the tests need are there.
+fn checked(dir: PathBuf, from: &str) -> PathBuf {
+    for (tool, package) in TOOLS {
+        let found = Command::new(tool)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok();
+        assert!(
+            found,
+            "`{tool}` not found: the testenv tests need it; \
+             `apt-get install {package}` (scripts/test.sh installs it)"
+        );
+    }
+    let missing: Vec<&str> = BINARIES
+        .into_iter()
+        .filter(|b| !dir.join(b).is_file())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the testenv tests need {}, which {} (from {from}) does not hold; {HOW_TO_BUILD}",
+        missing.join(", "),
+        dir.display()
+    );
+    dir
 }
 
 /// `bin_dir()/name`, or a panic that says how to get it (never a skip).
