@@ -1035,6 +1035,12 @@ async fn per_node_servers(
     on_node
 }
 
+/// Whether the apiserver accepts `PreferSameZone` and `PreferSameNode`
+/// (1.34 and later; 1.33 with a feature gate the tests leave off).
+fn node_hints_served() -> bool {
+    controlplane::kubernetes_version() >= (1, 34)
+}
+
 /// Connections from `client` (in a) land on `want` alone, each of its
 /// pods answering, within [`CONVERGE`] and then 30 in a row.
 async fn lands_on(
@@ -1060,14 +1066,13 @@ async fn lands_on(
 /// scaled back, it returns to its zone's pod.
 async fn prefer_same_zone_in_cluster(cs: &Clusterset) {
     let ns = "zonal";
-    let on_node = per_node_servers(
-        cs,
-        ns,
-        "zs",
-        ["PreferSameZone", "PreferClose"],
-        "PreferClose",
-    )
-    .await;
+    // Before 1.34 the apiserver knows only the older spelling.
+    let td = if node_hints_served() {
+        ["PreferSameZone", "PreferClose"]
+    } else {
+        ["PreferClose", "PreferClose"]
+    };
+    let on_node = per_node_servers(cs, ns, "zs", td, "PreferClose").await;
     let dial = Dial::new("zs.zonal.svc.clusterset.local", "tcp", 4, 80);
     let zone_a: PodSet = on_node[0].union(&on_node[2]).cloned().collect();
     lands_on(cs, ns, "client-0", &dial, &zone_a, "a's zone-a client → zs").await;
@@ -1124,6 +1129,25 @@ async fn prefer_same_zone_in_cluster(cs: &Clusterset) {
 /// zone's other pod (node 2's) alone; scaled back, on node 0's again.
 async fn prefer_same_node_in_cluster(cs: &Clusterset) {
     let ns = "nodal";
+    if !node_hints_served() {
+        // Kubernetes 1.33: no Service can ask for it (what the controller
+        // does with another cluster's is tests/oldest_kubernetes.rs).
+        namespace_everywhere(cs, ns).await;
+        let spec = "  trafficDistribution: PreferSameNode\n";
+        let refused =
+            controlplane::apply_yaml(&cs.client(0).await, &service_yaml(ns, "zn", PORTS, spec))
+                .await
+                .expect_err("PreferSameNode refused before 1.34");
+        assert!(
+            refused.to_string().contains("spec.trafficDistribution"),
+            "{refused}"
+        );
+        eprintln!(
+            "prefer_same_node_in_cluster: Kubernetes {:?} refuses PreferSameNode, as docs/compatibility.md says",
+            controlplane::kubernetes_version()
+        );
+        return;
+    }
     let on_node = per_node_servers(
         cs,
         ns,
