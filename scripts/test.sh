@@ -2,8 +2,8 @@
 # Runs the whole test suite, both tiers (README.md, "Tests"), on a fresh
 # machine:
 #  1. installs the tools the tests drive when missing (dig, kdig, knotd, curl, openssl;
-#     skopeo, umoci, python3 and strip for the image test, tests/image.rs; nft, ip,
-#     socat and nc for the data plane, tests/connectivity.rs);
+#     skopeo, umoci, python3, strip, podman and runc for the image test, tests/image.rs;
+#     nft, ip, socat and nc for the data plane, tests/connectivity.rs);
 #  2. builds kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubectl
 #     (the newest and the oldest supported Kubernetes),
 #     etcd, CoreDNS, kwok, helm and toxiproxy from the Go module proxy into
@@ -33,6 +33,10 @@ command -v skopeo >/dev/null 2>&1 || missing+=(skopeo)
 command -v umoci >/dev/null 2>&1 || missing+=(umoci)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v strip >/dev/null 2>&1 || missing+=(binutils)
+# tests/image.rs runs the image in podman with runc: crun, podman's default
+# where installed, refuses hosts whose cgroups are in hybrid mode.
+command -v podman >/dev/null 2>&1 || missing+=(podman)
+command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
 # The data plane (tests/dataplane, tests/connectivity.rs): kube-proxy's
 # nftables mode runs nft; ip and ss wire and probe the namespaces; the test
 # pods' servers and clients are socat, and `kubectl exec` users get nc.
