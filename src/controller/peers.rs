@@ -147,7 +147,7 @@ impl Peers {
             }
             Input::HubMember { id, generation } => self.hub_member(id, generation, &mut effects),
             Input::HubListed { generation } => self.hub_listed(generation, now),
-            Input::HubReachable(reachable) => self.hub_reachable(reachable),
+            Input::HubReachable(reachable) => self.hub_reachable(reachable, now),
             Input::HubGone => self.hub_gone(now),
             Input::Tick => self.tick(now, &mut effects),
         }

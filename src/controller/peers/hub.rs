@@ -82,9 +82,15 @@ impl Peers {
     }
 
     /// The hub answers again, or stopped answering: its members' data is
-    /// frozen while it does not.
-    pub(super) fn hub_reachable(&mut self, reachable: bool) {
+    /// frozen while it does not. Back, each frozen member gets a grace
+    /// period from now: the outage is not held against it (without this,
+    /// every member last seen before an outage longer than the grace was
+    /// dropped the moment the hub answered, and back a probe later).
+    pub(super) fn hub_reachable(&mut self, reachable: bool, now: Now) {
         for peer in self.peers.values_mut().filter(|p| p.hub) {
+            if reachable && peer.frozen && peer.last_seen.is_some() {
+                peer.last_seen = Some(now.wall);
+            }
             peer.frozen = !reachable;
         }
     }

@@ -49,8 +49,20 @@ fn a_hub_that_does_not_answer_freezes_its_members_however_long() {
         assert_eq!(run.usable("b"), Some(true), "frozen, not aged");
     }
     assert_eq!(run.exported(), ["web"]);
-    // Back, and its Lease renewed: as before, with no grace spent.
+    // Back: kept before its Lease is read again (the outage spent no
+    // grace), and as before once it is.
     run.input(Input::HubReachable(true));
+    assert_eq!(
+        run.usable("b"),
+        Some(true),
+        "not dropped as the hub answers"
+    );
+    run.wait(GRACE / 2);
+    assert_eq!(
+        run.usable("b"),
+        Some(true),
+        "a grace period from its return"
+    );
     run.probe(&hub_peer("b"), 1, Ok(()));
     run.wait(GRACE * 2);
     assert_eq!(run.usable("b"), Some(true));
