@@ -432,60 +432,34 @@ async fn assert_dns_service_locality(cluster: &Cluster, shell: &Shell) {
     if kubernetes_version() < (1, 34) {
         return assert_prefers_the_zone(cluster, shell).await;
     }
-    let service: Value = serde_json::from_str(&shell.kubectl(&[
-        "get",
-        "-n",
-        NS,
-        "service/clusterset-dns",
-        "-o",
-        "json",
-    ]))
-    .unwrap();
-    assert_eq!(service["spec"]["trafficDistribution"], "PreferSameNode");
+    let service = dns_service_hinted(cluster, shell, "PreferSameNode", "node", |e| {
+        e["nodeName"].is_string()
+            && e["hints"]["forNodes"] == serde_json::json!([{"name": e["nodeName"]}])
+    })
+    .await;
     assert!(service["spec"]["internalTrafficPolicy"] != "Local");
-    cluster
-        .wait_for(
-            "EndpointSlice endpoints hinted for their node",
-            WAIT,
-            || async {
-                let out = shell.kubectl(&[
-                    "get",
-                    "endpointslices",
-                    "-n",
-                    NS,
-                    "-l",
-                    "kubernetes.io/service-name=clusterset-dns",
-                    "-o",
-                    "json",
-                ]);
-                let list: Value = serde_json::from_str(&out).unwrap();
-                let endpoints: Vec<&Value> = list["items"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .flat_map(|s| s["endpoints"].as_array().into_iter().flatten())
-                    .collect();
-                let hinted = endpoints
-                    .iter()
-                    .filter(|e| {
-                        e["nodeName"].is_string()
-                            && e["hints"]["forNodes"]
-                                == serde_json::json!([{"name": e["nodeName"]}])
-                    })
-                    .count();
-                if endpoints.len() == 2 && hinted == 2 {
-                    Ok(())
-                } else {
-                    Err(format!("{endpoints:?}"))
-                }
-            },
-        )
-        .await;
 }
 
 /// The Service is served with `trafficDistribution: PreferClose` and every
 /// endpoint is hinted for its own node's zone.
 async fn assert_prefers_the_zone(cluster: &Cluster, shell: &Shell) {
+    dns_service_hinted(cluster, shell, "PreferClose", "zone", |e| {
+        e["zone"].is_string()
+            && e["hints"]["forZones"] == serde_json::json!([{"name": e["zone"]}])
+            && e["hints"]["forNodes"].is_null()
+    })
+    .await;
+}
+
+/// The DNS Service as served, once it has `trafficDistribution` and both
+/// endpoints of its EndpointSlices are `hinted` (for their `what`).
+async fn dns_service_hinted(
+    cluster: &Cluster,
+    shell: &Shell,
+    distribution: &str,
+    what: &str,
+    hinted: fn(&Value) -> bool,
+) -> Value {
     let service: Value = serde_json::from_str(&shell.kubectl(&[
         "get",
         "-n",
@@ -495,10 +469,10 @@ async fn assert_prefers_the_zone(cluster: &Cluster, shell: &Shell) {
         "json",
     ]))
     .unwrap();
-    assert_eq!(service["spec"]["trafficDistribution"], "PreferClose");
+    assert_eq!(service["spec"]["trafficDistribution"], distribution);
     cluster
         .wait_for(
-            "EndpointSlice endpoints hinted for their zone",
+            &format!("EndpointSlice endpoints hinted for their {what}"),
             WAIT,
             || async {
                 let out = shell.kubectl(&[
@@ -518,15 +492,8 @@ async fn assert_prefers_the_zone(cluster: &Cluster, shell: &Shell) {
                     .iter()
                     .flat_map(|s| s["endpoints"].as_array().into_iter().flatten())
                     .collect();
-                let hinted = endpoints
-                    .iter()
-                    .filter(|e| {
-                        e["zone"].is_string()
-                            && e["hints"]["forZones"] == serde_json::json!([{"name": e["zone"]}])
-                            && e["hints"]["forNodes"].is_null()
-                    })
-                    .count();
-                if endpoints.len() == 2 && hinted == 2 {
+                let count = endpoints.iter().filter(|e| hinted(e)).count();
+                if endpoints.len() == 2 && count == 2 {
                     Ok(())
                 } else {
                     Err(format!("{endpoints:?}"))
@@ -534,6 +501,7 @@ async fn assert_prefers_the_zone(cluster: &Cluster, shell: &Shell) {
             },
         )
         .await;
+    service
 }
 
 /// What must not change when the install runs again: each object's
