@@ -101,6 +101,14 @@ struct Member {
     known_since: Instant,
 }
 
+/// What [`Reader::route`] made of a published object's event.
+enum Routed<T> {
+    /// Nothing more to do; `false` once the loop is gone.
+    Handled(bool),
+    /// This member's event.
+    To(String, Event<T>),
+}
+
 /// A member's Lease as seen here.
 struct Liveness {
     /// Its `renewTime`, as text: a change is a renewal, whatever the
@@ -451,60 +459,52 @@ impl Reader {
     }
 
     async fn published(&mut self, event: Event<Lean<PublishedService>>) -> bool {
-        let (object, listed) = match event {
-            Event::Init => return self.list_boundary(Kind::Published, true).await,
-            Event::InitDone => return self.list_boundary(Kind::Published, false).await,
-            Event::InitApply(object) => (object, true),
-            Event::Apply(object) => (object, false),
-            Event::Delete(object) => {
-                let Some(id) = self.member(object.0.metadata.namespace.as_deref()).await else {
-                    return true;
-                };
-                return self.feed_published(&id, Event::Delete(object)).await;
-            }
-        };
-        let Some((id, agrees)) = self
-            .owner(&object.0.metadata.clone(), "PublishedService")
-            .await
-        else {
-            return true;
-        };
-        // One that no longer agrees goes, if it was read before.
-        let event = match (agrees, listed) {
-            (true, true) => Event::InitApply(object),
-            (true, false) => Event::Apply(object),
-            (false, true) => return true,
-            (false, false) => Event::Delete(object),
-        };
-        self.feed_published(&id, event).await
+        match self.route(Kind::Published, "PublishedService", event).await {
+            Routed::Handled(alive) => alive,
+            Routed::To(id, event) => self.feed_published(&id, event).await,
+        }
     }
 
     async fn slices(&mut self, event: Event<Lean<EndpointSlice>>) -> bool {
+        match self.route(Kind::Slices, "EndpointSlice", event).await {
+            Routed::Handled(alive) => alive,
+            Routed::To(id, event) => self.feed_slices(&id, event).await,
+        }
+    }
+
+    /// Where an event of a published `kind` goes: a list boundary is
+    /// every member's (handled here), an object to the member whose
+    /// namespace holds it, as that member's event. One whose
+    /// source-cluster label does not agree is refused; one that no longer
+    /// agrees goes, if it was read before.
+    async fn route<K: kube::Resource>(
+        &mut self,
+        kind: Kind,
+        what: &str,
+        event: Event<Lean<K>>,
+    ) -> Routed<Lean<K>> {
         let (object, listed) = match event {
-            Event::Init => return self.list_boundary(Kind::Slices, true).await,
-            Event::InitDone => return self.list_boundary(Kind::Slices, false).await,
+            Event::Init => return Routed::Handled(self.list_boundary(kind, true).await),
+            Event::InitDone => return Routed::Handled(self.list_boundary(kind, false).await),
             Event::InitApply(object) => (object, true),
             Event::Apply(object) => (object, false),
             Event::Delete(object) => {
-                let Some(id) = self.member(object.0.metadata.namespace.as_deref()).await else {
-                    return true;
+                return match self.member(object.0.meta().namespace.as_deref()).await {
+                    Some(id) => Routed::To(id, Event::Delete(object)),
+                    None => Routed::Handled(true),
                 };
-                return self.feed_slices(&id, Event::Delete(object)).await;
             }
         };
-        let Some((id, agrees)) = self
-            .owner(&object.0.metadata.clone(), "EndpointSlice")
-            .await
-        else {
-            return true;
+        let Some((id, agrees)) = self.owner(&object.0.meta().clone(), what).await else {
+            return Routed::Handled(true);
         };
         let event = match (agrees, listed) {
             (true, true) => Event::InitApply(object),
             (true, false) => Event::Apply(object),
-            (false, true) => return true,
+            (false, true) => return Routed::Handled(true),
             (false, false) => Event::Delete(object),
         };
-        self.feed_slices(&id, event).await
+        Routed::To(id, event)
     }
 
     async fn lease(&mut self, event: Event<Lease>, now: Instant) -> bool {
