@@ -280,7 +280,7 @@ async fn kube_client(config: &Config) -> Result<(kube::Client, String), StartErr
         .map_err(|e| failed(e.origin.clone())(e.why.into()))?;
     let url = client_config.cluster_url.to_string();
     let client =
-        kube::Client::try_from(client_config).map_err(|e| failed(url.clone())(e.into()))?;
+        crate::kube_http::client(client_config).map_err(|e| failed(url.clone())(e.into()))?;
     Ok((client, url))
 }
 

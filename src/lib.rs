@@ -11,8 +11,8 @@
 //!        │                       │                       │
 //!        └───────────────┬───────┴───────────────────────┘
 //!                        ▼
-//!   base: api, peering, hub, watch, ops, cluster_args, cidr,
-//!         label_selector, at_rest, error
+//!   base: api, peering, hub, watch, ops, cluster_args, kube_http,
+//!         cidr, label_selector, at_rest, error
 //! ```
 //!
 //! Each wing imports the base and itself, never another wing, and the base
@@ -34,7 +34,8 @@
 //!   metrics exposition and build info, logs, durations, rate-limited log
 //!   lines, memory handed back after a large load.
 //! - [`cluster_args`]: the options every subcommand that talks to a cluster
-//!   shares; [`cidr`]: IP prefixes; [`label_selector`]: Kubernetes label
+//!   shares; [`kube_http`]: the HTTP/2 client stack the long-running
+//!   processes reach an apiserver with; [`cidr`]: IP prefixes; [`label_selector`]: Kubernetes label
 //!   selectors; [`at_rest`]: the one interner and the one-or-many list the
 //!   stores hold objects with; [`error`]: how errors and causes print.
 //!
@@ -80,6 +81,7 @@ pub mod cidr;
 pub mod cluster_args;
 pub mod error;
 pub mod hub;
+pub mod kube_http;
 pub mod label_selector;
 pub mod ops;
 pub mod peering;

@@ -237,6 +237,14 @@ impl Env {
 }
 
 /// The addresses of the imported slices of `NS/name` in a member.
+/// The port of an `https://host:port` URL.
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .expect("a URL with a port")
+}
+
 async fn imported_addresses(client: &Client, name: &str) -> Vec<String> {
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), NS);
     let selector = format!("multicluster.kubernetes.io/service-name={name}");
@@ -338,6 +346,22 @@ async fn exports_import_everywhere_through_the_hub_with_no_peer_secret(env: &mut
         );
         let export = object.spec.export.expect("the export travels");
         assert!(export.created.is_some(), "{export:?}");
+    }
+    // Every watch and request is a stream on one HTTP/2 connection per
+    // client (`kube_http`): to its own apiserver the controller's client
+    // and its Lease's, to the hub one, however many watches run; none to
+    // another member.
+    let hub_port = port_of(&env.plane.apiservers[0].url);
+    for (i, controller) in env.controllers.iter().enumerate() {
+        let own_port = port_of(&env.plane.apiservers[i + 1].url);
+        let connections = controlplane::established_connections(controller.as_ref().unwrap().pid());
+        let own = connections.get(&own_port).copied().unwrap_or(0);
+        let to_hub = connections.get(&hub_port).copied().unwrap_or(0);
+        assert!(
+            own <= 2 && to_hub == 1 && own + to_hub == connections.values().sum::<usize>(),
+            "{}: connections by remote port {connections:?} (its apiserver {own_port}, the hub {hub_port})",
+            MEMBERS[i]
+        );
     }
     // One withdrawn export is withdrawn everywhere.
     Api::<clusterset_dns::api::ServiceExport>::namespaced(env.members[1].clone(), NS)

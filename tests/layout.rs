@@ -19,6 +19,7 @@ const PLACES: &[(&str, &[&str])] = &[
             "cluster_args",
             "error",
             "hub",
+            "kube_http",
             "label_selector",
             "ops",
             "peering",

@@ -81,7 +81,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::{Api, Client};
+use kube::Api;
 use tokio::sync::mpsc;
 
 pub use self::args::ControllerArgs;
@@ -131,13 +131,13 @@ pub async fn run(
         .map_err(ControllerError::Config)?;
     // The Lease is taken and renewed on a client of its own: the fence
     // closes the controller's client to writes before the Lease is held.
-    let lease_client = Client::try_from(config.clone()).map_err(ControllerError::Client)?;
+    let lease_client = crate::kube_http::client(config.clone()).map_err(ControllerError::Client)?;
     let fence = if args.leader_election {
         Fence::closed()
     } else {
         Fence::open()
     };
-    let client = kube::client::ClientBuilder::try_from(config)
+    let client = crate::kube_http::builder(config)
         .map_err(ControllerError::Client)?
         .with_layer(&FenceLayer(fence.clone()))
         .build();

@@ -314,7 +314,7 @@ impl StoredKubeconfig {
             .await
             .map_err(|e| KubeconfigError::Config(Chain(&e).to_string()))?;
         // A peer's answers are bounded in size (issue 44, H2).
-        let builder = kube::client::ClientBuilder::try_from(config)
+        let builder = crate::kube_http::builder(config)
             .map_err(|e| KubeconfigError::Client(Chain(&e).to_string()))?;
         Ok(builder
             .with_layer(&super::body_limit::BodyLimitLayer)

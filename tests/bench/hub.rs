@@ -256,50 +256,6 @@ impl CpuWindow {
     }
 }
 
-/// The ESTABLISHED TCP connections of `pid`, counted by remote port: its
-/// socket file descriptors whose inode is in `/proc/<pid>/net/tcp{,6}`
-/// with state 01.
-fn connections(pid: u32) -> BTreeMap<u16, usize> {
-    let mut inodes = HashSet::new();
-    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
-        for fd in fds.flatten() {
-            if let Ok(target) = std::fs::read_link(fd.path()) {
-                let target = target.to_string_lossy().into_owned();
-                if let Some(inode) = target
-                    .strip_prefix("socket:[")
-                    .and_then(|rest| rest.strip_suffix(']'))
-                    .and_then(|inode| inode.parse::<u64>().ok())
-                {
-                    inodes.insert(inode);
-                }
-            }
-        }
-    }
-    let mut by_port = BTreeMap::new();
-    for table in ["tcp", "tcp6"] {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
-        for line in text.lines().skip(1) {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            if fields.len() < 10 || fields[3] != "01" {
-                continue;
-            }
-            let Ok(inode) = fields[9].parse::<u64>() else {
-                continue;
-            };
-            if !inodes.contains(&inode) {
-                continue;
-            }
-            let port = fields[2]
-                .rsplit(':')
-                .next()
-                .and_then(|hex| u16::from_str_radix(hex, 16).ok())
-                .unwrap_or(0);
-            *by_port.entry(port).or_insert(0) += 1;
-        }
-    }
-    by_port
-}
-
 /// The port of an `https://host:port` URL.
 fn port_of(url: &str) -> u16 {
     url.rsplit(':')
@@ -938,7 +894,7 @@ fn split_connections(
     hub: u16,
 ) -> (usize, usize, usize, usize) {
     let mut split = (0, 0, 0, 0);
-    for (port, n) in connections(pid) {
+    for (port, n) in controlplane::established_connections(pid) {
         if port == own {
             split.0 += n;
         } else if port == hub {
@@ -1612,7 +1568,7 @@ fn phase_sim(s: &Settings, rt: &tokio::runtime::Runtime, out: &mut String) {
         .enumerate()
         .map(|(i, c)| split_connections(c.pid(), member_ports[i], &member_ports, p.hub_port()))
         .collect();
-    let sim_conns = connections(std::process::id())
+    let sim_conns = controlplane::established_connections(std::process::id())
         .get(&p.hub_port())
         .copied()
         .unwrap_or(0);

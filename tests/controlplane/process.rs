@@ -357,3 +357,47 @@ impl CoreDns {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
+
+/// The ESTABLISHED TCP connections of `pid`, counted by remote port: its
+/// socket file descriptors whose inode is in `/proc/<pid>/net/tcp{,6}`
+/// with state 01.
+pub(crate) fn established_connections(pid: u32) -> std::collections::BTreeMap<u16, usize> {
+    let mut inodes = std::collections::HashSet::new();
+    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                let target = target.to_string_lossy().into_owned();
+                if let Some(inode) = target
+                    .strip_prefix("socket:[")
+                    .and_then(|rest| rest.strip_suffix(']'))
+                    .and_then(|inode| inode.parse::<u64>().ok())
+                {
+                    inodes.insert(inode);
+                }
+            }
+        }
+    }
+    let mut by_port = std::collections::BTreeMap::new();
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 10 || fields[3] != "01" {
+                continue;
+            }
+            let Ok(inode) = fields[9].parse::<u64>() else {
+                continue;
+            };
+            if !inodes.contains(&inode) {
+                continue;
+            }
+            let port = fields[2]
+                .rsplit(':')
+                .next()
+                .and_then(|hex| u16::from_str_radix(hex, 16).ok())
+                .unwrap_or(0);
+            *by_port.entry(port).or_insert(0) += 1;
+        }
+    }
+    by_port
+}
