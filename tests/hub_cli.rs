@@ -35,6 +35,9 @@ use support::trials::{self, behaviours};
 
 /// The member's cluster id.
 const MEMBER: &str = "cluster-a";
+/// The member's pod range, as `hub join --endpoint-cidr` records it
+/// (docs/hub.md's commands give the same).
+const MEMBER_POD_RANGE: &str = "10.1.0.0/16";
 /// The quota's count of PublishedServices.
 const PUBLISHED_COUNT: &str = "count/publishedservices.clusterset-dns.io";
 /// How long the hub may take to apply a quota or delete a namespace.
@@ -192,8 +195,9 @@ impl Env {
         .await;
     }
 
-    /// `hub join` of the member, as the docs write it.
-    fn join_command(&self) -> [&str; 6] {
+    /// `hub join` of the member, as the docs write it: its pod range
+    /// given (the apiserver-only member has no Nodes to read one from).
+    fn join_command(&self) -> [&str; 8] {
         [
             "hub",
             "join",
@@ -201,6 +205,8 @@ impl Env {
             &self.hub_kubeconfig,
             "--member-kubeconfig",
             &self.member_kubeconfig,
+            "--endpoint-cidr",
+            MEMBER_POD_RANGE,
         ]
     }
 
@@ -225,6 +231,7 @@ fn main() {
         a_member_cannot_claim_another_cluster_id_or_another_services_name,
         a_member_reads_no_secret_and_writes_nothing_but_its_publication,
         a_member_past_its_quota_is_refused_by_the_hub,
+        join_records_the_members_pod_ranges_and_without_them_writes_nothing,
         a_namespace_bound_to_another_member_is_never_joined,
         hub_list_shows_each_member_with_its_quota_and_tokens,
         joining_again_rotates_the_token_and_revokes_the_old_one,
@@ -353,12 +360,89 @@ async fn a_member_reads_no_secret_and_writes_nothing_but_its_publication(env: &m
             .await,
     );
     assert_eq!(code, 403, "a member writes nothing but its publication");
+    // Its record (its pod ranges, the hub admin's) it reads, as every
+    // member does, and cannot change; no other ConfigMap is readable.
+    let configs: Api<ConfigMap> = Api::namespaced(member.clone(), &namespace);
+    let record = configs.get(hub::MEMBER_RECORD).await.unwrap();
+    assert_eq!(
+        record.data.unwrap()[hub::RECORD_ENDPOINT_CIDRS],
+        MEMBER_POD_RANGE
+    );
+    let widen = json!({"data": {hub::RECORD_ANY_ENDPOINT: "true"}});
+    let (code, _) = outcome(
+        configs
+            .patch(
+                hub::MEMBER_RECORD,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&widen),
+            )
+            .await,
+    );
+    assert_eq!(code, 403, "a member cannot widen its own record");
+    let (code, _) = outcome(
+        configs
+            .delete(hub::MEMBER_RECORD, &DeleteParams::default())
+            .await,
+    );
+    assert_eq!(code, 403, "a member cannot delete its own record");
+    let (code, _) = outcome(configs.get("kube-root-ca.crt").await);
+    assert_eq!(code, 403, "no ConfigMap but the records is readable");
+    let (code, _) = outcome(
+        Api::<ConfigMap>::all(member.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    assert_eq!(code, 403, "a list must select the records' name");
     let (code, _) = outcome(
         Api::<Namespace>::all(member)
             .list(&ListParams::default())
             .await,
     );
     assert_eq!(code, 403, "a member cannot list the hub's namespaces");
+}
+
+async fn join_records_the_members_pod_ranges_and_without_them_writes_nothing(env: &mut Env) {
+    // The member has no Nodes: without --endpoint-cidr or
+    // --allow-any-endpoint, nothing is written.
+    let hub_namespaces = Api::<Namespace>::all(env.hub.clone());
+    let namespace = hub::member_namespace(MEMBER).unwrap();
+    let before = hub_namespaces.get_opt(&namespace).await.unwrap().is_some();
+    let run = cli(&env.join_command()[..6]).await;
+    assert!(!run.ok, "{}", run.stdout);
+    assert!(
+        run.stderr
+            .contains("the member's pod ranges are not known: the member has no Nodes")
+            && run.stderr.contains("--endpoint-cidr")
+            && run.stderr.contains("Nothing was written"),
+        "{}",
+        run.stderr
+    );
+    let after = hub_namespaces.get_opt(&namespace).await.unwrap().is_some();
+    assert_eq!(before, after, "no member namespace made or removed");
+    // With --allow-any-endpoint the record says so, and `hub list` too.
+    let out = ok(&[&env.join_command()[..6], &["--allow-any-endpoint"]].concat()).await;
+    assert!(
+        out.contains("no endpoint ranges recorded (--allow-any-endpoint)"),
+        "{out}"
+    );
+    let record = Api::<ConfigMap>::namespaced(env.hub.clone(), &namespace)
+        .get(hub::MEMBER_RECORD)
+        .await
+        .unwrap();
+    assert_eq!(
+        hub::read_member_record(&record.data.unwrap_or_default()),
+        Ok(None)
+    );
+    let list = ok(&["hub", "list", "--kubeconfig", &env.hub_kubeconfig]).await;
+    assert!(list.contains("\tany\n"), "{list}");
+    // Back to the range the other trials expect.
+    let out = ok(&env.join_command()).await;
+    assert!(
+        out.contains(&format!(
+            "endpoints accepted only in {MEMBER_POD_RANGE} (from --endpoint-cidr)"
+        )),
+        "{out}"
+    );
 }
 
 async fn a_member_past_its_quota_is_refused_by_the_hub(env: &mut Env) {
@@ -446,6 +530,7 @@ async fn hub_list_shows_each_member_with_its_quota_and_tokens(env: &mut Env) {
             "no controller renews its Lease here: {row}"
         );
         assert_eq!(cells[5], "1", "one live token: {row}");
+        assert_eq!(cells[6], MEMBER_POD_RANGE, "its recorded pod range: {row}");
         // Used counts show once the quota controller has counted; limits
         // as the apiserver writes quantities.
         if cells[3].ends_with("/2k") && cells[4].ends_with("/10k") && !cells[3].starts_with('?') {

@@ -39,6 +39,9 @@ const GRACE: &str = "10s";
 const WAIT: Duration = Duration::from_secs(60);
 /// The namespace the trials export from.
 const NS: &str = "shop";
+/// The pod range `hub join` records for every member: the trials' endpoints
+/// are in it.
+const POD_RANGE: &str = "10.1.0.0/24";
 
 /// A hub, its members and their controllers.
 struct Env {
@@ -154,21 +157,32 @@ impl Env {
         cli(&["hub", "init", "--kubeconfig", &self.hub_kubeconfig()]).await;
     }
 
-    /// `hub join` of member `i`.
+    /// `hub join` of member `i`, its pod range [`POD_RANGE`] (the
+    /// apiserver-only members have no Nodes to read one from).
     async fn join_hub(&self, i: usize) {
+        self.join_hub_with(i, &["--endpoint-cidr", POD_RANGE]).await;
+    }
+
+    /// `hub join` of member `i` with `extra` arguments; what it printed.
+    async fn join_hub_with(&self, i: usize, extra: &[&str]) -> String {
         let member = self.plane.clusters[i + 1]
             .admin_kubeconfig
             .display()
             .to_string();
-        cli(&[
-            "hub",
-            "join",
-            "--kubeconfig",
-            &self.hub_kubeconfig(),
-            "--member-kubeconfig",
-            &member,
-        ])
-        .await;
+        let hub = self.hub_kubeconfig();
+        let args = [
+            &[
+                "hub",
+                "join",
+                "--kubeconfig",
+                &hub,
+                "--member-kubeconfig",
+                &member,
+            ][..],
+            extra,
+        ]
+        .concat();
+        cli(&args).await
     }
 
     /// Starts every member's controller.
@@ -269,6 +283,7 @@ fn main() {
         an_object_labelled_with_another_members_id_is_refused_and_the_rest_kept,
         a_stopped_hub_freezes_imports_and_they_resume_when_it_is_back,
         a_member_whose_lease_expires_is_dropped_after_grace_and_back_when_it_renews,
+        endpoints_outside_the_ranges_the_hub_admin_recorded_are_refused,
     ];
     let start: trials::Start<Env> = || Box::pin(Env::start());
     let mut all = trials::group(&args, &runtime, start, behaviours);
@@ -510,6 +525,125 @@ async fn a_member_whose_lease_expires_is_dropped_after_grace_and_back_when_it_re
     // Its controller back, its Lease renewed: imported again.
     env.controller(0);
     env.wait_imported(1, "cache", &["10.1.0.40"]).await;
+}
+
+/// Member `i`'s controller's count of refusals with `reason`.
+async fn refusals(env: &mut Env, i: usize, reason: &str) -> f64 {
+    let admin = env.controller(i).admin_addr();
+    counter(
+        admin,
+        "clusterset_dns_controller_peer_objects_rejected_total",
+        &[&format!("reason=\"{reason}\"")],
+    )
+    .await
+}
+
+/// Waits until member `i` imports `NS/name` with exactly `addresses`, and
+/// its controller has counted more refusals with `reason` than `before`.
+async fn wait_refused(
+    env: &mut Env,
+    i: usize,
+    name: &str,
+    addresses: &[&str],
+    reason: &str,
+    before: f64,
+) {
+    let admin = env.controller(i).admin_addr();
+    let client = env.members[i].clone();
+    let want: Vec<String> = addresses.iter().map(|a| a.to_string()).collect();
+    let reason = format!("reason=\"{reason}\"");
+    wait_for(
+        &format!("{} imports {want:?} and counts {reason}", MEMBERS[i]),
+        WAIT,
+        || {
+            let client = client.clone();
+            let want = want.clone();
+            let reason = reason.clone();
+            async move {
+                let got = imported_addresses(&client, name).await;
+                let refused = counter(
+                    admin,
+                    "clusterset_dns_controller_peer_objects_rejected_total",
+                    &[&reason],
+                )
+                .await;
+                if got == want && refused > before {
+                    Ok(())
+                } else {
+                    Err(format!("endpoints {got:?}, {refused} refused"))
+                }
+            }
+        },
+    )
+    .await;
+}
+
+async fn endpoints_outside_the_ranges_the_hub_admin_recorded_are_refused(env: &mut Env) {
+    // cluster-b's record says 10.1.0.0/24 (`hub join --endpoint-cidr`);
+    // it publishes one endpoint inside and one outside, in another
+    // member's range as far as anyone knows.
+    let mut before = Vec::new();
+    for i in 0..MEMBERS.len() {
+        before.push(refusals(env, i, "OutsidePeerRanges").await);
+    }
+    export_selectorless(
+        &env.members[1],
+        NS,
+        "ranged",
+        json!([{"name": "http", "port": 80, "protocol": "TCP"}]),
+        &["10.1.0.60", "10.2.0.60"],
+    )
+    .await;
+    for i in [0, 2] {
+        wait_refused(
+            env,
+            i,
+            "ranged",
+            &["10.1.0.60"],
+            "OutsidePeerRanges",
+            before[i],
+        )
+        .await;
+    }
+    // The hub admin records the second range: both count, everywhere.
+    let said = env
+        .join_hub_with(
+            1,
+            &[
+                "--endpoint-cidr",
+                POD_RANGE,
+                "--endpoint-cidr",
+                "10.2.0.0/24",
+            ],
+        )
+        .await;
+    assert!(
+        said.contains("endpoints accepted only in 10.1.0.0/24, 10.2.0.0/24 (from --endpoint-cidr)"),
+        "{said}"
+    );
+    for i in [0, 2] {
+        env.wait_imported(i, "ranged", &["10.1.0.60", "10.2.0.60"])
+            .await;
+    }
+    // Without a record (deleted on the hub), none of cluster-b's endpoints
+    // counts: the importers fail closed, and say why.
+    let mut before = Vec::new();
+    for i in 0..MEMBERS.len() {
+        before.push(refusals(env, i, "NoMemberRecord").await);
+    }
+    let namespace = hub::member_namespace(MEMBERS[1]).unwrap();
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(env.hub.clone(), &namespace)
+        .delete(hub::MEMBER_RECORD, &DeleteParams::default())
+        .await
+        .unwrap();
+    for i in [0, 2] {
+        wait_refused(env, i, "ranged", &[], "NoMemberRecord", before[i]).await;
+    }
+    // And back as the other trials expect it.
+    env.join_hub(1).await;
+    for i in [0, 2] {
+        env.wait_imported(i, "ranged", &["10.1.0.60"]).await;
+    }
 }
 
 async fn a_mesh_moved_to_the_hub_a_member_at_a_time_keeps_every_import(env: &mut Env) {

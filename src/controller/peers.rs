@@ -146,6 +146,9 @@ impl Peers {
                 self.reconnect(&secret, generation, now, &mut effects)
             }
             Input::HubMember { id, generation } => self.hub_member(id, generation, &mut effects),
+            Input::HubMemberRanges { id, ranges } => {
+                self.hub_member_ranges(&id, ranges, &mut effects)
+            }
             Input::HubListed { generation } => self.hub_listed(generation, now),
             Input::HubReachable(reachable) => self.hub_reachable(reachable, now),
             Input::HubGone => self.hub_gone(now),

@@ -225,6 +225,9 @@ pub mod reason {
     /// An object in a hub member's namespace whose source-cluster label
     /// names another cluster than that member.
     pub const FOREIGN_SOURCE_CLUSTER: &str = "ForeignSourceCluster";
+    /// A hub member without a readable record on the hub (its endpoint
+    /// ranges, written by `hub join`): none of its endpoints is taken.
+    pub const NO_MEMBER_RECORD: &str = "NoMemberRecord";
 }
 
 /// A peer's PublishedService as the Service the merge reads: in the

@@ -18,12 +18,17 @@
 //!   ResourceQuota per namespace bounds what a member may store, and a
 //!   FlowSchema ([`FLOW_SCHEMA`]) gives each member its own fair share of
 //!   the hub's apiserver.
+//! - Beside them, `hub join` writes the member's record ([`MEMBER_RECORD`]),
+//!   a ConfigMap the member cannot write and every member reads: the
+//!   member's pod ranges, outside which importers refuse its endpoints, as
+//!   a peer Secret's ranges are for a peer ([`read_member_record`]).
 //! - In a member cluster, the hub is reached through one Secret,
 //!   [`HUB_SECRET`] in the controller's namespace, labelled
 //!   [`HUB_LABEL`]`=true`, holding a kubeconfig as a peer Secret does.
 
 pub mod objects;
 
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -31,6 +36,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::limits::is_dns1123_label;
+use crate::cidr::Cidr;
 
 /// Prefix of a member's namespace on the hub.
 pub const MEMBER_NAMESPACE_PREFIX: &str = "member-";
@@ -52,6 +58,21 @@ pub const LEASE_RENEW: Duration = Duration::from_secs(10);
 /// The duration a member's Lease records: three renewals. A member whose
 /// Lease was not renewed for as long is down, as its readers see it.
 pub const LEASE_DURATION: Duration = Duration::from_secs(30);
+
+/// The ConfigMap in each member namespace that `hub join` writes and
+/// members may read but not write: what the hub admin recorded of the
+/// member for its importers. The readers' role names it and no other
+/// ConfigMap.
+pub const MEMBER_RECORD: &str = "clusterset-dns-member";
+
+/// Key of the member record: the member's pod ranges, comma-separated
+/// (`hub join`: its Nodes' `spec.podCIDRs`, or `--endpoint-cidr`).
+pub const RECORD_ENDPOINT_CIDRS: &str = "endpoint-cidrs";
+
+/// Key of the member record, `"true"`: no ranges recorded (`hub join
+/// --allow-any-endpoint`); importers accept any endpoint address their
+/// other rules allow.
+pub const RECORD_ANY_ENDPOINT: &str = "allow-any-endpoint";
 
 /// The ClusterRole that lets every member read every publication.
 pub const READER_ROLE: &str = "clusterset-dns-hub-reader";
@@ -130,6 +151,33 @@ impl Default for MemberQuota {
             published_services: 2_000,
             slices: 10_000,
         }
+    }
+}
+
+/// The member's endpoint ranges its record (`data` of [`MEMBER_RECORD`])
+/// gives: `Some` ranges, `None` for any endpoint; why not, for a record
+/// that says neither, both, or ranges that do not parse. Importers hold a
+/// member without a readable record to no endpoint at all.
+pub fn read_member_record(data: &BTreeMap<String, String>) -> Result<Option<Vec<Cidr>>, String> {
+    let any = data.get(RECORD_ANY_ENDPOINT).map(String::as_str);
+    match (data.get(RECORD_ENDPOINT_CIDRS), any) {
+        (Some(_), Some(_)) => Err(format!(
+            "{MEMBER_RECORD} holds both {RECORD_ENDPOINT_CIDRS} and {RECORD_ANY_ENDPOINT}"
+        )),
+        (None, Some("true")) => Ok(None),
+        (None, Some(other)) => Err(format!(
+            "{MEMBER_RECORD}: {RECORD_ANY_ENDPOINT} is {other:?}, not \"true\""
+        )),
+        (None, None) => Err(format!(
+            "{MEMBER_RECORD} holds neither {RECORD_ENDPOINT_CIDRS} nor {RECORD_ANY_ENDPOINT}"
+        )),
+        (Some(text), None) => match crate::cidr::parse_list(text) {
+            Ok(ranges) if ranges.is_empty() => {
+                Err(format!("{MEMBER_RECORD}: {RECORD_ENDPOINT_CIDRS} is empty"))
+            }
+            Ok(ranges) => Ok(Some(ranges)),
+            Err(error) => Err(format!("{MEMBER_RECORD}: {RECORD_ENDPOINT_CIDRS}: {error}")),
+        },
     }
 }
 

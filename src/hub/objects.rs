@@ -9,11 +9,12 @@
 use serde_json::{Value, json};
 
 use super::{
-    FLOW_SCHEMA, LABEL_MEMBER, MANAGED_BY, MEMBER_LEASE, MEMBER_NAMESPACE_PREFIX,
+    FLOW_SCHEMA, LABEL_MEMBER, MANAGED_BY, MEMBER_LEASE, MEMBER_NAMESPACE_PREFIX, MEMBER_RECORD,
     MEMBER_SERVICE_ACCOUNT, MemberQuota, POLICY, PUBLISHER_ROLE, QUOTA, READER_ROLE,
-    member_namespace,
+    RECORD_ANY_ENDPOINT, RECORD_ENDPOINT_CIDRS, member_namespace,
 };
 use crate::api::well_known::LABEL_SOURCE_CLUSTER;
+use crate::cidr::Cidr;
 
 /// What a member publishes: (API group, resource).
 const PUBLICATION: [(&str, &str); 3] = [
@@ -43,19 +44,33 @@ pub fn hub_objects() -> Vec<Value> {
     ]
 }
 
-/// Read every member's publication, hub-wide. A dedicated hub holds
-/// nothing else of these kinds but its own `default/kubernetes` slice and
-/// its control plane's leader Leases.
+/// Read every member's publication, hub-wide, and every member's record.
+/// A dedicated hub holds nothing else of the publication's kinds but its
+/// own `default/kubernetes` slice and its control plane's leader Leases;
+/// of ConfigMaps, only those named [`MEMBER_RECORD`] may be read (a list
+/// or watch must then select that name).
 fn reader_role() -> Value {
+    let mut rules: Vec<Value> = PUBLICATION
+        .iter()
+        .map(|(group, resource)| {
+            json!({
+                "apiGroups": [group],
+                "resources": [resource],
+                "verbs": ["get", "list", "watch"],
+            })
+        })
+        .collect();
+    rules.push(json!({
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "resourceNames": [MEMBER_RECORD],
+        "verbs": ["get", "list", "watch"],
+    }));
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {"name": READER_ROLE, "labels": labels()},
-        "rules": PUBLICATION.iter().map(|(group, resource)| json!({
-            "apiGroups": [group],
-            "resources": [resource],
-            "verbs": ["get", "list", "watch"],
-        })).collect::<Vec<_>>(),
+        "rules": rules,
     })
 }
 
@@ -193,9 +208,15 @@ fn flow_schema() -> Value {
 }
 
 /// The objects `hub join` applies for member `cluster_id`, in order: its
-/// namespace (labelled with the id), the ServiceAccount its tokens belong
-/// to, its write binding there, its read binding hub-wide, its quota.
-pub fn member_objects(cluster_id: &str, quota: MemberQuota) -> Result<Vec<Value>, String> {
+/// namespace (labelled with the id), its record (`endpoint_ranges`: its
+/// pod ranges, or `None` for any endpoint), the ServiceAccount its tokens
+/// belong to, its write binding there, its read binding hub-wide, its
+/// quota.
+pub fn member_objects(
+    cluster_id: &str,
+    endpoint_ranges: Option<&[Cidr]>,
+    quota: MemberQuota,
+) -> Result<Vec<Value>, String> {
     let namespace = member_namespace(cluster_id)?;
     let subject = json!([{
         "kind": "ServiceAccount",
@@ -211,6 +232,7 @@ pub fn member_objects(cluster_id: &str, quota: MemberQuota) -> Result<Vec<Value>
                 "labels": {LABEL_MEMBER: cluster_id, "app.kubernetes.io/managed-by": MANAGED_BY},
             },
         }),
+        member_record(&namespace, cluster_id, endpoint_ranges),
         json!({
             "apiVersion": "v1",
             "kind": "ServiceAccount",
@@ -241,6 +263,24 @@ pub fn member_objects(cluster_id: &str, quota: MemberQuota) -> Result<Vec<Value>
             }},
         }),
     ])
+}
+
+/// Member `cluster_id`'s record in `namespace`: its endpoint ranges, or
+/// that any endpoint goes ([`super::read_member_record`] reads it).
+fn member_record(namespace: &str, cluster_id: &str, endpoint_ranges: Option<&[Cidr]>) -> Value {
+    let data = match endpoint_ranges {
+        Some(ranges) => {
+            let text: Vec<String> = ranges.iter().map(ToString::to_string).collect();
+            json!({RECORD_ENDPOINT_CIDRS: text.join(",")})
+        }
+        None => json!({RECORD_ANY_ENDPOINT: "true"}),
+    };
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": MEMBER_RECORD, "namespace": namespace, "labels": member_labels(cluster_id)},
+        "data": data,
+    })
 }
 
 /// The name of member `cluster_id`'s hub-wide read binding.

@@ -80,7 +80,20 @@ fn members_read_publications_hub_wide_and_write_nothing_through_that_role() {
         .iter()
         .map(|r| r["resources"][0].as_str().unwrap())
         .collect();
-    assert_eq!(resources, ["publishedservices", "endpointslices", "leases"]);
+    assert_eq!(
+        resources,
+        [
+            "publishedservices",
+            "endpointslices",
+            "leases",
+            "configmaps"
+        ]
+    );
+    // Of ConfigMaps, the member records only.
+    assert_eq!(
+        reader["rules"][3]["resourceNames"],
+        serde_json::json!([MEMBER_RECORD])
+    );
     let publisher = &objects[2];
     for rule in publisher["rules"].as_array().unwrap() {
         assert!(
@@ -119,14 +132,26 @@ fn the_policy_checks_only_members_and_holds_them_to_namespace_label_and_names() 
 
 #[test]
 fn a_members_objects_bind_its_id_to_its_namespace_and_bound_its_store() {
+    let ranges: Vec<Cidr> = vec![
+        "10.1.0.0/16".parse().unwrap(),
+        "fd00:1::/64".parse().unwrap(),
+    ];
     let objects = member_objects(
         "cluster-a",
+        Some(&ranges),
         MemberQuota {
             published_services: 7,
             slices: 9,
         },
     )
     .unwrap();
+    let mut objects = objects;
+    let record = objects.remove(1);
+    assert_eq!(record["kind"], "ConfigMap");
+    assert_eq!(record["metadata"]["name"], MEMBER_RECORD);
+    assert_eq!(record["metadata"]["namespace"], "member-cluster-a");
+    let data: BTreeMap<String, String> = serde_json::from_value(record["data"].clone()).unwrap();
+    assert_eq!(read_member_record(&data), Ok(Some(ranges)));
     assert_eq!(
         kinds(&objects),
         [
@@ -150,8 +175,53 @@ fn a_members_objects_bind_its_id_to_its_namespace_and_bound_its_store() {
     assert_eq!(hard["count/publishedservices.clusterset-dns.io"], "7");
     assert_eq!(hard["count/endpointslices.discovery.k8s.io"], "9");
     assert_eq!(hard["count/leases.coordination.k8s.io"], "1");
-    assert!(member_objects("Not-A-Label", MemberQuota::default()).is_err());
+    assert!(member_objects("Not-A-Label", None, MemberQuota::default()).is_err());
+    let any = member_objects("cluster-a", None, MemberQuota::default()).unwrap();
+    let data: BTreeMap<String, String> = serde_json::from_value(any[1]["data"].clone()).unwrap();
+    assert_eq!(read_member_record(&data), Ok(None));
     let anchor = token_anchor("cluster-a").unwrap();
     assert_eq!(anchor["metadata"]["namespace"], "member-cluster-a");
     assert_eq!(anchor["metadata"]["labels"][LABEL_MEMBER], "cluster-a");
+}
+
+#[test]
+fn a_member_record_gives_ranges_or_any_endpoint_and_anything_else_is_refused() {
+    let record = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    assert_eq!(
+        read_member_record(&record(&[(
+            RECORD_ENDPOINT_CIDRS,
+            "10.1.0.0/16, 10.2.0.0/16"
+        )]))
+        .unwrap()
+        .map(|r| r.len()),
+        Some(2)
+    );
+    assert_eq!(
+        read_member_record(&record(&[(RECORD_ANY_ENDPOINT, "true")])),
+        Ok(None)
+    );
+    for (bad, why) in [
+        (record(&[]), "neither"),
+        (record(&[(RECORD_ANY_ENDPOINT, "yes")]), "not \"true\""),
+        (record(&[(RECORD_ENDPOINT_CIDRS, "")]), "empty"),
+        (
+            record(&[(RECORD_ENDPOINT_CIDRS, "10.1.0.0/33")]),
+            RECORD_ENDPOINT_CIDRS,
+        ),
+        (
+            record(&[
+                (RECORD_ENDPOINT_CIDRS, "10.1.0.0/16"),
+                (RECORD_ANY_ENDPOINT, "true"),
+            ]),
+            "both",
+        ),
+    ] {
+        let error = read_member_record(&bad).unwrap_err();
+        assert!(error.contains(why), "{bad:?}: {error}");
+    }
 }

@@ -66,7 +66,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    Namespace, ResourceQuota, Secret, Service, ServiceAccount, ServicePort, ServiceSpec,
+    ConfigMap, Namespace, ResourceQuota, Secret, Service, ServiceAccount, ServicePort, ServiceSpec,
 };
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
@@ -455,6 +455,18 @@ impl Rng {
 }
 
 /// An IPv4 address `offset` after `base` (a.b.c.d as a number).
+/// Where real member `r`'s endpoints are: `10.(32 + r).0.0/16`.
+const REAL_ENDPOINTS: [u8; 4] = [10, 32, 0, 0];
+
+/// The pod range `hub join` records for real member `r`.
+fn real_endpoint_range(r: usize) -> String {
+    format!("10.{}.0.0/16", usize::from(REAL_ENDPOINTS[1]) + r)
+}
+
+/// The pod ranges recorded for every simulated member: its exports' and
+/// the latency samples' endpoints.
+const SIM_ENDPOINT_RANGES: [&str; 2] = ["10.16.0.0/16", "10.80.0.0/16"];
+
 fn address(base: [u8; 4], offset: u32) -> String {
     std::net::Ipv4Addr::from(u32::from_be_bytes(base) + offset).to_string()
 }
@@ -828,7 +840,8 @@ impl Plane {
         self.hub_cluster().admin_kubeconfig.display().to_string()
     }
 
-    /// `hub init`, then `hub join` of every member.
+    /// `hub init`, then `hub join` of every member, each with the range
+    /// its endpoints are in ([`REAL_ENDPOINTS`]).
     fn join_all(&self) {
         cli(&["hub", "init", "--kubeconfig", &self.hub_kubeconfig()]);
         for i in 0..self.ids.len() {
@@ -844,6 +857,8 @@ impl Plane {
                 &self.hub_kubeconfig(),
                 "--member-kubeconfig",
                 &member,
+                "--endpoint-cidr",
+                &real_endpoint_range(i),
             ]);
         }
     }
@@ -1060,7 +1075,11 @@ async fn join_sim(
     let id = format!("sim-{index}");
     let namespace = member_namespace(&id).unwrap();
     let params = PatchParams::apply("bench-hub").force();
-    for object in member_objects(&id, MemberQuota::default()).unwrap() {
+    let ranges: Vec<clusterset_dns::cidr::Cidr> = SIM_ENDPOINT_RANGES
+        .iter()
+        .map(|r| r.parse().unwrap())
+        .collect();
+    for object in member_objects(&id, Some(&ranges), MemberQuota::default()).unwrap() {
         let name = object["metadata"]["name"].as_str().unwrap().to_owned();
         let patch = Patch::Apply(&object);
         let result = match object["kind"].as_str().unwrap() {
@@ -1081,6 +1100,10 @@ async fn join_sim(
                 .await
                 .map(|_| ()),
             "ResourceQuota" => Api::<ResourceQuota>::namespaced(hub.clone(), &namespace)
+                .patch(&name, &params, &patch)
+                .await
+                .map(|_| ()),
+            "ConfigMap" => Api::<ConfigMap>::namespaced(hub.clone(), &namespace)
                 .patch(&name, &params, &patch)
                 .await
                 .map(|_| ()),
@@ -1105,7 +1128,12 @@ async fn join_sim(
         .token;
     let mut kubeconfig = template.clone();
     kubeconfig["users"][0]["user"]["token"] = json!(token);
-    let client = controlplane::client_from_yaml(&kubeconfig.to_string()).await;
+    // As a member's controller reaches the hub: the same kubeconfig
+    // reading and HTTP/2 stack (`peering::kubeconfig::client`).
+    let (client, _) =
+        clusterset_dns::peering::kubeconfig::client(kubeconfig.to_string().as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("{id}: the hub kubeconfig: {e}"));
     let addresses = (0..exports)
         .map(|e| {
             (0..endpoints)
@@ -1417,7 +1445,7 @@ fn phase_sim(s: &Settings, rt: &tokio::runtime::Runtime, out: &mut String) {
         for (r, client) in p.members.iter().enumerate() {
             for e in 0..e_count {
                 let addrs: Vec<String> = (0..n_endpoints)
-                    .map(|j| address([10, 32, 0, 0], (r * 65_536 + e * n_endpoints + j) as u32))
+                    .map(|j| address(REAL_ENDPOINTS, (r * 65_536 + e * n_endpoints + j) as u32))
                     .collect();
                 export_real(client, &format!("r{r}"), e, &addrs).await;
             }
@@ -1983,7 +2011,7 @@ fn phase_mesh_vs_hub(s: &Settings, rt: &tokio::runtime::Runtime, n: usize, out: 
         for (r, client) in p.members.iter().enumerate() {
             for e in 0..e_count {
                 let addrs: Vec<String> = (0..s.endpoints)
-                    .map(|j| address([10, 32, 0, 0], (r * 65_536 + e * s.endpoints + j) as u32))
+                    .map(|j| address(REAL_ENDPOINTS, (r * 65_536 + e * s.endpoints + j) as u32))
                     .collect();
                 export_real(client, &format!("r{r}"), e, &addrs).await;
             }
@@ -2047,7 +2075,7 @@ fn phase_mesh_vs_hub(s: &Settings, rt: &tokio::runtime::Runtime, n: usize, out: 
     rt.block_on(async {
         for (r, client) in p.members.iter().enumerate() {
             let addrs: Vec<String> = (0..s.endpoints)
-                .map(|j| address([10, 32, 0, 0], (r * 65_536 + 60_000 + j) as u32))
+                .map(|j| address(REAL_ENDPOINTS, (r * 65_536 + 60_000 + j) as u32))
                 .collect();
             export_real(client, &format!("h{r}"), 0, &addrs).await;
         }

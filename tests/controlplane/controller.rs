@@ -428,6 +428,21 @@ pub(crate) async fn write_token_kubeconfig(
     path
 }
 
+/// The arguments of `peer add` or `hub join` that record `cluster`'s pod
+/// ranges: its spec's (kwok's `--cidr`, which the Nodes of a single-stack
+/// cluster do not carry), or `--allow-any-endpoint` for a cluster without
+/// pods (apiserver only).
+pub(crate) fn endpoint_range_args(cluster: &Cluster) -> Vec<&str> {
+    let mut args: Vec<&str> = Vec::new();
+    for cidr in &cluster.spec.pod_cidrs {
+        args.extend(["--endpoint-cidr", cidr]);
+    }
+    if args.is_empty() {
+        args.push("--allow-any-endpoint");
+    }
+    args
+}
+
 /// Joins every pair of clusters the supported way: `clusterset-dns peer add`
 /// with the two admin kubeconfigs (docs/controller.md, "Joining clusters"),
 /// which makes the peer-reader token in the peer and the peer Secret here.
@@ -438,13 +453,7 @@ pub(crate) async fn join_peers(clusters: &[Cluster]) {
     let binary = clusterset_dns_binary();
     for local in clusters {
         for peer in clusters.iter().filter(|p| p.name != local.name) {
-            let mut ranges: Vec<&str> = Vec::new();
-            for cidr in &peer.spec.pod_cidrs {
-                ranges.extend(["--endpoint-cidr", cidr]);
-            }
-            if ranges.is_empty() {
-                ranges.push("--allow-any-endpoint");
-            }
+            let ranges = endpoint_range_args(peer);
             let output = tokio::process::Command::new(&binary)
                 .arg("peer")
                 .arg("add")

@@ -250,15 +250,19 @@ async fn run(state: &Path, grace: &str, through_hub: bool) {
         clusterset_dns(&["hub", "init", "--kubeconfig", &hub_kubeconfig]).await;
         for cluster in &plane.clusters {
             let member = cluster.admin_kubeconfig.display().to_string();
-            clusterset_dns(&[
-                "hub",
-                "join",
-                "--kubeconfig",
-                &hub_kubeconfig,
-                "--member-kubeconfig",
-                &member,
-            ])
-            .await;
+            let join = [
+                &[
+                    "hub",
+                    "join",
+                    "--kubeconfig",
+                    &hub_kubeconfig,
+                    "--member-kubeconfig",
+                    &member,
+                ][..],
+                &controlplane::endpoint_range_args(cluster),
+            ]
+            .concat();
+            clusterset_dns(&join).await;
         }
         say(t0, "a hub up; every cluster joined it (no peer Secret)");
     } else {

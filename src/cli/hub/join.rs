@@ -12,8 +12,10 @@ use kube::{Client, ResourceExt};
 
 use super::{JoinArgs, PeerError, apply_all, connect_hub, connect_member};
 use crate::api::PublishedService;
+use crate::cidr::Cidr;
 use crate::cli::credentials;
-use crate::cli::peer::rules::{PeerKubeconfig, choose_ca, render_kubeconfig};
+use crate::cli::peer::add::{endpoint_ranges, parse_endpoint_cidrs};
+use crate::cli::peer::rules::{Joining, PeerKubeconfig, RangeSource, choose_ca, render_kubeconfig};
 use crate::hub::objects::{member_objects, token_anchor};
 use crate::hub::{
     HUB_LABEL, HUB_SECRET, LABEL_MEMBER, MANAGED_BY, MEMBER_SERVICE_ACCOUNT, MemberQuota, QUOTA,
@@ -31,6 +33,7 @@ pub(super) async fn join(args: &JoinArgs) -> Result<String, PeerError> {
     if args.token_ttl < MIN_TOKEN_TTL {
         return Err(PeerError::Failed("--token-ttl: at least 10m".to_owned()));
     }
+    let flag_cidrs = parse_endpoint_cidrs(&args.endpoint_cidrs)?;
     let member = connect_member(&args.member).await?.ok_or_else(|| {
         PeerError::Failed(
             "hub join needs the member: --member-kubeconfig or --member-context".into(),
@@ -57,12 +60,36 @@ pub(super) async fn join(args: &JoinArgs) -> Result<String, PeerError> {
             )));
         }
     }
+    let (endpoint_cidrs, ranges_from) = endpoint_ranges(
+        args.allow_any_endpoint,
+        flag_cidrs,
+        &member.client,
+        Joining::Member,
+    )
+    .await?;
+    let ranges = endpoint_cidrs
+        .iter()
+        .map(|text| text.parse::<Cidr>())
+        .collect::<Result<Vec<Cidr>, _>>()
+        .map_err(|e| PeerError::Failed(format!("the member's pod ranges: {e}")))?;
     let quota = MemberQuota {
         published_services: args.max_exports,
         slices: args.max_slices,
     };
-    let objects = member_objects(&id, quota).map_err(PeerError::Failed)?;
+    let recorded = (ranges_from != RangeSource::AllowAny).then_some(ranges.as_slice());
+    let objects = member_objects(&id, recorded, quota).map_err(PeerError::Failed)?;
     let mut out = apply_all(&hub.client, &objects).await?;
+    out += &match recorded {
+        Some(_) => format!(
+            "hub: the member's endpoints accepted only in {} (from {})\n",
+            endpoint_cidrs.join(", "),
+            match ranges_from {
+                RangeSource::Flag => "--endpoint-cidr",
+                _ => "the member's Nodes' spec.podCIDRs",
+            }
+        ),
+        None => "hub: no endpoint ranges recorded (--allow-any-endpoint): members accept the member's endpoints anywhere their other rules allow\n".to_owned(),
+    };
     quota_counted(&hub.client, &namespace).await?;
     out += &format!("hub: quota of {namespace} counted by the hub\n");
 

@@ -3,12 +3,12 @@
 use std::fmt::Write as _;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, ResourceQuota, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota, Secret};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
 use super::{HubClusterArgs, PeerError, connect_hub};
-use crate::hub::{LABEL_MEMBER, MEMBER_LEASE, QUOTA};
+use crate::hub::{LABEL_MEMBER, MEMBER_LEASE, MEMBER_RECORD, QUOTA, read_member_record};
 
 /// One member as listed.
 struct Row {
@@ -18,6 +18,7 @@ struct Row {
     exports: String,
     slices: String,
     tokens: usize,
+    endpoints: String,
 }
 
 /// The members of the hub, a line each.
@@ -37,12 +38,13 @@ pub(super) async fn list(args: &HubClusterArgs) -> Result<String, PeerError> {
             .unwrap_or_default();
         rows.push(row(&hub.client, id, name).await?);
     }
-    let mut out = String::from("MEMBER\tNAMESPACE\tLEASE RENEWED\tEXPORTS\tSLICES\tTOKENS\n");
+    let mut out =
+        String::from("MEMBER\tNAMESPACE\tLEASE RENEWED\tEXPORTS\tSLICES\tTOKENS\tENDPOINTS\n");
     for r in &rows {
         let _ = writeln!(
             out,
-            "{}\t{}\t{}\t{}\t{}\t{}",
-            r.id, r.namespace, r.lease, r.exports, r.slices, r.tokens
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            r.id, r.namespace, r.lease, r.exports, r.slices, r.tokens, r.endpoints
         );
     }
     Ok(out)
@@ -86,7 +88,24 @@ async fn row(client: &Client, id: String, namespace: String) -> Result<Row, Peer
         )))?
         .items
         .len();
+    // What importers hold the member's endpoints to (its record).
+    let record = Api::<ConfigMap>::namespaced(client.clone(), &namespace)
+        .get_opt(MEMBER_RECORD)
+        .await
+        .map_err(PeerError::kube(format!(
+            "reading the record of {namespace}"
+        )))?;
+    let endpoints = match record.map(|r| read_member_record(&r.data.unwrap_or_default())) {
+        Some(Ok(Some(ranges))) => ranges
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        Some(Ok(None)) => "any".to_owned(),
+        Some(Err(_)) | None => "none (no valid record: hub join again)".to_owned(),
+    };
     Ok(Row {
+        endpoints,
         exports: used("count/publishedservices.clusterset-dns.io"),
         slices: used("count/endpointslices.discovery.k8s.io"),
         id,

@@ -5,9 +5,9 @@
 //! - `hub init`: the hub's CRD, roles, admission policy and flow control.
 //!   Idempotent.
 //! - `hub join`: with the hub's and a member's admin kubeconfigs, the
-//!   member's namespace, account, bindings and quota on the hub, a bound
-//!   token, and the hub Secret in the member. Run again, it rotates the
-//!   token.
+//!   member's namespace, its record (its pod ranges), account, bindings
+//!   and quota on the hub, a bound token, and the hub Secret in the
+//!   member. Run again, it rotates the token and records the ranges anew.
 //! - `hub list`: the members, their ids, Lease age, quota use and tokens.
 //! - `hub leave`: a member's namespace and read binding deleted on the hub,
 //!   which revokes its tokens; with the member's kubeconfig, its hub Secret
@@ -114,6 +114,21 @@ pub struct JoinArgs {
     /// The most published EndpointSlices the member may store on the hub.
     #[arg(long, default_value_t = crate::hub::MemberQuota::default().slices)]
     pub max_slices: u32,
+    /// A pod range of the member (repeat for each, e.g. `10.1.0.0/16` and
+    /// `fd00:1::/64`), recorded on the hub: every member's controller
+    /// refuses any endpoint the member publishes outside them. Default:
+    /// the `spec.podCIDRs` of the member's Nodes, merged; when they carry
+    /// none (Cilium cluster-pool, Calico IPAM, VPC-native) `hub join`
+    /// refuses, and this flag gives the CNI's pod ranges instead.
+    #[arg(long = "endpoint-cidr", value_name = "CIDR")]
+    pub endpoint_cidrs: Vec<String>,
+    /// Record no endpoint ranges: every member's controller then accepts
+    /// any endpoint address of the member that its other rules allow (not
+    /// its own cluster's Service, pod, Node or apiserver addresses, nor
+    /// loopback, link-local, multicast, metadata or reserved ones). For a
+    /// member whose pod ranges are not known; prefer --endpoint-cidr.
+    #[arg(long, conflicts_with = "endpoint_cidrs")]
+    pub allow_any_endpoint: bool,
 }
 
 /// `hub leave`.

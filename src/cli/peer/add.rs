@@ -31,7 +31,7 @@ use super::cluster::{
     Endpoint, apply, apply_forced, check_peer, connect_local, connect_peer, delete_tokens,
     require_namespace,
 };
-use super::rules::{self, Member, PeerKubeconfig, PeerNodes, RangeSource, Target};
+use super::rules::{self, Joining, Member, PeerKubeconfig, PeerNodes, RangeSource, Target};
 use super::{AddArgs, FIELD_MANAGER, PeerError, list, reader};
 use crate::cidr::Cidr;
 use crate::cli::credentials;
@@ -52,15 +52,7 @@ pub(super) async fn add(args: &AddArgs) -> Result<String, PeerError> {
             crate::ops::duration::format(args.token_ttl)
         )));
     }
-    let flag_cidrs = args
-        .endpoint_cidrs
-        .iter()
-        .map(|text| {
-            text.parse::<Cidr>()
-                .map(|cidr| cidr.to_string())
-                .map_err(|e| PeerError::Failed(format!("--endpoint-cidr: {e}")))
-        })
-        .collect::<Result<Vec<String>, PeerError>>()?;
+    let flag_cidrs = parse_endpoint_cidrs(&args.endpoint_cidrs)?;
     let selector = &args.local.peers.peer_selector;
     let labels = selector.labels_that_match().ok_or_else(|| {
         PeerError::Failed(format!(
@@ -115,7 +107,13 @@ pub(super) async fn add(args: &AddArgs) -> Result<String, PeerError> {
         "peer-certificate-authority",
         args.peer_certificate_authority.as_deref(),
     )?;
-    let (endpoint_cidrs, ranges_from) = endpoint_ranges(args, flag_cidrs, &peer.client).await?;
+    let (endpoint_cidrs, ranges_from) = endpoint_ranges(
+        args.allow_any_endpoint,
+        flag_cidrs,
+        &peer.client,
+        Joining::Peer,
+    )
+    .await?;
     let kubeconfig_ca = credentials::kubeconfig_ca("peer-kubeconfig", peer.cluster.ca.as_ref())?;
 
     let mut out = format!(
@@ -255,32 +253,48 @@ pub(super) async fn add(args: &AddArgs) -> Result<String, PeerError> {
     Ok(out)
 }
 
-/// The endpoint ranges to record for the peer, and where they come from:
-/// none with `--allow-any-endpoint`, `flags` (`--endpoint-cidr`, parsed)
-/// when given, else the pod ranges of the peer's Nodes; an error saying
+/// The `--endpoint-cidr` flags, parsed and written as the controller
+/// reads them; checked before anything is read or written.
+pub(in crate::cli) fn parse_endpoint_cidrs(flags: &[String]) -> Result<Vec<String>, PeerError> {
+    flags
+        .iter()
+        .map(|text| {
+            text.parse::<Cidr>()
+                .map(|cidr| cidr.to_string())
+                .map_err(|e| PeerError::Failed(format!("--endpoint-cidr: {e}")))
+        })
+        .collect()
+}
+
+/// The endpoint ranges to record for the cluster `client` reaches (a peer
+/// or a hub member), and where they come from: none with
+/// `--allow-any-endpoint` (`allow_any`), `flags` (`--endpoint-cidr`,
+/// parsed) when given, else the pod ranges of its Nodes; an error saying
 /// what to do when they carry none.
-async fn endpoint_ranges(
-    args: &AddArgs,
+pub(in crate::cli) async fn endpoint_ranges(
+    allow_any: bool,
     flags: Vec<String>,
-    peer: &Client,
+    client: &Client,
+    joining: Joining,
 ) -> Result<(Vec<String>, RangeSource), PeerError> {
-    if args.allow_any_endpoint {
+    if allow_any {
         return Ok((Vec::new(), RangeSource::AllowAny));
     }
     if !flags.is_empty() {
         return Ok((flags, RangeSource::Flag));
     }
-    let ranges = rules::pod_ranges_of_nodes(&peer_nodes(peer).await?).map_err(PeerError::Failed)?;
+    let ranges = rules::pod_ranges_of_nodes(&cluster_nodes(client).await?, joining)
+        .map_err(PeerError::Failed)?;
     Ok((
         ranges.iter().map(ToString::to_string).collect(),
         RangeSource::Nodes,
     ))
 }
 
-/// The peer's Nodes, listed in pages; [`PeerNodes::Forbidden`] when the
+/// A cluster's Nodes, listed in pages; [`PeerNodes::Forbidden`] when the
 /// admin kubeconfig may not list them.
-async fn peer_nodes(peer: &Client) -> Result<PeerNodes, PeerError> {
-    let api = Api::<Node>::all(peer.clone());
+async fn cluster_nodes(client: &Client) -> Result<PeerNodes, PeerError> {
+    let api = Api::<Node>::all(client.clone());
     let mut nodes = Vec::new();
     let mut page = ListParams::default().limit(500);
     loop {
@@ -291,7 +305,7 @@ async fn peer_nodes(peer: &Client) -> Result<PeerNodes, PeerError> {
             }
             Err(error) => {
                 return Err(PeerError::Kube {
-                    what: "listing the peer's Nodes (for their spec.podCIDRs)".into(),
+                    what: "listing the cluster's Nodes (for their spec.podCIDRs)".into(),
                     source: error,
                 });
             }

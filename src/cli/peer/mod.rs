@@ -21,7 +21,7 @@
 //! talks to the apiservers, and [`add`], [`list`] and [`remove`] are the
 //! commands.
 
-mod add;
+pub(super) mod add;
 pub(super) mod cluster;
 mod list;
 mod reader;

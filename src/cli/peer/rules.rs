@@ -72,7 +72,7 @@ pub(super) const ANNOTATION_ENDPOINT_CIDRS_FROM: &str = "clusterset-dns.io/endpo
 
 /// Where the endpoint ranges `peer add` records for a peer came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum RangeSource {
+pub(in crate::cli) enum RangeSource {
     /// `--endpoint-cidr`, given explicitly.
     Flag,
     /// The `spec.podCIDRs` of the peer's Nodes (the default).
@@ -111,7 +111,7 @@ impl std::fmt::Display for RangeSource {
 
 /// What reading the peer's Nodes gave.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum PeerNodes {
+pub(in crate::cli) enum PeerNodes {
     /// The Nodes.
     Read(Vec<Node>),
     /// The admin kubeconfig may not list Nodes (403): the apiserver's
@@ -119,17 +119,64 @@ pub(super) enum PeerNodes {
     Forbidden(String),
 }
 
-/// The pod ranges the peer's Nodes carry (`spec.podCIDRs`, else
+/// Which command records a cluster's pod ranges, for its messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::cli) enum Joining {
+    /// `peer add`: on the peer Secret, for this cluster's controller.
+    Peer,
+    /// `hub join`: in the member's record on the hub, for every member.
+    Member,
+}
+
+impl Joining {
+    /// What the cluster is called.
+    fn noun(self) -> &'static str {
+        match self {
+            Self::Peer => "peer",
+            Self::Member => "member",
+        }
+    }
+
+    /// Where the ranges go, and who holds the cluster to them.
+    fn record(self) -> &'static str {
+        match self {
+            Self::Peer => {
+                "peer add records them on the peer Secret (from the podCIDRs of the peer's Nodes by default) so that this cluster's controller refuses any endpoint the peer publishes outside them"
+            }
+            Self::Member => {
+                "hub join records them in the member's record on the hub (from the podCIDRs of the member's Nodes by default) so that every member's controller refuses any endpoint the member publishes outside them"
+            }
+        }
+    }
+
+    /// The flag of the cluster's admin kubeconfig.
+    fn kubeconfig_flag(self) -> &'static str {
+        match self {
+            Self::Peer => "--peer-kubeconfig",
+            Self::Member => "--member-kubeconfig",
+        }
+    }
+}
+
+/// The pod ranges the cluster's Nodes carry (`spec.podCIDRs`, else
 /// `spec.podCIDR`), merged ([`merge_ranges`]); what to do instead when they
 /// carry none or may not be read ([`no_pod_ranges`]). A range that does not
 /// parse is an error naming its Node.
-pub(super) fn pod_ranges_of_nodes(nodes: &PeerNodes) -> Result<Vec<Cidr>, String> {
+pub(in crate::cli) fn pod_ranges_of_nodes(
+    nodes: &PeerNodes,
+    joining: Joining,
+) -> Result<Vec<Cidr>, String> {
+    let noun = joining.noun();
     let nodes = match nodes {
         PeerNodes::Read(nodes) => nodes,
         PeerNodes::Forbidden(message) => {
-            return Err(no_pod_ranges(&format!(
-                "listing the peer's Nodes with --peer-kubeconfig was forbidden (403: {message})"
-            )));
+            return Err(no_pod_ranges(
+                &format!(
+                    "listing the {noun}'s Nodes with {} was forbidden (403: {message})",
+                    joining.kubeconfig_flag()
+                ),
+                joining,
+            ));
         }
     };
     let mut ranges = Vec::new();
@@ -143,7 +190,7 @@ pub(super) fn pod_ranges_of_nodes(nodes: &PeerNodes) -> Result<Vec<Cidr>, String
         for text in listed {
             ranges.push(text.parse::<Cidr>().map_err(|e| {
                 format!(
-                    "Node {} of the peer: spec.podCIDRs: {e}; pass --endpoint-cidr <cidr> for each pod range of the peer",
+                    "Node {} of the {noun}: spec.podCIDRs: {e}; pass --endpoint-cidr <cidr> for each pod range of the {noun}",
                     node.metadata.name.as_deref().unwrap_or("?")
                 )
             })?);
@@ -151,29 +198,29 @@ pub(super) fn pod_ranges_of_nodes(nodes: &PeerNodes) -> Result<Vec<Cidr>, String
     }
     if ranges.is_empty() {
         let why = match nodes.len() {
-            0 => "the peer has no Nodes".to_owned(),
+            0 => format!("the {noun} has no Nodes"),
             1 => "its one Node has no spec.podCIDRs".to_owned(),
             n => format!("none of its {n} Nodes has spec.podCIDRs"),
         };
-        return Err(no_pod_ranges(&why));
+        return Err(no_pod_ranges(&why, joining));
     }
     Ok(merge_ranges(&ranges))
 }
 
-/// Why `peer add` stops when it does not know the peer's pod ranges
-/// (`why`), and the two ways on.
-pub(super) fn no_pod_ranges(why: &str) -> String {
+/// Why `peer add` or `hub join` stops when it does not know the cluster's
+/// pod ranges (`why`), and the two ways on.
+pub(in crate::cli) fn no_pod_ranges(why: &str, joining: Joining) -> String {
+    let noun = joining.noun();
     format!(
-        "the peer's pod ranges are not known: {why}. peer add records them on the peer Secret \
-         (from the podCIDRs of the peer's Nodes by default) so that this cluster's controller \
-         refuses any endpoint the peer publishes outside them; many CNIs allocate pod addresses \
+        "the {noun}'s pod ranges are not known: {why}. {}; many CNIs allocate pod addresses \
          elsewhere (Cilium cluster-pool, Calico IPAM, VPC-native clusters). Pass \
-         --endpoint-cidr <cidr> for each of the peer's pod ranges (its CNI's pod pools), or \
+         --endpoint-cidr <cidr> for each of the {noun}'s pod ranges (its CNI's pod pools), or \
          --allow-any-endpoint to record none: the controller then accepts any endpoint address \
-         of the peer that its other rules allow (not this cluster's own Service, pod, Node or \
+         of the {noun} that its other rules allow (not this cluster's own Service, pod, Node or \
          apiserver addresses, nor loopback, link-local, multicast, metadata or reserved ones), \
-         so the peer may point this cluster's clients at any other host they reach. \
-         Nothing was written"
+         so the {noun} may point this cluster's clients at any other host they reach. \
+         Nothing was written",
+        joining.record()
     )
 }
 

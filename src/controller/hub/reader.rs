@@ -1,7 +1,7 @@
-//! Every member's publication, read from the hub with three hub-wide
+//! Every member's publication, read from the hub with four hub-wide
 //! watches whatever the number of members (PublishedServices, published
-//! slices, member Leases), and told to the loop as if each member were a
-//! peer of its own ([`crate::controller::peers::hub_peer`]).
+//! slices, member Leases, member records), and told to the loop as if each
+//! member were a peer of its own ([`crate::controller::peers::hub_peer`]).
 //!
 //! An object's member is its namespace (`member-<id>`, created by the hub
 //! admin at `hub join`; members cannot create namespaces), never what the
@@ -14,7 +14,10 @@
 //! A hub-wide list is one list for every member: each member's watches
 //! start and end theirs with it, so that a member's data is replaced whole
 //! by a relist (a member that left while the hub was away is emptied by
-//! it, not before). A member's liveness is its Lease: renewed within its
+//! it, not before). A member's endpoints count only inside the ranges its
+//! record gives (written by the hub admin at `hub join`, which members
+//! cannot write); a member without a readable record has none that count.
+//! A member's liveness is its Lease: renewed within its
 //! duration, as seen here (no clocks compared), or it is reported down,
 //! and its data kept for the grace period, as an unreachable peer's. While
 //! the hub itself does not answer, nothing is aged: the members' data is
@@ -25,7 +28,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, ObjectMeta};
@@ -35,15 +38,16 @@ use tokio::time::Instant;
 
 use crate::api::well_known::{LABEL_MANAGED_BY, LABEL_SOURCE_CLUSTER};
 use crate::api::{PublishedService, ServiceExport};
+use crate::cidr::Cidr;
 use crate::controller::connection::{
     ClusterEvent, ClusterKey, PEER_LIST_PAGE, Report, WatchEvent, tombstone,
 };
 use crate::controller::lean::Lean;
 use crate::controller::naming::{LABEL_APP_MANAGED_BY, MANAGED_BY};
 use crate::controller::peers::{Input, hub_peer};
-use crate::controller::publication::reason::FOREIGN_SOURCE_CLUSTER;
+use crate::controller::publication::reason::{FOREIGN_SOURCE_CLUSTER, NO_MEMBER_RECORD};
 use crate::controller::publication::{self, PUBLISHED_BY, Viewer};
-use crate::hub::{MEMBER_LEASE, member_of_namespace};
+use crate::hub::{MEMBER_LEASE, MEMBER_RECORD, member_of_namespace, read_member_record};
 
 /// How often each member's liveness is reported.
 const LIVENESS_EVERY: Duration = Duration::from_secs(2);
@@ -61,16 +65,17 @@ const LEASE_BOUNDS: (Duration, Duration) = (Duration::from_secs(10), Duration::f
 /// ([`crate::watch::backoff::hub_watch_backoff`]).
 const FAILING_FOR: Duration = Duration::from_secs(35);
 
-/// One of the three hub-wide watches.
+/// One of the four hub-wide watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
     Published,
     Slices,
     Leases,
+    Records,
 }
 
 impl Kind {
-    const ALL: [Self; 3] = [Self::Published, Self::Slices, Self::Leases];
+    const ALL: [Self; 4] = [Self::Published, Self::Slices, Self::Leases, Self::Records];
 }
 
 /// An event of one of the watches.
@@ -78,6 +83,7 @@ enum HubEvent {
     Published(Result<Event<Lean<PublishedService>>, watcher::Error>),
     Slices(Result<Event<Lean<EndpointSlice>>, watcher::Error>),
     Leases(Result<Event<Lease>, watcher::Error>),
+    Records(Result<Event<ConfigMap>, watcher::Error>),
 }
 
 /// Where one watch's list stands.
@@ -134,6 +140,10 @@ pub(super) struct Reader {
     listed_reported: bool,
     /// The members whose Lease a list in progress has read.
     leases_relisted: Option<BTreeSet<String>>,
+    /// Each member's record as read: its endpoint ranges, or why none.
+    records: BTreeMap<String, Result<Option<Vec<Cidr>>, String>>,
+    /// The members whose record a list in progress has read.
+    records_relisted: Option<BTreeSet<String>>,
 }
 
 /// The hub-wide watches of `client`, as one stream.
@@ -153,10 +163,21 @@ fn watches(client: &Client) -> impl futures::Stream<Item = HubEvent> + Send + 's
     .map(HubEvent::Slices);
     let leases = crate::watch::stream_spread(
         Api::<Lease>::all(client.clone()),
-        page.fields(&format!("metadata.name={MEMBER_LEASE}")),
+        page.clone()
+            .fields(&format!("metadata.name={MEMBER_LEASE}")),
     )
     .map(HubEvent::Leases);
-    stream::select(stream::select(published, slices), leases)
+    // The readers' role allows this one ConfigMap name, and a list or
+    // watch only when it selects it.
+    let records = crate::watch::stream_spread(
+        Api::<ConfigMap>::all(client.clone()),
+        page.fields(&format!("metadata.name={MEMBER_RECORD}")),
+    )
+    .map(HubEvent::Records);
+    stream::select(
+        stream::select(published, slices),
+        stream::select(leases, records),
+    )
 }
 
 impl Reader {
@@ -173,6 +194,8 @@ impl Reader {
             reachable: true,
             listed_reported: false,
             leases_relisted: None,
+            records: BTreeMap::new(),
+            records_relisted: None,
         }
     }
 
@@ -206,11 +229,13 @@ impl Reader {
             HubEvent::Published(_) => Kind::Published,
             HubEvent::Slices(_) => Kind::Slices,
             HubEvent::Leases(_) => Kind::Leases,
+            HubEvent::Records(_) => Kind::Records,
         };
         let error = match &event {
             HubEvent::Published(Err(e)) => Some(crate::error::Chain(e).to_string()),
             HubEvent::Slices(Err(e)) => Some(crate::error::Chain(e).to_string()),
             HubEvent::Leases(Err(e)) => Some(crate::error::Chain(e).to_string()),
+            HubEvent::Records(Err(e)) => Some(crate::error::Chain(e).to_string()),
             _ => None,
         };
         match error {
@@ -231,6 +256,7 @@ impl Reader {
             HubEvent::Published(Ok(event)) => self.published(event).await,
             HubEvent::Slices(Ok(event)) => self.slices(event).await,
             HubEvent::Leases(Ok(event)) => self.lease(event, now).await,
+            HubEvent::Records(Ok(event)) => self.record(event).await,
             _ => true,
         }
     }
@@ -325,7 +351,7 @@ impl Reader {
                 let event = if init { Event::Init } else { Event::InitDone };
                 self.feed_slices(id, event).await
             }
-            Kind::Leases => true,
+            Kind::Leases | Kind::Records => true,
         }
     }
 
@@ -561,6 +587,76 @@ impl Reader {
             }
         }
         true
+    }
+
+    async fn record(&mut self, event: Event<ConfigMap>) -> bool {
+        let record = match event {
+            Event::Init => {
+                self.records_relisted = Some(BTreeSet::new());
+                return self.list_boundary(Kind::Records, true).await;
+            }
+            Event::InitDone => {
+                // A record deleted while the watch was down sends no
+                // Delete; a member listed without one has none.
+                let listed = self.records_relisted.take().unwrap_or_default();
+                let ids: Vec<String> = self.members.keys().cloned().collect();
+                for id in ids {
+                    if !listed.contains(&id) && !self.set_record(&id, None).await {
+                        return false;
+                    }
+                }
+                return self.list_boundary(Kind::Records, false).await;
+            }
+            Event::Delete(record) => {
+                return match self.member(record.metadata.namespace.as_deref()).await {
+                    Some(id) => self.set_record(&id, None).await,
+                    None => true,
+                };
+            }
+            Event::InitApply(record) | Event::Apply(record) => record,
+        };
+        let Some(id) = self.member(record.metadata.namespace.as_deref()).await else {
+            return true;
+        };
+        if let Some(listed) = &mut self.records_relisted {
+            listed.insert(id.clone());
+        }
+        let read = read_member_record(&record.data.unwrap_or_default());
+        self.set_record(&id, Some(read)).await
+    }
+
+    /// Member `id`'s record is now `record` (`None`: it has none): its
+    /// endpoint ranges go to the loop, and a record that gives none is
+    /// refused, once per change.
+    async fn set_record(
+        &mut self,
+        id: &str,
+        record: Option<Result<Option<Vec<Cidr>>, String>>,
+    ) -> bool {
+        let record = record.unwrap_or_else(|| {
+            Err(format!(
+                "no ConfigMap {MEMBER_RECORD} in its hub namespace (hub join writes it; run it again for this member)"
+            ))
+        });
+        if self.records.get(id) == Some(&record) {
+            return true;
+        }
+        self.records.insert(id.to_owned(), record.clone());
+        let ranges = match record {
+            Ok(ranges) => ranges,
+            Err(why) => {
+                let what = format!("every endpoint: its record on the hub gives no ranges: {why}");
+                if !self.refuse(id, NO_MEMBER_RECORD, what).await {
+                    return false;
+                }
+                Some(Vec::new())
+            }
+        };
+        self.send(Input::HubMemberRanges {
+            id: id.to_owned(),
+            ranges,
+        })
+        .await
     }
 
     /// Reports each member's liveness as a probe result: its Lease renewed

@@ -9,6 +9,7 @@
 
 use super::input::{hub_peer, is_hub_peer};
 use super::{Effect, Now, Peer, PeerConn, Peers, SECRET_DELETE_DEBOUNCE};
+use crate::cidr::Cidr;
 use crate::peering::Identity;
 
 impl Peers {
@@ -23,6 +24,8 @@ impl Peers {
             }
             let mut peer = Peer::new(name);
             peer.hub = true;
+            // No endpoint counts until its record on the hub is read.
+            peer.endpoint_ranges = Some(Vec::new());
             peer.pinned_id = Some(id.clone());
             peer.lease_id = Some(id.clone());
             peer.last_seen = Some(*seen);
@@ -44,10 +47,12 @@ impl Peers {
         let name = hub_peer(&id);
         let limits = self.settings.limits;
         let clusterset = self.settings.local_clusterset.clone();
-        let peer = self
-            .peers
-            .entry(name.clone())
-            .or_insert_with(|| Peer::new(&name));
+        let peer = self.peers.entry(name.clone()).or_insert_with(|| {
+            let mut peer = Peer::new(&name);
+            // No endpoint counts until its record on the hub is read.
+            peer.endpoint_ranges = Some(Vec::new());
+            peer
+        });
         peer.hub = true;
         peer.pinned_id = Some(id.clone());
         peer.removing_at = None;
@@ -64,6 +69,23 @@ impl Peers {
             peer.next = Some(conn);
         } else {
             peer.current = Some(conn);
+            effects.push(Effect::ReplanAll);
+        }
+    }
+
+    /// Member `id`'s endpoint ranges as its record on the hub gives them:
+    /// a change counts for every service it exports.
+    pub(super) fn hub_member_ranges(
+        &mut self,
+        id: &str,
+        ranges: Option<Vec<Cidr>>,
+        effects: &mut Vec<Effect>,
+    ) {
+        let Some(peer) = self.peers.get_mut(&hub_peer(id)) else {
+            return;
+        };
+        if peer.endpoint_ranges != ranges {
+            peer.endpoint_ranges = ranges;
             effects.push(Effect::ReplanAll);
         }
     }

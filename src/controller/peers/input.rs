@@ -119,6 +119,16 @@ pub(crate) enum Input {
         /// The hub connection.
         generation: u64,
     },
+    /// What the hub admin recorded of member `id` (its record on the hub,
+    /// `hub join`): the ranges its endpoints must be in, `None` for any.
+    /// A member without a readable record gets `Some` of no range: none
+    /// of its endpoints is taken.
+    HubMemberRanges {
+        /// The member's cluster id.
+        id: String,
+        /// Its endpoint ranges.
+        ranges: Option<Vec<crate::cidr::Cidr>>,
+    },
     /// Hub connection `generation` has listed every member once: a member
     /// known only from an earlier run's Lease and not listed has left.
     HubListed {

@@ -479,14 +479,14 @@ fn the_pod_ranges_of_the_peers_nodes_are_their_pod_cidrs_merged() {
         node("n3", serde_json::json!({})),
     ]);
     assert_eq!(
-        texts(&pod_ranges_of_nodes(&nodes).unwrap()),
+        texts(&pod_ranges_of_nodes(&nodes, Joining::Peer).unwrap()),
         ["10.244.0.0/23", "10.244.2.0/24", "fd00:244::/63"]
     );
     let bad = PeerNodes::Read(vec![node(
         "n0",
         serde_json::json!({"podCIDRs": ["10.244.0.0"]}),
     )]);
-    let error = pod_ranges_of_nodes(&bad).unwrap_err();
+    let error = pod_ranges_of_nodes(&bad, Joining::Peer).unwrap_err();
     assert!(
         error.contains("Node n0") && error.contains("--endpoint-cidr"),
         "{error}"
@@ -495,7 +495,7 @@ fn the_pod_ranges_of_the_peers_nodes_are_their_pod_cidrs_merged() {
 
 #[test]
 fn without_pod_ranges_on_the_peers_nodes_add_says_why_and_what_to_pass() {
-    let none = |nodes| pod_ranges_of_nodes(&nodes).unwrap_err();
+    let none = |nodes| pod_ranges_of_nodes(&nodes, Joining::Peer).unwrap_err();
     let cases = [
         (none(PeerNodes::Read(Vec::new())), "the peer has no Nodes"),
         (
@@ -516,6 +516,14 @@ fn without_pod_ranges_on_the_peers_nodes_add_says_why_and_what_to_pass() {
             "forbidden (403: nodes is forbidden",
         ),
     ];
+    // hub join says the same of a member.
+    let member = pod_ranges_of_nodes(&PeerNodes::Read(Vec::new()), Joining::Member).unwrap_err();
+    assert!(
+        member.starts_with("the member's pod ranges are not known: the member has no Nodes")
+            && member.contains("hub join records them in the member's record on the hub")
+            && member.contains("--allow-any-endpoint"),
+        "{member}"
+    );
     for (message, why) in cases {
         assert!(
             message.starts_with("the peer's pod ranges are not known: "),

@@ -158,3 +158,42 @@ fn a_relist_of_the_peer_secrets_leaves_the_hub_members_alone() {
     assert_eq!(run.usable("b"), Some(true));
     assert_eq!(run.exported(), ["web"]);
 }
+
+/// A member's endpoints count only inside the ranges its record on the
+/// hub gives: none before the record is read (fail closed), the record's
+/// ranges once it is, and a change replans.
+#[test]
+fn a_members_endpoints_count_only_inside_the_ranges_its_hub_record_gives() {
+    let mut run = Run::new();
+    hub_member(&mut run, "b", 1, &["web"]);
+    let ranges = |run: &Run| {
+        let (views, _) = run.peers.views(run.now);
+        views[0].endpoint_ranges.map(<[Cidr]>::to_vec)
+    };
+    assert_eq!(ranges(&run), Some(Vec::new()), "no record read: none");
+    let recorded: Vec<Cidr> = vec!["10.1.0.0/16".parse().unwrap()];
+    let effects = run.input(Input::HubMemberRanges {
+        id: "b".into(),
+        ranges: Some(recorded.clone()),
+    });
+    assert!(effects.contains(&Effect::ReplanAll), "{effects:?}");
+    assert_eq!(ranges(&run), Some(recorded.clone()));
+    // The same record again changes nothing.
+    let effects = run.input(Input::HubMemberRanges {
+        id: "b".into(),
+        ranges: Some(recorded),
+    });
+    assert!(!effects.contains(&Effect::ReplanAll), "{effects:?}");
+    // `hub join --allow-any-endpoint`: any endpoint the other rules allow.
+    run.input(Input::HubMemberRanges {
+        id: "b".into(),
+        ranges: None,
+    });
+    assert_eq!(ranges(&run), None);
+    // A record for no member read yet is not a member.
+    run.input(Input::HubMemberRanges {
+        id: "z".into(),
+        ranges: None,
+    });
+    assert_eq!(run.peers.len(), 1);
+}
