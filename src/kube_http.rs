@@ -9,6 +9,13 @@
 //! here offers `h2` first and falls back to HTTP/1.1 where a proxy in
 //! front of the apiserver does not speak it.
 //!
+//! kube-apiserver allows 100 concurrent streams per connection unless
+//! `--http2-max-streams-per-connection` says otherwise; a request past
+//! that waits for a stream to end. The controller's client holds its
+//! watches (about 15), at most 16 writes and 4 peer Lease writes in
+//! flight; the hub client six watches and 8 writes; a peer client three
+//! watches and a probe: all well under it.
+//!
 //! One connection carries everything, so its death must be seen: a ping
 //! every [`PING_INTERVAL`], unanswered for [`PING_TIMEOUT`], closes it and
 //! every stream on it fails at once (client-go closes a silent HTTP/2

@@ -9,7 +9,7 @@
 //!   controller has on the hub and nothing shared: its namespace and
 //!   objects (`hub::objects::member_objects`), a TokenRequest token of its
 //!   own ServiceAccount, its own `kube::Client` (its own connections), the
-//!   five watches a controller holds there (three hub-wide, as
+//!   six watches a controller holds there (four hub-wide, as
 //!   `controller::hub::reader` opens them, and two on its own namespace,
 //!   as the publisher does), drained and decoded as the controller decodes
 //!   them; it writes what a controller writes (`publication::published_service`,
@@ -58,8 +58,8 @@ use clusterset_dns::controller::naming::{LABEL_APP_MANAGED_BY, MANAGED_BY};
 use clusterset_dns::controller::publication::{PUBLISHED_BY, published_service, published_slice};
 use clusterset_dns::hub::objects::member_objects;
 use clusterset_dns::hub::{
-    LEASE_RENEW, MEMBER_LEASE, MEMBER_SERVICE_ACCOUNT, MemberQuota, QUOTA, member_lease,
-    member_namespace,
+    LEASE_RENEW, MEMBER_LEASE, MEMBER_RECORD, MEMBER_SERVICE_ACCOUNT, MemberQuota, QUOTA,
+    member_lease, member_namespace,
 };
 use controlplane::{Cluster, ClusterSpec, ControlPlane, ControllerProcess};
 use futures::{Stream, StreamExt};
@@ -463,9 +463,9 @@ fn real_endpoint_range(r: usize) -> String {
     format!("10.{}.0.0/16", usize::from(REAL_ENDPOINTS[1]) + r)
 }
 
-/// The pod ranges recorded for every simulated member: its exports' and
-/// the latency samples' endpoints.
-const SIM_ENDPOINT_RANGES: [&str; 2] = ["10.16.0.0/16", "10.80.0.0/16"];
+/// The pod ranges recorded for every simulated member: its exports', its
+/// churn's and the latency samples' endpoints.
+const SIM_ENDPOINT_RANGES: [&str; 3] = ["10.16.0.0/16", "10.64.0.0/16", "10.80.0.0/16"];
 
 fn address(base: [u8; 4], offset: u32) -> String {
     std::net::Ipv4Addr::from(u32::from_be_bytes(base) + offset).to_string()
@@ -1202,7 +1202,7 @@ fn renew_lease(
 }
 
 /// Starts what a member's controller keeps doing on the hub besides its
-/// Lease, after `delay`: its five watches and (every `churn`, when not
+/// Lease, after `delay`: its six watches and (every `churn`, when not
 /// zero) one endpoint change. The loops end with `stop` (or when
 /// aborted).
 fn run_sim(
@@ -1220,7 +1220,7 @@ fn run_sim(
     let services = format!("{LABEL_APP_MANAGED_BY}={MANAGED_BY}");
     let slices = format!("{LABEL_MANAGED_BY}={PUBLISHED_BY}");
     let mut tasks = Vec::new();
-    // The reader's three hub-wide watches.
+    // The reader's four hub-wide watches.
     let w1 = clusterset_dns::watch::stream_spread(
         Api::<Lean<PublishedService>>::all(client.clone()),
         hub_page.clone().labels(&services),
@@ -1231,7 +1231,13 @@ fn run_sim(
     );
     let w3 = clusterset_dns::watch::stream_spread(
         Api::<Lease>::all(client.clone()),
-        hub_page.fields(&format!("metadata.name={MEMBER_LEASE}")),
+        hub_page
+            .clone()
+            .fields(&format!("metadata.name={MEMBER_LEASE}")),
+    );
+    let w6 = clusterset_dns::watch::stream_spread(
+        Api::<ConfigMap>::all(client.clone()),
+        hub_page.fields(&format!("metadata.name={MEMBER_RECORD}")),
     );
     // The publisher's two watches of its own namespace.
     let w4 = clusterset_dns::watch::stream_spread(
@@ -1256,6 +1262,8 @@ fn run_sim(
     tasks.push(tokio::spawn(async move { drain(w4, later(c).await).await }));
     let c = counters.clone();
     tasks.push(tokio::spawn(async move { drain(w5, later(c).await).await }));
+    let c = counters.clone();
+    tasks.push(tokio::spawn(async move { drain(w6, later(c).await).await }));
     let mut rng = Rng(sim.index as u64 * 7919 + 1);
     if !churn.is_zero() {
         let churn_offset = Duration::from_millis(rng.below(churn.as_millis() as u64));
