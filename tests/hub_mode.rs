@@ -251,14 +251,6 @@ impl Env {
 }
 
 /// The addresses of the imported slices of `NS/name` in a member.
-/// The port of an `https://host:port` URL.
-fn port_of(url: &str) -> u16 {
-    url.rsplit(':')
-        .next()
-        .and_then(|p| p.trim_end_matches('/').parse().ok())
-        .expect("a URL with a port")
-}
-
 async fn imported_addresses(client: &Client, name: &str) -> Vec<String> {
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), NS);
     let selector = format!("multicluster.kubernetes.io/service-name={name}");
@@ -366,9 +358,9 @@ async fn exports_import_everywhere_through_the_hub_with_no_peer_secret(env: &mut
     // client (`kube_http`): to its own apiserver the controller's client
     // and its Lease's, to the hub one, however many watches run; none to
     // another member.
-    let hub_port = port_of(&env.plane.apiservers[0].url);
+    let hub_port = controlplane::port_of(&env.plane.apiservers[0].url);
     for (i, controller) in env.controllers.iter().enumerate() {
-        let own_port = port_of(&env.plane.apiservers[i + 1].url);
+        let own_port = controlplane::port_of(&env.plane.apiservers[i + 1].url);
         let connections = controlplane::established_connections(controller.as_ref().unwrap().pid());
         let own = connections.get(&own_port).copied().unwrap_or(0);
         let to_hub = connections.get(&hub_port).copied().unwrap_or(0);

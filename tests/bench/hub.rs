@@ -256,14 +256,6 @@ impl CpuWindow {
     }
 }
 
-/// The port of an `https://host:port` URL.
-fn port_of(url: &str) -> u16 {
-    url.rsplit(':')
-        .next()
-        .and_then(|p| p.trim_end_matches('/').parse().ok())
-        .expect("a URL with a port")
-}
-
 /// `apiserver_longrunning_requests{verb="WATCH"}` of an apiserver, summed;
 /// `None` when a busy apiserver did not answer in three tries of 30 s.
 fn apiserver_watches(url: &str) -> Option<i64> {
@@ -891,12 +883,12 @@ impl Plane {
     /// The members' apiserver ports, in order.
     fn member_ports(&self) -> Vec<u16> {
         (0..self.ids.len())
-            .map(|i| port_of(&self.plane.apiservers[i + 1].url))
+            .map(|i| controlplane::port_of(&self.plane.apiservers[i + 1].url))
             .collect()
     }
 
     fn hub_port(&self) -> u16 {
-        port_of(&self.plane.apiservers[0].url)
+        controlplane::port_of(&self.plane.apiservers[0].url)
     }
 }
 

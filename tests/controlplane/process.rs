@@ -401,3 +401,11 @@ pub(crate) fn established_connections(pid: u32) -> std::collections::BTreeMap<u1
     }
     by_port
 }
+
+/// The port of an `https://host:port` URL.
+pub(crate) fn port_of(url: &str) -> u16 {
+    url.rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .expect("a URL with a port")
+}

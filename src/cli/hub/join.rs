@@ -12,7 +12,6 @@ use kube::{Client, ResourceExt};
 
 use super::{JoinArgs, PeerError, apply_all, connect_hub, connect_member};
 use crate::api::PublishedService;
-use crate::cidr::Cidr;
 use crate::cli::credentials;
 use crate::cli::peer::add::{endpoint_ranges, parse_endpoint_cidrs};
 use crate::cli::peer::rules::{Joining, PeerKubeconfig, RangeSource, choose_ca, render_kubeconfig};
@@ -60,18 +59,13 @@ pub(super) async fn join(args: &JoinArgs) -> Result<String, PeerError> {
             )));
         }
     }
-    let (endpoint_cidrs, ranges_from) = endpoint_ranges(
+    let (ranges, ranges_from) = endpoint_ranges(
         args.allow_any_endpoint,
         flag_cidrs,
         &member.client,
         Joining::Member,
     )
     .await?;
-    let ranges = endpoint_cidrs
-        .iter()
-        .map(|text| text.parse::<Cidr>())
-        .collect::<Result<Vec<Cidr>, _>>()
-        .map_err(|e| PeerError::Failed(format!("the member's pod ranges: {e}")))?;
     let quota = MemberQuota {
         published_services: args.max_exports,
         slices: args.max_slices,
@@ -82,7 +76,11 @@ pub(super) async fn join(args: &JoinArgs) -> Result<String, PeerError> {
     out += &match recorded {
         Some(_) => format!(
             "hub: the member's endpoints accepted only in {} (from {})\n",
-            endpoint_cidrs.join(", "),
+            ranges
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
             match ranges_from {
                 RangeSource::Flag => "--endpoint-cidr",
                 _ => "the member's Nodes' spec.podCIDRs",

@@ -107,13 +107,14 @@ pub(super) async fn add(args: &AddArgs) -> Result<String, PeerError> {
         "peer-certificate-authority",
         args.peer_certificate_authority.as_deref(),
     )?;
-    let (endpoint_cidrs, ranges_from) = endpoint_ranges(
+    let (ranges, ranges_from) = endpoint_ranges(
         args.allow_any_endpoint,
         flag_cidrs,
         &peer.client,
         Joining::Peer,
     )
     .await?;
+    let endpoint_cidrs: Vec<String> = ranges.iter().map(ToString::to_string).collect();
     let kubeconfig_ca = credentials::kubeconfig_ca("peer-kubeconfig", peer.cluster.ca.as_ref())?;
 
     let mut out = format!(
@@ -253,14 +254,13 @@ pub(super) async fn add(args: &AddArgs) -> Result<String, PeerError> {
     Ok(out)
 }
 
-/// The `--endpoint-cidr` flags, parsed and written as the controller
-/// reads them; checked before anything is read or written.
-pub(in crate::cli) fn parse_endpoint_cidrs(flags: &[String]) -> Result<Vec<String>, PeerError> {
+/// The `--endpoint-cidr` flags, parsed; checked before anything is read
+/// or written.
+pub(in crate::cli) fn parse_endpoint_cidrs(flags: &[String]) -> Result<Vec<Cidr>, PeerError> {
     flags
         .iter()
         .map(|text| {
             text.parse::<Cidr>()
-                .map(|cidr| cidr.to_string())
                 .map_err(|e| PeerError::Failed(format!("--endpoint-cidr: {e}")))
         })
         .collect()
@@ -273,10 +273,10 @@ pub(in crate::cli) fn parse_endpoint_cidrs(flags: &[String]) -> Result<Vec<Strin
 /// what to do when they carry none.
 pub(in crate::cli) async fn endpoint_ranges(
     allow_any: bool,
-    flags: Vec<String>,
+    flags: Vec<Cidr>,
     client: &Client,
     joining: Joining,
-) -> Result<(Vec<String>, RangeSource), PeerError> {
+) -> Result<(Vec<Cidr>, RangeSource), PeerError> {
     if allow_any {
         return Ok((Vec::new(), RangeSource::AllowAny));
     }
@@ -285,10 +285,7 @@ pub(in crate::cli) async fn endpoint_ranges(
     }
     let ranges = rules::pod_ranges_of_nodes(&cluster_nodes(client).await?, joining)
         .map_err(PeerError::Failed)?;
-    Ok((
-        ranges.iter().map(ToString::to_string).collect(),
-        RangeSource::Nodes,
-    ))
+    Ok((ranges, RangeSource::Nodes))
 }
 
 /// A cluster's Nodes, listed in pages; [`PeerNodes::Forbidden`] when the
