@@ -74,6 +74,11 @@ pub const RECORD_ENDPOINT_CIDRS: &str = "endpoint-cidrs";
 /// other rules allow.
 pub const RECORD_ANY_ENDPOINT: &str = "allow-any-endpoint";
 
+/// The most ranges a member record may give: every endpoint of the member
+/// is checked against each, so whoever writes the record must not make
+/// that check unbounded. A cluster's pod ranges, merged, are a handful.
+pub const MAX_RECORD_RANGES: usize = 256;
+
 /// The ClusterRole that lets every member read every publication.
 pub const READER_ROLE: &str = "clusterset-dns-hub-reader";
 
@@ -175,6 +180,10 @@ pub fn read_member_record(data: &BTreeMap<String, String>) -> Result<Option<Vec<
             Ok(ranges) if ranges.is_empty() => {
                 Err(format!("{MEMBER_RECORD}: {RECORD_ENDPOINT_CIDRS} is empty"))
             }
+            Ok(ranges) if ranges.len() > MAX_RECORD_RANGES => Err(format!(
+                "{MEMBER_RECORD}: {RECORD_ENDPOINT_CIDRS} gives {} ranges, more than the {MAX_RECORD_RANGES} allowed",
+                ranges.len()
+            )),
             Ok(ranges) => Ok(Some(ranges)),
             Err(error) => Err(format!("{MEMBER_RECORD}: {RECORD_ENDPOINT_CIDRS}: {error}")),
         },

@@ -9,9 +9,10 @@
 use serde_json::{Value, json};
 
 use super::{
-    FLOW_SCHEMA, LABEL_MEMBER, MANAGED_BY, MEMBER_LEASE, MEMBER_NAMESPACE_PREFIX, MEMBER_RECORD,
-    MEMBER_SERVICE_ACCOUNT, MemberQuota, POLICY, PUBLISHER_ROLE, QUOTA, READER_ROLE,
-    RECORD_ANY_ENDPOINT, RECORD_ENDPOINT_CIDRS, member_namespace,
+    FLOW_SCHEMA, LABEL_MEMBER, MANAGED_BY, MAX_RECORD_RANGES, MEMBER_LEASE,
+    MEMBER_NAMESPACE_PREFIX, MEMBER_RECORD, MEMBER_SERVICE_ACCOUNT, MemberQuota, POLICY,
+    PUBLISHER_ROLE, QUOTA, READER_ROLE, RECORD_ANY_ENDPOINT, RECORD_ENDPOINT_CIDRS,
+    member_namespace,
 };
 use crate::api::well_known::LABEL_SOURCE_CLUSTER;
 use crate::cidr::Cidr;
@@ -211,13 +212,22 @@ fn flow_schema() -> Value {
 /// namespace (labelled with the id), its record (`endpoint_ranges`: its
 /// pod ranges, or `None` for any endpoint), the ServiceAccount its tokens
 /// belong to, its write binding there, its read binding hub-wide, its
-/// quota.
+/// quota. Ranges past [`MAX_RECORD_RANGES`], which readers would refuse,
+/// are an error.
 pub fn member_objects(
     cluster_id: &str,
     endpoint_ranges: Option<&[Cidr]>,
     quota: MemberQuota,
 ) -> Result<Vec<Value>, String> {
     let namespace = member_namespace(cluster_id)?;
+    if let Some(ranges) = endpoint_ranges
+        && ranges.len() > MAX_RECORD_RANGES
+    {
+        return Err(format!(
+            "the member's pod ranges are {} CIDRs, more than the {MAX_RECORD_RANGES} a member record may give; pass fewer, wider --endpoint-cidr ranges",
+            ranges.len()
+        ));
+    }
     let subject = json!([{
         "kind": "ServiceAccount",
         "name": MEMBER_SERVICE_ACCOUNT,

@@ -205,7 +205,24 @@ fn a_member_record_gives_ranges_or_any_endpoint_and_anything_else_is_refused() {
         read_member_record(&record(&[(RECORD_ANY_ENDPOINT, "true")])),
         Ok(None)
     );
+    // Each endpoint is checked against every range: a record holds a
+    // bounded number, and hub join writes no more.
+    let ranges: Vec<Cidr> = (0..=MAX_RECORD_RANGES)
+        .map(|i| format!("10.{}.{}.0/24", i / 256, i % 256).parse().unwrap())
+        .collect();
+    let too_many: String = ranges
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let error = member_objects("cluster-a", Some(&ranges), MemberQuota::default()).unwrap_err();
+    assert!(error.contains("more than the 256"), "{error}");
+    assert!(member_objects("cluster-a", Some(&ranges[1..]), MemberQuota::default()).is_ok());
     for (bad, why) in [
+        (
+            record(&[(RECORD_ENDPOINT_CIDRS, too_many.as_str())]),
+            "more than the 256 allowed",
+        ),
         (record(&[]), "neither"),
         (record(&[(RECORD_ANY_ENDPOINT, "yes")]), "not \"true\""),
         (record(&[(RECORD_ENDPOINT_CIDRS, "")]), "empty"),
